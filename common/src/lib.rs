@@ -1,0 +1,16 @@
+//! Smolder's profile model and every format both tiers speak.
+//!
+//! The agent and the aggregator exchange one thing: a [`Tree`] of stack frames per series and
+//! window. This crate holds that tree and the formats it is read from and written to.
+//!
+//! - [`tree`]: the stack tree. Frames are interned to [`FrameId`]s; each node holds self and
+//!   total; trees merge by summing, truncate to a node budget the way Pyroscope does, combine for a
+//!   diff, and encode to a compact versioned binary form used on the wire and at rest.
+//!
+//! This crate is the bottom of the dependency graph: it must not depend on tokio, quinn, sled,
+//! aya or axum, so that its parsers and codecs can be fuzzed and benchmarked alone
+//! (`cargo tree -p smolder-common -e normal` checks it).
+
+pub mod tree;
+
+pub use tree::{CombinedTree, DecodeError, FrameId, Frames, NodeId, Tree};

@@ -1,0 +1,3 @@
+//! Integration and property tests of `smolder-common`, one module per stage of the model.
+
+mod tree;

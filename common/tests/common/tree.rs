@@ -1,0 +1,1 @@
+//! Properties of the stack tree: encoding round trips, merge algebra, truncation.
