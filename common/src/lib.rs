@@ -6,11 +6,14 @@
 //! - [`tree`]: the stack tree. Frames are interned to [`FrameId`]s; each node holds self and
 //!   total; trees merge by summing, truncate to a node budget the way Pyroscope does, combine for a
 //!   diff, and encode to a compact versioned binary form used on the wire and at rest.
+//! - [`flamebearer`]: the flame-graph JSON of Pyroscope's `/render` and `/render-diff`, laid out
+//!   exactly as Pyroscope lays it out, from a [`Tree`] or a [`CombinedTree`].
 //!
 //! This crate is the bottom of the dependency graph: it must not depend on tokio, quinn, sled,
 //! aya or axum, so that its parsers and codecs can be fuzzed and benchmarked alone
 //! (`cargo tree -p smolder-common -e normal` checks it).
 
+pub mod flamebearer;
 pub mod tree;
 
 pub use tree::{CombinedTree, DecodeError, FrameId, Frames, NodeId, Tree};

@@ -40,13 +40,14 @@ use std::fmt;
 pub use codec::DecodeError;
 pub use combine::{CombinedNode, CombinedTree, Side};
 pub use frames::{FrameId, Frames};
+pub(crate) use truncate::TopTotals;
 
 /// The name Pyroscope gives the node that holds everything truncation folded away.
 pub const OTHER: &str = "other";
 
 /// The index of a node in its tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(u32);
+pub struct NodeId(pub(crate) u32);
 
 impl NodeId {
     /// The root of every tree: it has no frame, and its total is the tree's total.
