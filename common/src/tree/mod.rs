@@ -307,16 +307,29 @@ impl Tree {
     }
 }
 
+/// How many stacks `Debug` shows before it elides the rest: enough for a test failure, bounded
+/// for a log line.
+const DEBUG_STACKS: usize = 32;
+
 impl fmt::Debug for Tree {
-    /// Folded lines, one stack per line, for test failures and logs.
+    /// The total, the node count and the first stacks as folded lines.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut lines = Vec::new();
+        let mut more = 0usize;
         self.for_each_stack(|stack, value| {
+            if lines.len() == DEBUG_STACKS {
+                more += 1;
+                return;
+            }
             let names: Vec<&str> = stack.iter().map(|&id| self.frames.name(id)).collect();
             lines.push(format!("{} {value}", names.join(";")));
         });
+        if more > 0 {
+            lines.push(format!("… {more} more stacks"));
+        }
         f.debug_struct("Tree")
             .field("total", &self.total())
+            .field("nodes", &self.len())
             .field("stacks", &lines)
             .finish()
     }
