@@ -6,11 +6,16 @@
 //! - [`tree`]: the stack tree. Frames are interned to [`FrameId`]s; each node holds self and
 //!   total; trees merge by summing, truncate to a node budget the way Pyroscope does, combine for a
 //!   diff, and encode to a compact versioned binary form used on the wire and at rest.
+//! - [`series`]: series identity. A [`Series`] is an app name and sorted [`Labels`], parsed from
+//!   Pyroscope ingest names (`checkout.cpu{env=prod}`) and displayed as the normalized key that
+//!   the store indexes by.
 //!
 //! This crate is the bottom of the dependency graph: it must not depend on tokio, quinn, sled,
 //! aya or axum, so that its parsers and codecs can be fuzzed and benchmarked alone
 //! (`cargo tree -p smolder-common -e normal` checks it).
 
+pub mod series;
 pub mod tree;
 
+pub use series::{Labels, Series, SeriesError};
 pub use tree::{CombinedTree, DecodeError, FrameId, Frames, NodeId, Tree};

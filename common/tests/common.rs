@@ -1,3 +1,9 @@
 //! Integration and property tests of `smolder-common`, one module per stage of the model.
+//!
+//! This file is the crate root of the one test binary, so a plain `mod x;` would look for
+//! `tests/x.rs`; the `#[path]`s point into `tests/common/` instead.
 
+#[path = "common/series.rs"]
+mod series;
+#[path = "common/tree.rs"]
 mod tree;
