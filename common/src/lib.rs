@@ -9,13 +9,18 @@
 //! - [`series`]: series identity. A [`Series`] is an app name and sorted [`Labels`], parsed from
 //!   Pyroscope ingest names (`checkout.cpu{env=prod}`) and displayed as the normalized key that
 //!   the store indexes by.
+//! - [`selector`]: FlameQL selectors. A [`Selector`] is an app name and [`Matcher`]s
+//!   (`=`, `!=`, `=~`, `!~`) that [`matches`](Selector::matches) series; regexes are anchored as in
+//!   Prometheus, and a missing label reads as the empty value.
 //!
 //! This crate is the bottom of the dependency graph: it must not depend on tokio, quinn, sled,
 //! aya or axum, so that its parsers and codecs can be fuzzed and benchmarked alone
 //! (`cargo tree -p smolder-common -e normal` checks it).
 
+pub mod selector;
 pub mod series;
 pub mod tree;
 
+pub use selector::{MatchOp, Matcher, Selector, SelectorError};
 pub use series::{Labels, Series, SeriesError};
 pub use tree::{CombinedTree, DecodeError, FrameId, Frames, NodeId, Tree};

@@ -562,6 +562,18 @@ impl<'a> Cursor<'a> {
         self.input.get(self.pos..)?.chars().next()
     }
 
+    /// Moves past `s` if the rest of the input starts with it.
+    pub(crate) fn eat(&mut self, s: &str) -> bool {
+        let found = self
+            .input
+            .get(self.pos..)
+            .is_some_and(|rest| rest.starts_with(s));
+        if found {
+            self.pos += s.len();
+        }
+        found
+    }
+
     /// Moves past the next character.
     pub(crate) fn bump(&mut self) {
         if let Some(c) = self.peek() {

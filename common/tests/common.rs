@@ -3,6 +3,8 @@
 //! This file is the crate root of the one test binary, so a plain `mod x;` would look for
 //! `tests/x.rs`; the `#[path]`s point into `tests/common/` instead.
 
+#[path = "common/selector.rs"]
+mod selector;
 #[path = "common/series.rs"]
 mod series;
 #[path = "common/tree.rs"]
