@@ -12,6 +12,9 @@
 //! - [`selector`]: FlameQL selectors. A [`Selector`] is an app name and [`Matcher`]s
 //!   (`=`, `!=`, `=~`, `!~`) that [`matches`](Selector::matches) series; regexes are anchored as in
 //!   Prometheus, and a missing label reads as the empty value.
+//! - [`timestamp`]: the times Pyroscope's API accepts (`now-3h30m`, unix seconds to nanoseconds,
+//!   `YYYYMMDD`, RFC 3339), [`parse`](timestamp::parse)d against a clock the caller passes in;
+//!   malformed input is a [`TimeError`], never silently `now`.
 //!
 //! This crate is the bottom of the dependency graph: it must not depend on tokio, quinn, sled,
 //! aya or axum, so that its parsers and codecs can be fuzzed and benchmarked alone
@@ -19,8 +22,10 @@
 
 pub mod selector;
 pub mod series;
+pub mod timestamp;
 pub mod tree;
 
 pub use selector::{MatchOp, Matcher, Selector, SelectorError};
 pub use series::{Labels, Series, SeriesError};
+pub use timestamp::TimeError;
 pub use tree::{CombinedTree, DecodeError, FrameId, Frames, NodeId, Tree};

@@ -1,7 +1,7 @@
 //! Series identity: an app name and a sorted set of labels, parsed from Pyroscope ingest names.
 //!
 //! Input: the `name` parameter of `POST /ingest` (or any name an agent builds), such as
-//! `checkout.cpu{env=staging,region=us-west-1}`. Output: a [`Series`], whose [`Display`] is the
+//! `checkout.cpu{env=staging,region=us-west-1}`. Output: a [`Series`], whose `Display` is the
 //! normalized key `checkout.cpu{env=staging,region=us-west-1}` that the store indexes by.
 //! Callers: the aggregator's ingest path, the agent's window (which names its series), and the
 //! query path (which matches them with a [`Selector`](crate::Selector)).

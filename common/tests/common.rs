@@ -7,5 +7,7 @@
 mod selector;
 #[path = "common/series.rs"]
 mod series;
+#[path = "common/timestamp.rs"]
+mod timestamp;
 #[path = "common/tree.rs"]
 mod tree;
