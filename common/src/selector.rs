@@ -11,9 +11,9 @@
 //! FlameQL left them unanchored, so there `version=~"1.*"` matched any value *containing* a `1`
 //! (`21`, `0.1`); here it matches only values *starting* with `1`. A v0 query that relied on
 //! substring matching needs `.*` added around its pattern: `version=~".*1.*"`. The pattern is
-//! compiled as `^(?:pattern)$` with the [`regex`] crate (RE2 syntax, like Go's), and its compiled
-//! size is capped at [`REGEX_SIZE_LIMIT`] so that a hostile query cannot eat the aggregator's
-//! memory.
+//! compiled as `^(?:pattern)$` with the [`regex`] crate (RE2 syntax, like Go's), and the
+//! compiled size of a selector's regexes is capped by [`REGEX_SIZE_LIMIT`] so that a hostile
+//! query cannot eat the aggregator's memory.
 //!
 //! # Syntax
 //!
@@ -62,8 +62,10 @@ use crate::series::{
     write_quoted,
 };
 
-/// The most memory one matcher's regex may take once compiled, in bytes; also the cap on its
-/// lazy DFA cache. Measured with `regex` 1.13 (the anchored form): a 1,000-way alternation of
+/// The most memory the regexes of one selector may take once compiled, in bytes: a parsed
+/// selector with `n` regex matchers gives each `REGEX_SIZE_LIMIT / n`, so that repeating a costly
+/// pattern does not multiply the cost (`\w{100}` is 8 bytes of query). The same figure caps each
+/// regex's lazy DFA cache. [`Matcher::new`] gives its one regex the whole budget. Measured with `regex` 1.13 (the anchored form): a 1,000-way alternation of
 /// 12-character values compiles to 0.6 MiB and a 5,000-way one to 2.7 MiB (the largest legitimate
 /// patterns, built by UIs from a list of label values); Unicode classes are costly, `\w{100}` takes
 /// 4.8 MiB; `(a{1000}){1000}` takes 31 MiB. 4 MiB admits the first two and refuses the last.
@@ -138,8 +140,8 @@ pub enum SelectorError {
         /// Its byte offset in the input.
         position: usize,
     },
-    /// The value of a `=~` or `!~` matcher is not a valid regex, or compiles to more than
-    /// [`REGEX_SIZE_LIMIT`] bytes.
+    /// The value of a `=~` or `!~` matcher is not a valid regex, or compiles to more than its
+    /// share of [`REGEX_SIZE_LIMIT`].
     #[error("invalid regex in matcher {name}{op}{regex:?} at position {position}: {error}")]
     InvalidRegex {
         /// The matcher's label name.
@@ -244,20 +246,23 @@ impl Matcher {
         if !is_label_name(&name) {
             return Err(SelectorError::InvalidLabelName { name });
         }
-        Matcher::build(name, op, value.into(), 0)
+        Matcher::build(name, op, value.into(), 0, REGEX_SIZE_LIMIT)
     }
 
-    /// Compiles the regex if there is one; `position` is where the matcher starts.
+    /// Compiles the regex if there is one, within `limit` bytes; `position` is where the matcher
+    /// starts.
     fn build(
         name: String,
         op: MatchOp,
         value: String,
         position: usize,
+        limit: usize,
     ) -> Result<Matcher, SelectorError> {
         let regex = if op.is_regex() {
             // Compile the pattern alone first: this rejects a pattern such as `a)|(b` that
             // would escape the anchoring group, and reports errors against what the user wrote.
-            let compiled = compile(&value).and_then(|_| compile(&format!("^(?:{value})$")));
+            let compiled =
+                compile(&value, limit).and_then(|_| compile(&format!("^(?:{value})$"), limit));
             match compiled {
                 Ok(regex) => Some(regex),
                 Err(error) => {
@@ -309,10 +314,10 @@ impl Matcher {
     }
 }
 
-fn compile(pattern: &str) -> Result<Regex, regex::Error> {
+fn compile(pattern: &str, limit: usize) -> Result<Regex, regex::Error> {
     RegexBuilder::new(pattern)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .size_limit(limit)
+        .dfa_size_limit(limit)
         .build()
 }
 
@@ -389,9 +394,16 @@ impl Selector {
             };
         }
         cur.skip_whitespace();
-        let mut matchers = Vec::new();
+        // Matchers are compiled after the whole query is read, when the number of regexes that
+        // share the size budget is known.
+        let mut parsed = Vec::new();
         match cur.peek() {
-            None => return Ok(Selector { app, matchers }),
+            None => {
+                return Ok(Selector {
+                    app,
+                    matchers: Vec::new(),
+                });
+            }
             Some('{') => cur.bump(),
             Some(found) => {
                 return Err(SelectorError::InvalidCharacter {
@@ -476,7 +488,7 @@ impl Selector {
                 }
                 None => return Err(unexpected_end(&cur, "matcher", "a double-quoted value")),
             };
-            matchers.push(Matcher::build(name.to_owned(), op, value, start)?);
+            parsed.push((name.to_owned(), op, value, start));
             cur.skip_whitespace();
             match cur.peek() {
                 Some(',') => cur.bump(),
@@ -502,6 +514,12 @@ impl Selector {
                 position: cur.pos,
             });
         }
+        let regexes = parsed.iter().filter(|(_, op, _, _)| op.is_regex()).count();
+        let limit = REGEX_SIZE_LIMIT / regexes.max(1);
+        let matchers = parsed
+            .into_iter()
+            .map(|(name, op, value, start)| Matcher::build(name, op, value, start, limit))
+            .collect::<Result<_, _>>()?;
         Ok(Selector { app, matchers })
     }
 
@@ -799,6 +817,24 @@ mod tests {
         let s = sel(&format!(r#"a{{svc=~"{}"}}"#, values.join("|")));
         assert!(s.matches(&series("a{svc=service-4999}")));
         assert!(!s.matches(&series("a{svc=service-5000}")));
+        // The budget is shared: repeating a costly pattern does not multiply it. `\w{20}` takes
+        // just under 1 MiB, so four fit and five do not.
+        let repeated = |n: usize| {
+            let m: Vec<String> = (0..n).map(|i| format!(r#"l{i}=~"\\w{{20}}""#)).collect();
+            Selector::parse(&format!("a{{{}}}", m.join(",")))
+        };
+        assert!(repeated(4).is_ok());
+        assert!(
+            matches!(
+                repeated(5),
+                Err(SelectorError::InvalidRegex {
+                    error: regex::Error::CompiledTooBig(_),
+                    ..
+                })
+            ),
+            "{:?}",
+            repeated(5)
+        );
     }
 
     #[test]
