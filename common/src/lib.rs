@@ -6,11 +6,19 @@
 //! - [`tree`]: the stack tree. Frames are interned to [`FrameId`]s; each node holds self and
 //!   total; trees merge by summing, truncate to a node budget the way Pyroscope does, combine for a
 //!   diff, and encode to a compact versioned binary form used on the wire and at rest.
+//! - [`folded`]: the folded ("collapsed") and `lines` text formats, Pyroscope's default `/ingest`
+//!   bodies. Bodies parse into a [`Tree`] (all or nothing, errors naming the line) and trees
+//!   write back out as folded text.
 //!
 //! This crate is the bottom of the dependency graph: it must not depend on tokio, quinn, sled,
 //! aya or axum, so that its parsers and codecs can be fuzzed and benchmarked alone
 //! (`cargo tree -p smolder-common -e normal` checks it).
 
+pub mod folded;
 pub mod tree;
 
+pub use folded::{
+    FoldedError, FoldedFormat, FoldedLimits, parse_folded, parse_folded_into, to_folded,
+    write_folded, write_lines,
+};
 pub use tree::{CombinedTree, DecodeError, FrameId, Frames, NodeId, Tree};
