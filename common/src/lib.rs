@@ -9,14 +9,18 @@
 //! - [`folded`]: the folded ("collapsed") and `lines` text formats, Pyroscope's default `/ingest`
 //!   bodies. Bodies parse into a [`Tree`] (all or nothing, errors naming the line) and trees
 //!   write back out as folded text.
+//! - [`corpus`]: a seeded synthetic profile generator for tests and benchmarks: unique stacks
+//!   that share prefixes like real call trees, drawn Zipf-distributed by rank.
 //!
 //! This crate is the bottom of the dependency graph: it must not depend on tokio, quinn, sled,
 //! aya or axum, so that its parsers and codecs can be fuzzed and benchmarked alone
 //! (`cargo tree -p smolder-common -e normal` checks it).
 
+pub mod corpus;
 pub mod folded;
 pub mod tree;
 
+pub use corpus::{Corpus, CorpusConfig, Sampler};
 pub use folded::{
     FoldedError, FoldedFormat, FoldedLimits, parse_folded, parse_folded_into, to_folded,
     write_folded, write_lines,
