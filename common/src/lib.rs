@@ -6,8 +6,6 @@
 //! - [`tree`]: the stack tree. Frames are interned to [`FrameId`]s; each node holds self and
 //!   total; trees merge by summing, truncate to a node budget the way Pyroscope does, combine for a
 //!   diff, and encode to a compact versioned binary form used on the wire and at rest.
-//! - [`flamebearer`]: the flame-graph JSON of Pyroscope's `/render` and `/render-diff`, laid out
-//!   exactly as Pyroscope lays it out, from a [`Tree`] or a [`CombinedTree`].
 //! - [`series`]: series identity. A [`Series`] is an app name and sorted [`Labels`], parsed from
 //!   Pyroscope ingest names (`checkout.cpu{env=prod}`) and displayed as the normalized key that
 //!   the store indexes by.
@@ -17,17 +15,31 @@
 //! - [`timestamp`]: the times Pyroscope's API accepts (`now-3h30m`, unix seconds to nanoseconds,
 //!   `YYYYMMDD`, RFC 3339), [`parse`](timestamp::parse)d against a clock the caller passes in;
 //!   malformed input is a [`TimeError`], never silently `now`.
+//! - [`folded`]: the folded ("collapsed") and `lines` text formats, Pyroscope's default `/ingest`
+//!   bodies. Bodies parse into a [`Tree`] (all or nothing, errors naming the line) and trees
+//!   write back out as folded text.
+//! - [`flamebearer`]: the flame-graph JSON of Pyroscope's `/render` and `/render-diff`, laid out
+//!   exactly as Pyroscope lays it out, from a [`Tree`] or a [`CombinedTree`].
+//! - [`corpus`]: a seeded synthetic profile generator for tests and benchmarks: unique stacks
+//!   that share prefixes like real call trees, drawn Zipf-distributed by rank.
 //!
 //! This crate is the bottom of the dependency graph: it must not depend on tokio, quinn, sled,
 //! aya or axum, so that its parsers and codecs can be fuzzed and benchmarked alone
 //! (`cargo tree -p smolder-common -e normal` checks it).
 
+pub mod corpus;
 pub mod flamebearer;
+pub mod folded;
 pub mod selector;
 pub mod series;
 pub mod timestamp;
 pub mod tree;
 
+pub use corpus::{Corpus, CorpusConfig, Sampler};
+pub use folded::{
+    FoldedError, FoldedFormat, FoldedLimits, parse_folded, parse_folded_into, to_folded,
+    write_folded, write_lines,
+};
 pub use selector::{MatchOp, Matcher, Selector, SelectorError};
 pub use series::{Labels, Series, SeriesError};
 pub use timestamp::TimeError;

@@ -1,6 +1,14 @@
 //! Integration and property tests of `smolder-common`, one module per stage of the model.
 
+/// Folded and lines text: round trips, totals, never panicking on arbitrary bytes.
+mod folded;
+/// FlameQL selectors: print/parse round trips, matching a series by its own labels.
 mod selector;
+/// Ingest names: normalized keys parse back to the same series.
 mod series;
+/// Time expressions: compound offsets, digit-length rules, never panicking.
 mod timestamp;
+/// The stack tree: encoding round trips, merge algebra, truncation.
 mod tree;
+/// Generators and helpers shared by the modules above.
+mod util;
