@@ -1,5 +1,7 @@
 //! Integration and property tests of `smolder-common`, one module per stage of the model.
 
+/// Flame-graph layout: reads back to its tree; truncation agrees with the tree's.
+mod flamebearer;
 /// Folded and lines text: round trips, totals, never panicking on arbitrary bytes.
 mod folded;
 /// FlameQL selectors: print/parse round trips, matching a series by its own labels.
