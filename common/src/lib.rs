@@ -15,6 +15,8 @@
 //! - [`timestamp`]: the times Pyroscope's API accepts (`now-3h30m`, unix seconds to nanoseconds,
 //!   `YYYYMMDD`, RFC 3339), [`parse`](timestamp::parse)d against a clock the caller passes in;
 //!   malformed input is a [`TimeError`], never silently `now`.
+//! - [`profile`]: a [`Profile`] is one series' tree over a span of time with the
+//!   [`ProfileMeta`] that says what its values mean (units, sample rate, [`Aggregation`]).
 //! - [`folded`]: the folded ("collapsed") and `lines` text formats, Pyroscope's default `/ingest`
 //!   bodies. Bodies parse into a [`Tree`] (all or nothing, errors naming the line) and trees
 //!   write back out as folded text.
@@ -30,6 +32,7 @@
 pub mod corpus;
 pub mod flamebearer;
 pub mod folded;
+pub mod profile;
 pub mod selector;
 pub mod series;
 pub mod timestamp;
@@ -40,6 +43,7 @@ pub use folded::{
     FoldedError, FoldedFormat, FoldedLimits, parse_folded, parse_folded_into, to_folded,
     write_folded, write_lines,
 };
+pub use profile::{Aggregation, Profile, ProfileMeta};
 pub use selector::{MatchOp, Matcher, Selector, SelectorError};
 pub use series::{Labels, Series, SeriesError};
 pub use timestamp::TimeError;

@@ -193,6 +193,43 @@ impl Tree {
         }
     }
 
+    /// Multiplies every value by `numerator / denominator`, rounding down, and recomputes the
+    /// totals so that each is again the sum of the self values below it. This is how a range of
+    /// `average` writes is shown (Pyroscope divides by the number of writes).
+    ///
+    /// # Panics
+    ///
+    /// If `denominator` is zero.
+    pub fn scale(&mut self, numerator: u64, denominator: u64) {
+        assert!(denominator != 0, "scale by a ratio with a zero denominator");
+        let scale = |v: u64| {
+            let scaled = u128::from(v) * u128::from(numerator) / u128::from(denominator);
+            u64::try_from(scaled).unwrap_or(u64::MAX)
+        };
+        let mut preorder = Vec::with_capacity(self.nodes.len());
+        let mut pending = vec![NodeId::ROOT.0];
+        while let Some(node) = pending.pop() {
+            preorder.push(node);
+            let mut child = self.nodes[node as usize].first_child;
+            while child != NONE {
+                pending.push(child);
+                child = self.nodes[child as usize].next_sibling;
+            }
+        }
+        // Children come after their parent in preorder, so walking it backwards sums each
+        // subtree before the node above it needs it.
+        for &node in preorder.iter().rev() {
+            let mut total = scale(self.nodes[node as usize].self_value);
+            self.nodes[node as usize].self_value = total;
+            let mut child = self.nodes[node as usize].first_child;
+            while child != NONE {
+                add(&mut total, self.nodes[child as usize].total);
+                child = self.nodes[child as usize].next_sibling;
+            }
+            self.nodes[node as usize].total = total;
+        }
+    }
+
     /// The root's total: everything in the tree.
     pub fn total(&self) -> u64 {
         self.nodes[0].total
@@ -454,6 +491,17 @@ mod tests {
         let b = a.children().find(|n| n.name() == "b").unwrap();
         assert_eq!((b.self_value(), b.total()), (2, 5));
         assert_eq!(folded(&tree), ["a;b 2", "a;b;c 3", "a;d 1"]);
+    }
+
+    #[test]
+    fn scale_divides_and_keeps_totals_consistent() {
+        let mut tree = Tree::new();
+        tree.insert_names(["a", "b"], 10);
+        tree.insert_names(["a", "c"], 5);
+        tree.insert_names(["a"], 1);
+        tree.scale(1, 2);
+        assert_eq!(folded(&tree), ["a;b 5", "a;c 2"]);
+        assert_eq!(tree.total(), 7);
     }
 
     #[test]
