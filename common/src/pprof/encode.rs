@@ -181,3 +181,134 @@ impl Profile {
         encoder.finish().expect("writing to a Vec cannot fail")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pprof::{Limits, SampleTypeConfig, SampleTypes, decode, parse};
+
+    fn tree() -> Tree {
+        let mut tree = Tree::new();
+        tree.insert_names(["main", "handler", "json.Marshal"], 37);
+        tree.insert_names(["main", "handler"], 3);
+        tree.insert_names(["main", "gc"], 5);
+        tree.insert_names(["other", "handler"], 1);
+        tree
+    }
+
+    #[test]
+    fn output_follows_the_spec_rules() {
+        let profile = encode(&tree(), &EncodeOptions::cpu_samples(100));
+        assert_eq!(profile.string_table[0], b"");
+        let text = |i: i64| String::from_utf8(profile.string_table[i as usize].clone()).unwrap();
+        assert_eq!(
+            (
+                text(profile.sample_type[0].r#type),
+                text(profile.sample_type[0].unit)
+            ),
+            ("samples".to_string(), "count".to_string())
+        );
+        let period_type = profile.period_type.unwrap();
+        assert_eq!(
+            (
+                text(period_type.r#type),
+                text(period_type.unit),
+                profile.period
+            ),
+            ("cpu".to_string(), "nanoseconds".to_string(), 10_000_000)
+        );
+        // One function and one location per distinct frame, ids 1..=n.
+        assert_eq!(profile.function.len(), 5);
+        for (i, (f, l)) in profile.function.iter().zip(&profile.location).enumerate() {
+            assert_eq!((f.id, l.id), (i as u64 + 1, i as u64 + 1));
+            assert_eq!(l.line.len(), 1);
+            assert_eq!(l.line[0].function_id, f.id);
+            assert_eq!(l.mapping_id, 0);
+            assert_ne!(text(f.name), "");
+        }
+        let names: Vec<String> = profile.function.iter().map(|f| text(f.name)).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "each name once");
+        // One sample per stack with a self value, leaf first.
+        assert_eq!(profile.sample.len(), 4);
+        let leaf_first: Vec<String> = profile
+            .sample
+            .iter()
+            .map(|s| {
+                let names: Vec<String> = s
+                    .location_id
+                    .iter()
+                    .map(|&id| text(profile.function[id as usize - 1].name))
+                    .collect();
+                format!("{} {}", names.join(";"), s.value[0])
+            })
+            .collect();
+        assert_eq!(
+            leaf_first,
+            [
+                "gc;main 5",
+                "handler;main 3",
+                "json.Marshal;handler;main 37",
+                "handler;other 1"
+            ]
+        );
+    }
+
+    #[test]
+    fn encoded_trees_decode_to_themselves() {
+        let tree = tree();
+        for gzip in [false, true] {
+            let bytes = encode(&tree, &EncodeOptions::cpu_samples(100)).to_bytes(gzip);
+            assert_eq!(bytes.starts_with(&[0x1f, 0x8b]), gzip);
+            let series = parse(&bytes, &SampleTypes::default(), &Limits::default()).unwrap();
+            assert_eq!(series.len(), 1);
+            assert_eq!(series[0].tree, tree);
+            assert_eq!(series[0].sample_rate, Some(100));
+        }
+    }
+
+    #[test]
+    fn options_are_carried_and_values_clamped() {
+        let mut tree = Tree::new();
+        tree.insert_names(["a"], u64::MAX);
+        tree.insert_names(Vec::<&str>::new(), 2);
+        let options = EncodeOptions {
+            time_nanos: 1_700_000_000_000_000_000,
+            duration_nanos: 10_000_000_000,
+            ..EncodeOptions::new("alloc_space", "bytes")
+        };
+        let profile = decode(&encode(&tree, &options).to_bytes(true), &Limits::default()).unwrap();
+        assert_eq!(profile.time_nanos, options.time_nanos);
+        assert_eq!(profile.duration_nanos, options.duration_nanos);
+        assert_eq!(profile.period_type, None);
+        let values: Vec<(usize, i64)> = profile
+            .sample
+            .iter()
+            .map(|s| (s.location_id.len(), s.value[0]))
+            .collect();
+        assert_eq!(values, [(0, 2), (1, i64::MAX)]);
+        let mut types = SampleTypes::empty();
+        types.insert("alloc_space", SampleTypeConfig::default());
+        let series = crate::pprof::to_series(&profile, &types, &Limits::default()).unwrap();
+        assert_eq!(series[0].units, "bytes");
+        assert_eq!(
+            series[0].tree.root().self_value(),
+            2,
+            "a root value survives"
+        );
+    }
+
+    #[test]
+    fn an_empty_tree_is_an_empty_profile() {
+        let profile = encode(&Tree::new(), &EncodeOptions::new("samples", "count"));
+        assert!(profile.sample.is_empty() && profile.location.is_empty());
+        let series = parse(
+            &profile.to_bytes(false),
+            &SampleTypes::default(),
+            &Limits::default(),
+        );
+        assert!(series.unwrap().is_empty());
+    }
+}
