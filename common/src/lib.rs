@@ -22,6 +22,10 @@
 //!   write back out as folded text.
 //! - [`flamebearer`]: the flame-graph JSON of Pyroscope's `/render` and `/render-diff`, laid out
 //!   exactly as Pyroscope lays it out, from a [`Tree`] or a [`CombinedTree`].
+//! - [`pprof`]: Google's profile format, as Pyroscope's SDKs push it and Go serves it. Untrusted
+//!   bodies, gzipped or not, decode under [`pprof::Limits`] into one [`ProfileSeries`] per sample
+//!   type and label set, named the way Pyroscope names them; a tree encodes back to a profile
+//!   that `go tool pprof` opens.
 //! - [`corpus`]: a seeded synthetic profile generator for tests and benchmarks: unique stacks
 //!   that share prefixes like real call trees, drawn Zipf-distributed by rank.
 //!
@@ -32,6 +36,7 @@
 pub mod corpus;
 pub mod flamebearer;
 pub mod folded;
+pub mod pprof;
 pub mod profile;
 pub mod selector;
 pub mod series;
@@ -43,6 +48,7 @@ pub use folded::{
     FoldedError, FoldedFormat, FoldedLimits, parse_folded, parse_folded_into, to_folded,
     write_folded, write_lines,
 };
+pub use pprof::{PprofError, ProfileSeries, SampleTypes};
 pub use profile::{Aggregation, Profile, ProfileMeta};
 pub use selector::{MatchOp, Matcher, Selector, SelectorError};
 pub use series::{Labels, Series, SeriesError};

@@ -4,6 +4,8 @@
 mod flamebearer;
 /// Folded and lines text: round trips, totals, never panicking on arbitrary bytes.
 mod folded;
+/// pprof: trees round-trip through pprof; the decoder never panics on arbitrary bytes.
+mod pprof;
 /// FlameQL selectors: print/parse round trips, matching a series by its own labels.
 mod selector;
 /// Ingest names: normalized keys parse back to the same series.
