@@ -1,0 +1,142 @@
+//! Wires the stages together in data-path order: store, then ingest and query over HTTP.
+//!
+//! [`run`] is what the binary calls; [`start`] is the same server on a caller's runtime, bound
+//! and ready, which tests use to talk to a real aggregator over real HTTP.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::http;
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+/// What every request handler can reach.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) store: Store,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) config: Arc<Config>,
+}
+
+/// Runs the aggregator until SIGTERM or SIGINT, then flushes and returns.
+///
+/// # Errors
+///
+/// When the data directory cannot be opened or locked, or the listener cannot bind.
+pub fn run(config: Config, data_dir: &Path) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("smolder-aggregator")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let server = start(config, data_dir).await?;
+        shutdown_signal().await;
+        info!("shutting down");
+        server.stop().await
+    })
+}
+
+/// A running aggregator.
+pub struct Running {
+    addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    /// The address the HTTP listener is bound to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting requests, lets those in flight finish, flushes the store and returns.
+    ///
+    /// # Errors
+    ///
+    /// When serving failed or the final flush did.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.task.await.context("the server task panicked")?
+    }
+}
+
+/// Opens the store, binds the listener and serves in the background.
+///
+/// # Errors
+///
+/// When the data directory cannot be opened or locked (another aggregator uses it), or the
+/// listener cannot bind.
+pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
+    let metrics = Arc::new(Metrics::new());
+    let store = Store::open(data_dir, config.store.clone(), metrics.store.clone())
+        .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+    let listener = TcpListener::bind(config.http.listen)
+        .await
+        .with_context(|| format!("binding {}", config.http.listen))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+    info!(%addr, data_dir = %data_dir.display(), "listening");
+
+    let retention = tokio::spawn(retention_loop(
+        store.clone(),
+        config.store.retention_interval,
+    ));
+    let state = AppState {
+        store: store.clone(),
+        metrics,
+        config: Arc::new(config),
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, http::router(state))
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await
+            .context("serving HTTP");
+        retention.abort();
+        let closed = store.close().await.context("flushing the store");
+        served.and(closed)
+    });
+    Ok(Running { addr, stop, task })
+}
+
+/// Applies retention on an interval, for as long as the server runs.
+async fn retention_loop(store: Store, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if let Err(err) = store.enforce_retention(SystemTime::now()).await {
+            warn!(error = %err, "retention pass failed; retrying at the next interval");
+        }
+    }
+}
+
+fn shutdown_signal() -> impl Future<Output = ()> {
+    async {
+        let interrupt = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("installing the SIGTERM handler");
+            tokio::select! {
+                _ = interrupt => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = interrupt.await;
+    }
+}

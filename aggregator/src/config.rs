@@ -1,0 +1,107 @@
+//! The aggregator's configuration file: one section per stage, every field with its default.
+//!
+//! Runtime details (data directory, log level and format) are command-line flags; the file holds
+//! the shape of the pipeline. `smolder-aggregator print-default-config` prints this file's
+//! defaults as YAML, so the documentation cannot drift from the code.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+pub use crate::ingest::IngestConfig;
+pub use crate::query::QueryConfig;
+pub use crate::store::StoreConfig;
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The HTTP listener: API, UI and `/metrics`.
+    pub http: HttpConfig,
+    /// Where profiles are kept and for how long.
+    pub store: StoreConfig,
+    /// Limits on what clients may send.
+    pub ingest: IngestConfig,
+    /// Limits and defaults of the query API.
+    pub query: QueryConfig,
+}
+
+/// The HTTP listener.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Address and port for the API, the UI and `/metrics`. Default `0.0.0.0:4040`.
+    pub listen: SocketAddr,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 4040)),
+        }
+    }
+}
+
+impl Config {
+    /// Reads a YAML configuration file; keys it does not know are an error.
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be read or is not a valid configuration.
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        serde_norway::from_str(&text)
+            .with_context(|| format!("parsing config file {}", path.display()))
+    }
+
+    /// The defaults, as YAML.
+    pub fn default_yaml() -> String {
+        serde_norway::to_string(&Config::default()).expect("the default config serializes")
+    }
+}
+
+/// Durations in the file are written the way the query API writes offsets: `30d`, `1h30m`,
+/// `10s`.
+pub(crate) mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub(crate) fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        let secs = value.as_secs();
+        let text = [(86_400, "d"), (3_600, "h"), (60, "m")]
+            .iter()
+            .find(|(unit, _)| secs > 0 && secs % unit == 0)
+            .map_or_else(
+                || format!("{secs}s"),
+                |(unit, name)| format!("{}{name}", secs / unit),
+            );
+        s.serialize_str(&text)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        smolder_common::timestamp::parse_offset(&text).map_err(D::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_round_trip_through_yaml() {
+        let yaml = Config::default_yaml();
+        let parsed: Config = serde_norway::from_str(&yaml).unwrap();
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let err = serde_norway::from_str::<Config>("http:\n  listne: 1.2.3.4:5\n").unwrap_err();
+        assert!(err.to_string().contains("unknown field `listne`"), "{err}");
+    }
+}

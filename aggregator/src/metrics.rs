@@ -1,0 +1,196 @@
+//! Every metric the aggregator exports on `/metrics`, in one catalogue.
+//!
+//! The request and ingest metrics keep Pyroscope's names and labels, so its dashboards and
+//! recording rules work against Smolder unchanged. Everything else is
+//! `smolder_aggregator_<stage>_<noun>_<unit>`.
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder, exponential_buckets,
+};
+
+/// The aggregator's metrics and the registry that serves them.
+pub(crate) struct Metrics {
+    registry: Registry,
+    /// `pyroscope_request_duration_seconds{method,route,status_code,ws}`.
+    pub(crate) request_duration: HistogramVec,
+    /// `pyroscope_distributor_received_compressed_bytes{type}`: body size per profile as sent.
+    pub(crate) received_compressed_bytes: HistogramVec,
+    /// `pyroscope_distributor_received_samples{type}`: samples (stacks) per profile.
+    pub(crate) received_samples: HistogramVec,
+    /// `smolder_aggregator_ingest_profiles_total{format}`: profiles stored, by body format.
+    pub(crate) ingest_profiles: IntCounterVec,
+    /// `smolder_aggregator_errors_total{stage,error_type}`: failures by stage and kind.
+    pub(crate) errors: IntCounterVec,
+    /// The store's own metrics.
+    pub(crate) store: StoreMetrics,
+}
+
+/// The store's metrics, handed to [`crate::store::Store`] when it opens.
+#[derive(Clone)]
+pub(crate) struct StoreMetrics {
+    /// `smolder_aggregator_store_series`: series known.
+    pub(crate) series: IntGauge,
+    /// `smolder_aggregator_store_disk_bytes`: size of the data directory as sled reports it.
+    pub(crate) disk_bytes: IntGauge,
+    /// `smolder_aggregator_store_write_duration_seconds`: one write batch, rollups and fsync
+    /// included, from queueing to acknowledgement.
+    pub(crate) write_duration: Histogram,
+    /// `smolder_aggregator_store_flush_duration_seconds`: one fsync of the log.
+    pub(crate) flush_duration: Histogram,
+    /// `smolder_aggregator_store_profiles_written_total`.
+    pub(crate) profiles_written: IntCounter,
+    /// `smolder_aggregator_store_rollup_trees_written_total`: coarse-bucket trees rewritten.
+    pub(crate) rollup_trees_written: IntCounter,
+    /// `smolder_aggregator_store_retention_buckets_deleted_total`.
+    pub(crate) retention_buckets_deleted: IntCounter,
+    /// `smolder_aggregator_store_retention_duration_seconds`: one retention pass.
+    pub(crate) retention_duration: Histogram,
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub(crate) fn new() -> Self {
+        let registry = Registry::new();
+        let latency = exponential_buckets(0.000_5, 2.0, 16).expect("valid latency buckets");
+        let bytes = exponential_buckets(256.0, 4.0, 10).expect("valid size buckets");
+        let samples = exponential_buckets(100.0, 10.0, 4).expect("valid sample buckets");
+        let metrics = Metrics {
+            request_duration: histogram_vec(
+                &registry,
+                HistogramOpts::new(
+                    "pyroscope_request_duration_seconds",
+                    "Time to answer an HTTP request.",
+                )
+                .buckets(latency.clone()),
+                &["method", "route", "status_code", "ws"],
+            ),
+            received_compressed_bytes: histogram_vec(
+                &registry,
+                HistogramOpts::new(
+                    "pyroscope_distributor_received_compressed_bytes",
+                    "Size of each received profile as sent, before decompression.",
+                )
+                .buckets(bytes),
+                &["type"],
+            ),
+            received_samples: histogram_vec(
+                &registry,
+                HistogramOpts::new(
+                    "pyroscope_distributor_received_samples",
+                    "Stacks with a value in each received profile.",
+                )
+                .buckets(samples),
+                &["type"],
+            ),
+            ingest_profiles: register(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "smolder_aggregator_ingest_profiles_total",
+                        "Profiles stored, by body format.",
+                    ),
+                    &["format"],
+                )
+                .expect("valid metric"),
+            ),
+            errors: register(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "smolder_aggregator_errors_total",
+                        "Failures, by stage and kind; client mistakes included.",
+                    ),
+                    &["stage", "error_type"],
+                )
+                .expect("valid metric"),
+            ),
+            store: StoreMetrics {
+                series: register(
+                    &registry,
+                    IntGauge::new("smolder_aggregator_store_series", "Series in the store.")
+                        .expect("valid metric"),
+                ),
+                disk_bytes: register(
+                    &registry,
+                    IntGauge::new(
+                        "smolder_aggregator_store_disk_bytes",
+                        "Bytes the store occupies on disk.",
+                    )
+                    .expect("valid metric"),
+                ),
+                write_duration: histogram(
+                    &registry,
+                    "smolder_aggregator_store_write_duration_seconds",
+                    "Time from queueing a write to its acknowledgement, fsync included.",
+                    latency.clone(),
+                ),
+                flush_duration: histogram(
+                    &registry,
+                    "smolder_aggregator_store_flush_duration_seconds",
+                    "Time to make one group of writes durable.",
+                    latency.clone(),
+                ),
+                profiles_written: register(
+                    &registry,
+                    IntCounter::new(
+                        "smolder_aggregator_store_profiles_written_total",
+                        "Profiles written durably.",
+                    )
+                    .expect("valid metric"),
+                ),
+                rollup_trees_written: register(
+                    &registry,
+                    IntCounter::new(
+                        "smolder_aggregator_store_rollup_trees_written_total",
+                        "Pre-merged coarse-bucket trees rewritten by writes.",
+                    )
+                    .expect("valid metric"),
+                ),
+                retention_buckets_deleted: register(
+                    &registry,
+                    IntCounter::new(
+                        "smolder_aggregator_store_retention_buckets_deleted_total",
+                        "Buckets deleted by retention.",
+                    )
+                    .expect("valid metric"),
+                ),
+                retention_duration: histogram(
+                    &registry,
+                    "smolder_aggregator_store_retention_duration_seconds",
+                    "Time of one retention pass.",
+                    latency,
+                ),
+            },
+            registry,
+        };
+        metrics
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub(crate) fn render(&self) -> Result<String, prometheus::Error> {
+        TextEncoder::new().encode_to_string(&self.registry.gather())
+    }
+}
+
+fn register<M: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: M) -> M {
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("metric names are unique");
+    metric
+}
+
+fn histogram_vec(registry: &Registry, opts: HistogramOpts, labels: &[&str]) -> HistogramVec {
+    register(
+        registry,
+        HistogramVec::new(opts, labels).expect("valid metric"),
+    )
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+    register(
+        registry,
+        Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
+            .expect("valid metric"),
+    )
+}

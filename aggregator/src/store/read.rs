@@ -1,0 +1,282 @@
+//! The read side: finding series, merging their trees over a range, and their timelines.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use smolder_common::{Selector, Tree};
+
+use super::keys::{self, BUCKET, LEVELS, TOTAL, TREE};
+use super::series::SeriesRecord;
+use super::writer::decode_total;
+use super::{AppInfo, SeriesInfo, Store, StoreError, TimeRange};
+
+/// The trees of some series merged over a range.
+#[derive(Debug)]
+pub(crate) struct Merged {
+    /// The sum of every bucket read.
+    pub(crate) tree: Tree,
+    /// How many writes those buckets sum; a range of `average` series is `tree / writes`.
+    pub(crate) writes: u64,
+}
+
+/// Totals per step over a range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Timeline {
+    /// Unix seconds of the first point.
+    pub(crate) start: u64,
+    /// Seconds per point.
+    pub(crate) step: u64,
+    /// The sum of totals in each step.
+    pub(crate) samples: Vec<u64>,
+}
+
+impl Store {
+    /// Series whose app name and labels match `selector` and that have data in `range`.
+    ///
+    /// # Errors
+    ///
+    /// When sled fails or a record is corrupt.
+    pub(crate) fn select(
+        &self,
+        selector: &Selector,
+        range: TimeRange,
+    ) -> Result<Vec<SeriesInfo>, StoreError> {
+        let (from, until) = range.buckets();
+        let mut found = Vec::new();
+        self.for_each_series_of(Some(selector.app()), |id, key, record| {
+            if record.overlaps(from, until) {
+                let info = record.info(id, key)?;
+                if selector.matches(&info.series) {
+                    found.push(info);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
+    /// The trees of `series` merged over `range`, read as the fewest whole buckets that cover
+    /// it (see `keys::LEVELS`).
+    ///
+    /// # Errors
+    ///
+    /// When sled fails or a bucket is corrupt (the error names its key).
+    pub(crate) fn merge(
+        &self,
+        series: &[SeriesInfo],
+        range: TimeRange,
+    ) -> Result<Merged, StoreError> {
+        let (from, until) = range.buckets();
+        let plan = plan(from, until);
+        let mut merged = Merged {
+            tree: Tree::new(),
+            writes: 0,
+        };
+        for info in series {
+            for &(level, start) in &plan {
+                let tree_key = keys::bucket(TREE, level, info.id, start);
+                let Some(value) = self.inner.data.get(tree_key)? else {
+                    continue;
+                };
+                let payload = keys::open(&tree_key, &value)?;
+                let tree = Tree::decode(payload).map_err(|_| StoreError::Corrupt {
+                    key: keys::printable(&tree_key),
+                    reason: "tree does not decode",
+                })?;
+                merged.tree.merge(&tree);
+                let total_key = keys::bucket(TOTAL, level, info.id, start);
+                if let Some(value) = self.inner.data.get(total_key)? {
+                    merged.writes += decode_total(&total_key, keys::open(&total_key, &value)?)?.1;
+                }
+            }
+        }
+        Ok(merged)
+    }
+
+    /// The totals of `series` over `range`, summed per `step` seconds (rounded up to a multiple
+    /// of 10 s). Reads bucket totals only, never trees, from the coarsest level whose buckets
+    /// divide the step.
+    ///
+    /// # Errors
+    ///
+    /// When sled fails or a total is corrupt.
+    pub(crate) fn timeline(
+        &self,
+        series: &[SeriesInfo],
+        range: TimeRange,
+        step: u64,
+    ) -> Result<Timeline, StoreError> {
+        let step = step.max(BUCKET).div_ceil(BUCKET) * BUCKET;
+        let (from, until) = range.buckets();
+        let start = from / step * step;
+        let points = until.saturating_sub(start).div_ceil(step).max(1);
+        let level = LEVELS
+            .iter()
+            .rposition(|size| step % size == 0 && start % size == 0)
+            .unwrap_or(0);
+        let mut samples = vec![0u64; points as usize];
+        for info in series {
+            let begin = keys::bucket(TOTAL, level, info.id, start);
+            let end = keys::bucket(TOTAL, level, info.id, until);
+            for entry in self.inner.data.range(begin..end) {
+                let (key, value) = entry?;
+                let bucket = keys::bucket_start(&key)?;
+                let (total, _) = decode_total(&key, keys::open(&key, &value)?)?;
+                let slot = ((bucket - start) / step) as usize;
+                if let Some(sample) = samples.get_mut(slot) {
+                    *sample = sample.saturating_add(total);
+                }
+            }
+        }
+        Ok(Timeline {
+            start,
+            step,
+            samples,
+        })
+    }
+
+    /// Label names of series with data in `range`, of app `app` when given, sorted. `__name__`
+    /// is not listed.
+    ///
+    /// # Errors
+    ///
+    /// When sled fails or a record is corrupt.
+    pub(crate) fn label_names(
+        &self,
+        app: Option<&str>,
+        range: TimeRange,
+    ) -> Result<Vec<String>, StoreError> {
+        let (from, until) = range.buckets();
+        let mut names = BTreeSet::new();
+        self.for_each_series_of(app, |_, _, record| {
+            if record.overlaps(from, until) {
+                names.extend(record.labels.iter().map(|(name, _)| name.clone()));
+            }
+            Ok(())
+        })?;
+        Ok(names.into_iter().collect())
+    }
+
+    /// Values of label `name` among series with data in `range` that `selector` matches (all
+    /// series without one), sorted. `__name__` lists app names.
+    ///
+    /// # Errors
+    ///
+    /// When sled fails or a record is corrupt.
+    pub(crate) fn label_values(
+        &self,
+        name: &str,
+        selector: Option<&Selector>,
+        range: TimeRange,
+    ) -> Result<Vec<String>, StoreError> {
+        let (from, until) = range.buckets();
+        let mut values = BTreeSet::new();
+        self.for_each_series_of(selector.map(Selector::app), |id, key, record| {
+            if !record.overlaps(from, until) {
+                return Ok(());
+            }
+            if let Some(selector) = selector {
+                if !selector.matches(&record.info(id, key)?.series) {
+                    return Ok(());
+                }
+            }
+            if name == smolder_common::series::NAME_LABEL {
+                values.insert(record.app.clone());
+            } else if let Some((_, value)) = record.labels.iter().find(|(n, _)| n == name) {
+                values.insert(value.clone());
+            }
+            Ok(())
+        })?;
+        Ok(values.into_iter().collect())
+    }
+
+    /// Every app name with the metadata of its most recently written series, sorted by name.
+    ///
+    /// # Errors
+    ///
+    /// When sled fails or a record is corrupt.
+    pub(crate) fn apps(&self) -> Result<Vec<AppInfo>, StoreError> {
+        let mut apps: BTreeMap<String, (u64, AppInfo)> = BTreeMap::new();
+        self.for_each_series_of(None, |_, _, record| {
+            let newest = apps
+                .get(&record.app)
+                .is_none_or(|(seen, _)| record.last_seen >= *seen);
+            if newest {
+                let info = AppInfo {
+                    name: record.app.clone(),
+                    meta: record.meta(),
+                };
+                apps.insert(record.app.clone(), (record.last_seen, info));
+            }
+            Ok(())
+        })?;
+        Ok(apps.into_values().map(|(_, info)| info).collect())
+    }
+
+    /// Calls `f` with every series record of `app`, or of every app.
+    fn for_each_series_of(
+        &self,
+        app: Option<&str>,
+        mut f: impl FnMut(u64, &[u8], &SeriesRecord) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        match app {
+            Some(app) => {
+                let prefix = keys::label_prefix(smolder_common::series::NAME_LABEL, Some(app));
+                for entry in self.inner.data.scan_prefix(prefix) {
+                    let (key, _) = entry?;
+                    let (_, _, id) = keys::parse_label(&key)?;
+                    let record_key = keys::series(id);
+                    if let Some(value) = self.inner.data.get(record_key)? {
+                        f(id, &record_key, &SeriesRecord::decode(&record_key, &value)?)?;
+                    }
+                }
+            }
+            None => {
+                for entry in self.inner.data.scan_prefix([keys::SERIES]) {
+                    let (key, value) = entry?;
+                    let id = key
+                        .get(1..)
+                        .and_then(|b| b.try_into().ok())
+                        .map(u64::from_be_bytes)
+                        .ok_or_else(|| StoreError::Corrupt {
+                            key: keys::printable(&key),
+                            reason: "series key is not 9 bytes",
+                        })?;
+                    f(id, &key, &SeriesRecord::decode(&key, &value)?)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The fewest whole buckets that cover `[from, until)` (both multiples of 10 s): at each point
+/// the largest level whose bucket starts there and ends inside the range.
+fn plan(from: u64, until: u64) -> Vec<(usize, u64)> {
+    let mut buckets = Vec::new();
+    let mut at = from;
+    while at < until {
+        let level = LEVELS
+            .iter()
+            .rposition(|&size| at % size == 0 && at + size <= until)
+            .unwrap_or(0);
+        buckets.push((level, at));
+        at += LEVELS[level];
+    }
+    buckets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_uses_the_coarsest_buckets_that_fit() {
+        assert_eq!(plan(0, 10), [(0, 0)]);
+        assert_eq!(plan(0, 100), [(1, 0)]);
+        assert_eq!(plan(90, 210), [(0, 90), (1, 100), (0, 200)]);
+        let day = plan(1_700_000_000 / 10 * 10, 1_700_086_400 / 10 * 10);
+        assert!(day.len() <= 62, "{} buckets for a day", day.len());
+        let covered: u64 = day.iter().map(|&(level, _)| LEVELS[level]).sum();
+        assert_eq!(covered, 86_400);
+    }
+}
