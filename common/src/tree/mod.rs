@@ -230,6 +230,34 @@ impl Tree {
         }
     }
 
+    /// The stacks of this tree minus those of `earlier`, each clamped at zero: the share of a
+    /// cumulative profile (allocations, mutex, block) that arrived since `earlier` was taken.
+    /// A stack whose value went down (the process restarted) keeps nothing of it.
+    pub fn subtract(&self, earlier: &Tree) -> Tree {
+        let mut out = Tree::new();
+        let mut path: Vec<FrameId> = Vec::new();
+        // (node here, matching node in `earlier`, depth)
+        let mut pending: Vec<(u32, Option<u32>, usize)> = vec![(NodeId::ROOT.0, Some(0), 0)];
+        while let Some((node, theirs, depth)) = pending.pop() {
+            path.truncate(depth.saturating_sub(1));
+            let here = &self.nodes[node as usize];
+            if node != NodeId::ROOT.0 {
+                path.push(out.frames.intern(self.frames.name(FrameId(here.frame))));
+            }
+            let before = theirs.map_or(0, |t| earlier.nodes[t as usize].self_value);
+            out.insert(&path, here.self_value.saturating_sub(before));
+            let mut child = here.first_child;
+            while child != NONE {
+                let name = self.frames.name(FrameId(self.nodes[child as usize].frame));
+                let matching =
+                    theirs.and_then(|t| earlier.find_child(t, earlier.frames.get(name)?.0));
+                pending.push((child, matching, depth + 1));
+                child = self.nodes[child as usize].next_sibling;
+            }
+        }
+        out
+    }
+
     /// The root's total: everything in the tree.
     pub fn total(&self) -> u64 {
         self.nodes[0].total
@@ -286,20 +314,28 @@ impl Tree {
     /// Finds the child of `parent` for `frame`, creating it if it does not exist.
     #[inline]
     fn child_or_insert(&mut self, parent: u32, frame: u32) -> u32 {
-        let p = &self.nodes[parent as usize];
-        if p.child_count <= WIDE {
-            let mut child = p.first_child;
-            while child != NONE {
-                let c = &self.nodes[child as usize];
-                if c.frame == frame {
-                    return child;
-                }
-                child = c.next_sibling;
-            }
-        } else if let Some(&child) = self.wide.get(&(parent, frame)) {
-            return child;
+        match self.find_child(parent, frame) {
+            Some(child) => child,
+            None => self.push_child(parent, frame),
         }
-        self.push_child(parent, frame)
+    }
+
+    /// The child of `parent` for `frame`, if there is one.
+    #[inline]
+    fn find_child(&self, parent: u32, frame: u32) -> Option<u32> {
+        let p = &self.nodes[parent as usize];
+        if p.child_count > WIDE {
+            return self.wide.get(&(parent, frame)).copied();
+        }
+        let mut child = p.first_child;
+        while child != NONE {
+            let c = &self.nodes[child as usize];
+            if c.frame == frame {
+                return Some(child);
+            }
+            child = c.next_sibling;
+        }
+        None
     }
 
     /// Appends a new child of `parent` without checking whether one exists for `frame`.
@@ -502,6 +538,20 @@ mod tests {
         tree.scale(1, 2);
         assert_eq!(folded(&tree), ["a;b 5", "a;c 2"]);
         assert_eq!(tree.total(), 7);
+    }
+
+    #[test]
+    fn subtract_keeps_what_grew() {
+        let mut now = Tree::new();
+        now.insert_names(["a", "b"], 10);
+        now.insert_names(["a", "c"], 3);
+        now.insert_names(["d"], 4);
+        let mut earlier = Tree::new();
+        earlier.insert_names(["a", "b"], 6);
+        earlier.insert_names(["a", "c"], 5);
+        let delta = now.subtract(&earlier);
+        assert_eq!(folded(&delta), ["a;b 4", "d 4"]);
+        assert_eq!(delta.total(), 8);
     }
 
     #[test]

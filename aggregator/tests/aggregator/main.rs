@@ -1,0 +1,5 @@
+//! Integration tests of `smolder-aggregator` over real HTTP against a running aggregator on a
+//! temporary data directory; one module per stage.
+
+/// Fixtures: a running aggregator, an HTTP client, helpers to ingest and render.
+mod util;
