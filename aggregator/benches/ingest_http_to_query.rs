@@ -80,13 +80,23 @@ async fn run(buckets: u64) {
 
     // 1. A day of folded ingest, CLIENTS at a time.
     let server = start(Config::default(), dir.path()).await;
+    let written_before = disk_writes();
     let started = Instant::now();
     let (samples, nodes) = ingest_folded(&http, server.addr(), &bodies, day_start, buckets).await;
     let seconds = started.elapsed().as_secs_f64();
+    let written = disk_writes() - written_before;
+    let ingested = body_bytes as u64 * buckets;
     println!(
         "folded ingest: {buckets} requests in {seconds:.1} s = {:.0} req/s, {:.2} M samples/s",
         buckets as f64 / seconds,
         samples as f64 / seconds / 1e6
+    );
+    println!(
+        "write amplification: {:.1} MiB written to disk for {:.1} MiB of folded bodies ({:.2}x), {:.0} B per stored node",
+        written as f64 / 1048576.0,
+        ingested as f64 / 1048576.0,
+        written as f64 / ingested as f64,
+        written as f64 / nodes as f64
     );
 
     // 2. Flame-graph latency, warm, then cold after a restart.
@@ -307,6 +317,18 @@ fn du(path: &Path) -> u64 {
         }
     }
     total
+}
+
+/// Bytes this process caused to be written to storage (`write_bytes` of `/proc/self/io`).
+fn disk_writes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|io| {
+            io.lines()
+                .find_map(|line| line.strip_prefix("write_bytes: "))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 fn unix_now() -> u64 {
