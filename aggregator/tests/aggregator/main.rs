@@ -3,3 +3,6 @@
 
 /// Fixtures: a running aggregator, an HTTP client, helpers to ingest and render.
 mod util;
+
+/// Ingest: `/ingest` in every body format and the Connect push, good and bad input.
+mod ingest;
