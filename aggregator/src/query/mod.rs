@@ -159,7 +159,7 @@ pub(crate) enum QueryError {
         value: String,
     },
     /// `groupBy` or `label` is not a label name.
-    #[error("invalid `{name}` {value:?}: expected a label name of letters, digits and '_'")]
+    #[error("invalid `{name}` {value:?}: expected a label name of letters, digits, '_' and '.'")]
     InvalidLabelName {
         /// The parameter.
         name: &'static str,
@@ -397,7 +397,9 @@ fn selector_from_key(key: &str) -> Result<Selector, QueryError> {
 /// Checks that `value` of parameter `name` is a label name, as series labels are.
 fn label_name(name: &'static str, value: &str) -> Result<String, QueryError> {
     let valid = value != smolder_common::series::NAME_LABEL
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
     if valid {
         Ok(value.to_owned())
     } else {

@@ -6,3 +6,6 @@ mod util;
 
 /// Ingest: `/ingest` in every body format and the Connect push, good and bad input.
 mod ingest;
+
+/// `/render`, `/render-diff`, label and app listings: exact Pyroscope answers over HTTP.
+mod query;
