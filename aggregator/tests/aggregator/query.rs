@@ -183,7 +183,7 @@ fn rfc3339(secs: u64) -> String {
 }
 
 fn is_leap(year: u64) -> bool {
-    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
+    (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400)
 }
 
 #[tokio::test]
@@ -638,7 +638,13 @@ async fn deleting_an_app_removes_its_data() {
 #[tokio::test]
 async fn bad_parameters_are_400s_that_name_the_parameter() {
     let agg = Aggregator::start().await;
-    let cases: &[(&str, &[(&str, &str)], &str)] = &[
+    // (path, query, the parameter the error must name)
+    type Case = (
+        &'static str,
+        &'static [(&'static str, &'static str)],
+        &'static str,
+    );
+    let cases: &[Case] = &[
         ("/render", &[], "query"),
         ("/render", &[("query", "app.cpu{env=prod}")], "query"),
         ("/render", &[("name", "app.cpu{env")], "name"),
