@@ -5,3 +5,9 @@
 mod process;
 /// Fixtures: a running aggregator, an HTTP client, helpers to ingest and render.
 mod util;
+
+/// Ingest: `/ingest` in every body format and the Connect push, good and bad input.
+mod ingest;
+
+/// `/render`, `/render-diff`, label and app listings: exact Pyroscope answers over HTTP.
+mod query;

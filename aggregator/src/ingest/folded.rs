@@ -1,0 +1,48 @@
+//! Folded and `lines` bodies: one series, named by the `name` parameter, one tree.
+//!
+//! Input: checked [`IngestParams`] and the decoded body. Output: a [`Batch`] of at most one
+//! profile (none for a body without stacks). The parser is `smolder-common`'s, which rejects
+//! the whole body at the first bad line, naming it, where Pyroscope silently dropped the rest
+//! of the body at a long line and wrapped negative counts.
+
+use smolder_common::{FoldedFormat, FoldedLimits, Profile, parse_folded};
+
+use super::body::RequestBody;
+use super::params::{BodyFormat, IngestParams};
+use super::{Batch, IngestError};
+
+/// Parses a folded or lines body into a batch for `params.series`.
+///
+/// # Errors
+///
+/// [`IngestError::Folded`] naming the first bad line.
+pub(crate) fn parse(params: &IngestParams, body: &RequestBody) -> Result<Batch, IngestError> {
+    let (format, label) = match params.format {
+        BodyFormat::Lines => (FoldedFormat::Lines, "lines"),
+        _ => (FoldedFormat::Folded, "folded"),
+    };
+    let tree = parse_folded(&body.bytes, format, &FoldedLimits::default()).map_err(|source| {
+        IngestError::Folded {
+            format: label,
+            source,
+        }
+    })?;
+    let mut profiles = Vec::new();
+    if !tree.is_empty() {
+        profiles.push((
+            Profile {
+                series: params.series.clone(),
+                meta: params.meta.clone(),
+                from: params.from,
+                until: params.until,
+                tree,
+            },
+            label,
+        ));
+    }
+    Ok(Batch {
+        format: params.format.label(),
+        sent_bytes: body.sent_bytes,
+        profiles,
+    })
+}
