@@ -3,7 +3,6 @@
 //! [`run`] is what the binary calls; [`start`] is the same server on a caller's runtime, bound
 //! and ready, which tests use to talk to a real aggregator over real HTTP.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -123,20 +122,13 @@ async fn retention_loop(store: Store, interval: Duration) {
     }
 }
 
-fn shutdown_signal() -> impl Future<Output = ()> {
-    async {
-        let interrupt = tokio::signal::ctrl_c();
-        #[cfg(unix)]
-        {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("installing the SIGTERM handler");
-            tokio::select! {
-                _ = interrupt => {}
-                _ = term.recv() => {}
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = interrupt.await;
+/// Resolves on SIGTERM (systemd's stop) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = interrupt => {}
+        _ = term.recv() => {}
     }
 }

@@ -74,7 +74,7 @@ pub(crate) mod duration {
         let secs = value.as_secs();
         let text = [(86_400, "d"), (3_600, "h"), (60, "m")]
             .iter()
-            .find(|(unit, _)| secs > 0 && secs % unit == 0)
+            .find(|(unit, _)| secs > 0 && secs.is_multiple_of(*unit))
             .map_or_else(
                 || format!("{secs}s"),
                 |(unit, name)| format!("{}{name}", secs / unit),

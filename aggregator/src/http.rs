@@ -83,11 +83,6 @@ impl ApiError {
             message: "internal error; see the aggregator's log".to_owned(),
         }
     }
-
-    /// The status this error answers with.
-    pub(crate) fn status(&self) -> StatusCode {
-        self.status
-    }
 }
 
 impl IntoResponse for ApiError {

@@ -55,7 +55,7 @@ impl Metrics {
         let latency = exponential_buckets(0.000_5, 2.0, 16).expect("valid latency buckets");
         let bytes = exponential_buckets(256.0, 4.0, 10).expect("valid size buckets");
         let samples = exponential_buckets(100.0, 10.0, 4).expect("valid sample buckets");
-        let metrics = Metrics {
+        Metrics {
             request_duration: histogram_vec(
                 &registry,
                 HistogramOpts::new(
@@ -163,8 +163,7 @@ impl Metrics {
                 ),
             },
             registry,
-        };
-        metrics
+        }
     }
 
     /// The Prometheus text exposition of every metric.

@@ -165,11 +165,9 @@ pub(crate) struct Store {
 }
 
 struct Inner {
-    db: sled::Db,
     data: sled::Tree,
     commands: mpsc::Sender<writer::Command>,
     writer: std::sync::Mutex<Option<JoinHandle<()>>>,
-    config: StoreConfig,
     /// Held, never read: the lock on the data directory lasts as long as this handle.
     _lock: File,
 }
@@ -216,18 +214,16 @@ impl Store {
             .open()?;
         let data = db.open_tree("data")?;
         let (commands, queue) = mpsc::channel(QUEUE);
-        let state = writer::Writer::open(db.clone(), data.clone(), config.clone(), metrics)?;
+        let state = writer::Writer::open(db, data.clone(), config, metrics)?;
         let handle = std::thread::Builder::new()
             .name("smolder-store-writer".to_owned())
             .spawn(move || state.run(queue))
             .map_err(io)?;
         Ok(Store {
             inner: Arc::new(Inner {
-                db,
                 data,
                 commands,
                 writer: std::sync::Mutex::new(Some(handle)),
-                config,
                 _lock: lock,
             }),
         })
@@ -296,20 +292,6 @@ impl Store {
             let _ = tokio::task::spawn_blocking(move || handle.join()).await;
         }
         result
-    }
-
-    /// The configuration the store was opened with.
-    pub(crate) fn config(&self) -> &StoreConfig {
-        &self.inner.config
-    }
-
-    /// Bytes on disk, as sled reports them.
-    ///
-    /// # Errors
-    ///
-    /// When sled cannot stat its files.
-    pub(crate) fn disk_bytes(&self) -> Result<u64, StoreError> {
-        Ok(self.inner.db.size_on_disk()?)
     }
 
     async fn ask<T>(

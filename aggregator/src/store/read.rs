@@ -111,7 +111,7 @@ impl Store {
         let points = until.saturating_sub(start).div_ceil(step).max(1);
         let level = LEVELS
             .iter()
-            .rposition(|size| step % size == 0 && start % size == 0)
+            .rposition(|&size| step.is_multiple_of(size) && start.is_multiple_of(size))
             .unwrap_or(0);
         let mut samples = vec![0u64; points as usize];
         for info in series {
@@ -174,10 +174,10 @@ impl Store {
             if !record.overlaps(from, until) {
                 return Ok(());
             }
-            if let Some(selector) = selector {
-                if !selector.matches(&record.info(id, key)?.series) {
-                    return Ok(());
-                }
+            if let Some(selector) = selector
+                && !selector.matches(&record.info(id, key)?.series)
+            {
+                return Ok(());
             }
             if name == smolder_common::series::NAME_LABEL {
                 values.insert(record.app.clone());
@@ -257,7 +257,7 @@ fn plan(from: u64, until: u64) -> Vec<(usize, u64)> {
     while at < until {
         let level = LEVELS
             .iter()
-            .rposition(|&size| at % size == 0 && at + size <= until)
+            .rposition(|&size| at.is_multiple_of(size) && at + size <= until)
             .unwrap_or(0);
         buckets.push((level, at));
         at += LEVELS[level];

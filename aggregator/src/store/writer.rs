@@ -342,8 +342,9 @@ impl Writer {
         Ok(deleted)
     }
 
-    /// Adds the removal of series `id`, everything about it, to `batch`.
-    fn delete_series(&self, batch: &mut sled::Batch, id: SeriesId) -> Result<(), StoreError> {
+    /// Adds the removal of series `id`, everything about it, to `batch`; returns how many
+    /// buckets that removes.
+    fn delete_series(&self, batch: &mut sled::Batch, id: SeriesId) -> Result<u64, StoreError> {
         let record_key = keys::series(id);
         if let Some(value) = self.data.get(record_key)? {
             let record = SeriesRecord::decode(&record_key, &value)?;
@@ -353,14 +354,16 @@ impl Writer {
             batch.remove(keys::series_by_key(&record.key));
         }
         batch.remove(&record_key[..]);
+        let mut buckets = 0;
         for level in 0..LEVELS.len() {
             for kind in [TREE, TOTAL] {
                 for entry in self.data.scan_prefix(keys::bucket_prefix(kind, level, id)) {
                     batch.remove(entry?.0);
+                    buckets += u64::from(kind == TREE);
                 }
             }
         }
-        Ok(())
+        Ok(buckets)
     }
 
     /// Deletes buckets that end before the retention cutoff and series left without data; past
@@ -399,7 +402,7 @@ impl Writer {
         let mut batch = sled::Batch::default();
         for (id, mut record) in records {
             if record.last_seen + BUCKET <= cutoff {
-                self.delete_series(&mut batch, id)?;
+                report.buckets += self.delete_series(&mut batch, id)?;
                 report.series += 1;
                 continue;
             }

@@ -53,8 +53,12 @@ async fn acknowledged_profiles_survive_kill_9() {
     let mut child = spawn(&data, addr);
     wait_ready(&http, addr).await;
 
-    // Concurrent writers, each acknowledged before the kill.
-    let from = 1_700_000_000u64;
+    // Concurrent writers, each acknowledged before the kill; recent enough that retention keeps
+    // them.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let from = now.as_secs() / 10 * 10 - 600;
     let mut writes = Vec::new();
     for i in 0..32u64 {
         let http = http.clone();
