@@ -1,9 +1,55 @@
-//! Query: flame graphs, diffs, timelines and label listings over stored profiles.
+//! Query: flame graphs, diffs, timelines and label listings over stored profiles, served the way
+//! Pyroscope v0.37 serves them.
+//!
+//! Input: HTTP GET requests (and one DELETE) with Pyroscope's parameters. Output: flamebearer
+//! JSON ([`FlamebearerProfile`](smolder_common::flamebearer::FlamebearerProfile)), folded text,
+//! pprof, or JSON arrays of names. Caller: the router in `http.rs`. Owns nothing but
+//! [`QueryConfig`]: every read goes to the store, on the blocking pool, since sled reads are
+//! synchronous.
+//!
+//! | route | module |
+//! |---|---|
+//! | `GET /render`, `/pyroscope/render` | `render.rs` (+ `timeline.rs`, `export.rs`) |
+//! | `GET /render-diff`, `/pyroscope/render-diff` | `diff.rs` |
+//! | `GET /labels`, `/label-names`, `/label-values`, `GET`/`DELETE /api/apps` | `labels.rs` |
+//!
+//! This file holds what the routes share: the parameters (`query`/`name`, `from`/`until`,
+//! `maxNodes`), [`QueryError`] and how each error answers and is counted.
+//!
+//! # Parameters shared by the routes
+//!
+//! - Times (`from`, `until`, `leftFrom`, ...) take every format of
+//!   [`smolder_common::timestamp`]. `/render` and `/render-diff` default to `now-1h` and `now`;
+//!   the listings default to all stored data (`from` = the epoch, `until` = now), as Pyroscope's
+//!   listings ignore time altogether. `until` before `from` is a 400.
+//! - An empty parameter (`from=`) is treated as absent, as Pyroscope does.
+//! - `maxNodes` (or `max-nodes`; `maxNodes` wins when both are given) is the node budget: a
+//!   positive integer, capped at `query.max_nodes_limit`; 0 or a negative number asks for no
+//!   truncation, which means the limit. Anything else is a 400.
+
+mod diff;
+mod export;
+mod labels;
+mod render;
+mod timeline;
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
+use axum::extract::Query;
+use axum::extract::rejection::QueryRejection;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use serde::{Deserialize, Serialize};
+use smolder_common::{
+    Aggregation, MatchOp, Matcher, ProfileMeta, Selector, SelectorError, Series, SeriesError,
+    TimeError, Tree,
+};
 
 use crate::app::AppState;
+use crate::http::ApiError;
+use crate::store::{Merged, SeriesInfo, Store, StoreError, TimeRange};
 
 /// Limits and defaults of the query API.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -28,4 +74,465 @@ impl Default for QueryConfig {
 /// The query routes.
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
+        .route("/render", get(render::handle))
+        .route("/pyroscope/render", get(render::handle))
+        .route("/render-diff", get(diff::handle))
+        .route("/pyroscope/render-diff", get(diff::handle))
+        .route("/labels", get(labels::names))
+        .route("/label-names", get(labels::names))
+        .route("/label-values", get(labels::values))
+        .route("/api/apps", get(labels::apps).delete(labels::delete_app))
+}
+
+/// Why a query could not be answered. Every variant but [`QueryError::Store`] and
+/// [`QueryError::Panicked`] is the client's mistake and answers 4xx with this message.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum QueryError {
+    /// A required parameter is absent or empty (`label` of `/label-values`, `leftQuery`...).
+    #[error("missing parameter `{name}`")]
+    MissingParameter {
+        /// The parameter.
+        name: &'static str,
+    },
+    /// `/render` got neither `query` nor `name`.
+    #[error(
+        "missing parameter `query` (a FlameQL selector such as app.cpu{{env=\"prod\"}}) or `name`"
+    )]
+    MissingSelector,
+    /// The query string itself is not `key=value&...` (bad percent-encoding).
+    #[error("malformed query string: {reason}")]
+    MalformedQueryString {
+        /// What axum's decoder said.
+        reason: String,
+    },
+    /// A time parameter does not parse.
+    #[error("invalid `{name}` {value:?}: {source}")]
+    InvalidTime {
+        /// The parameter.
+        name: &'static str,
+        /// What was sent.
+        value: String,
+        /// Why it does not parse.
+        source: TimeError,
+    },
+    /// `until` is before `from`.
+    #[error("`{until}` ({until_unix}) is before `{from}` ({from_unix})")]
+    InvalidRange {
+        /// The start parameter's name.
+        from: &'static str,
+        /// The end parameter's name.
+        until: &'static str,
+        /// The start, unix seconds.
+        from_unix: i64,
+        /// The end, unix seconds.
+        until_unix: i64,
+    },
+    /// A FlameQL parameter (`query`, `leftQuery`, ...) does not parse.
+    #[error("invalid `{name}`: {source}")]
+    InvalidSelector {
+        /// The parameter.
+        name: &'static str,
+        /// Why it does not parse.
+        source: SelectorError,
+    },
+    /// The ingest-style `name` parameter does not parse.
+    #[error("invalid `name`: {source}")]
+    InvalidName {
+        /// Why it does not parse.
+        source: SeriesError,
+    },
+    /// `format` is not one the route serves.
+    #[error("invalid `format` {value:?}: expected one of {expected}")]
+    InvalidFormat {
+        /// What was sent.
+        value: String,
+        /// The formats the route serves.
+        expected: &'static str,
+    },
+    /// `maxNodes`/`max-nodes` is not an integer.
+    #[error("invalid `{name}` {value:?}: expected an integer node budget")]
+    InvalidMaxNodes {
+        /// The parameter.
+        name: &'static str,
+        /// What was sent.
+        value: String,
+    },
+    /// `groupBy` or `label` is not a label name.
+    #[error("invalid `{name}` {value:?}: expected a label name of letters, digits and '_'")]
+    InvalidLabelName {
+        /// The parameter.
+        name: &'static str,
+        /// What was sent.
+        value: String,
+    },
+    /// The two sides of a diff measure different things.
+    #[error("cannot diff: left {what} ({left}) does not match right {what} ({right})")]
+    Incompatible {
+        /// `units` or `sample rate`.
+        what: &'static str,
+        /// The left side's value.
+        left: String,
+        /// The right side's value.
+        right: String,
+    },
+    /// The body of `DELETE /api/apps` is not `{"name": "<app>"}`.
+    #[error("invalid body: {reason}; expected {{\"name\": \"<app>\"}}")]
+    InvalidBody {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `DELETE /api/apps` named an app with no series.
+    #[error("no app named {name:?}")]
+    AppNotFound {
+        /// The name given.
+        name: String,
+    },
+    /// The store failed; logged once where the response is built.
+    #[error("reading the store failed")]
+    Store(#[from] StoreError),
+    /// A blocking read panicked; a bug.
+    #[error("a store read panicked")]
+    Panicked,
+}
+
+impl QueryError {
+    /// The `error_type` label of `smolder_aggregator_errors_total{stage="query"}`: one value per
+    /// variant, so the label stays bounded.
+    fn error_type(&self) -> &'static str {
+        match self {
+            QueryError::MissingParameter { .. } | QueryError::MissingSelector => {
+                "missing_parameter"
+            }
+            QueryError::MalformedQueryString { .. } => "malformed_query_string",
+            QueryError::InvalidTime { .. } => "invalid_time",
+            QueryError::InvalidRange { .. } => "invalid_range",
+            QueryError::InvalidSelector { .. } | QueryError::InvalidName { .. } => {
+                "invalid_selector"
+            }
+            QueryError::InvalidFormat { .. } => "invalid_format",
+            QueryError::InvalidMaxNodes { .. } => "invalid_max_nodes",
+            QueryError::InvalidLabelName { .. } => "invalid_label_name",
+            QueryError::Incompatible { .. } => "incompatible_diff",
+            QueryError::InvalidBody { .. } => "invalid_body",
+            QueryError::AppNotFound { .. } => "app_not_found",
+            QueryError::Store(_) => "store",
+            QueryError::Panicked => "panicked",
+        }
+    }
+
+    /// The answer: 404 for an unknown app, 500 for our own failures, 400 for the rest.
+    fn into_api_error(self) -> ApiError {
+        match self {
+            QueryError::AppNotFound { .. } => ApiError::not_found(self.to_string()),
+            QueryError::Store(source) => ApiError::internal(DisplayChain(&source)),
+            QueryError::Panicked => ApiError::internal(&self),
+            other => ApiError::bad_request(other.to_string()),
+        }
+    }
+}
+
+/// Writes an error with its sources, `outer: inner: ...`, for the one log line of a 500.
+struct DisplayChain<'a>(&'a dyn std::error::Error);
+
+impl std::fmt::Display for DisplayChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(err) = source {
+            write!(f, ": {err}")?;
+            source = err.source();
+        }
+        Ok(())
+    }
+}
+
+/// Turns a handler's result into a response, counting failures.
+fn respond(state: &AppState, result: Result<Response, QueryError>) -> Response {
+    match result {
+        Ok(response) => response,
+        Err(err) => {
+            state
+                .metrics
+                .errors
+                .with_label_values(&["query", err.error_type()])
+                .inc();
+            err.into_api_error().into_response()
+        }
+    }
+}
+
+/// The request's query parameters, with empty values treated as absent.
+struct Params(HashMap<String, String>);
+
+impl Params {
+    /// Reads the extractor's result; a malformed query string is a client error like any other.
+    fn new(
+        query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    ) -> Result<Self, QueryError> {
+        match query {
+            Ok(Query(map)) => Ok(Params(map)),
+            Err(rejection) => Err(QueryError::MalformedQueryString {
+                reason: rejection.body_text(),
+            }),
+        }
+    }
+
+    /// The value of `name`, if present and not empty.
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The value of `name`, which must be present.
+    fn require(&self, name: &'static str) -> Result<&str, QueryError> {
+        self.get(name).ok_or(QueryError::MissingParameter { name })
+    }
+
+    /// The time in `name`, or `default` when absent.
+    fn time(
+        &self,
+        name: &'static str,
+        now: SystemTime,
+        default: SystemTime,
+    ) -> Result<SystemTime, QueryError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(value) => smolder_common::timestamp::parse(value, now).map_err(|source| {
+                QueryError::InvalidTime {
+                    name,
+                    value: value.to_owned(),
+                    source,
+                }
+            }),
+        }
+    }
+
+    /// The range `[from, until)` in the parameters named so, with defaults for absent ends.
+    fn range(
+        &self,
+        (from, until): (&'static str, &'static str),
+        now: SystemTime,
+        default_from: SystemTime,
+    ) -> Result<TimeRange, QueryError> {
+        let range = TimeRange {
+            from: self.time(from, now, default_from)?,
+            until: self.time(until, now, now)?,
+        };
+        if range.until < range.from {
+            return Err(QueryError::InvalidRange {
+                from,
+                until,
+                from_unix: unix_secs(range.from),
+                until_unix: unix_secs(range.until),
+            });
+        }
+        Ok(range)
+    }
+
+    /// The FlameQL selector in `name`, which must be present.
+    fn selector(&self, name: &'static str) -> Result<Selector, QueryError> {
+        Selector::parse(self.require(name)?)
+            .map_err(|source| QueryError::InvalidSelector { name, source })
+    }
+
+    /// The node budget of `maxNodes` or `max-nodes`, or the configured default.
+    fn max_nodes(&self, config: &QueryConfig) -> Result<usize, QueryError> {
+        let given = ["maxNodes", "max-nodes"]
+            .into_iter()
+            .find_map(|name| self.get(name).map(|value| (name, value)));
+        let Some((name, value)) = given else {
+            return Ok(config.max_nodes_default.min(config.max_nodes_limit));
+        };
+        let parsed: i64 = value
+            .trim()
+            .parse()
+            .map_err(|_| QueryError::InvalidMaxNodes {
+                name,
+                value: value.to_owned(),
+            })?;
+        let limit = config.max_nodes_limit;
+        Ok(usize::try_from(parsed)
+            .ok()
+            .filter(|&n| n > 0)
+            .map_or(limit, |n| n.min(limit)))
+    }
+}
+
+/// The default start of `/render` ranges: an hour before `now`.
+fn an_hour_before(now: SystemTime) -> SystemTime {
+    now.checked_sub(Duration::from_secs(3600))
+        .unwrap_or(UNIX_EPOCH)
+}
+
+/// Unix seconds of `t`, negative before the epoch.
+fn unix_secs(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_secs()).map_or(i64::MIN, |s| -s),
+    }
+}
+
+/// A selector for Pyroscope's ingest-style `name` (`app.cpu{env=prod}`): the app's series that
+/// carry every given label with exactly that value.
+fn selector_from_key(key: &str) -> Result<Selector, QueryError> {
+    let series = Series::parse(key).map_err(|source| QueryError::InvalidName { source })?;
+    let matchers = series
+        .labels()
+        .iter()
+        .map(|(name, value)| Matcher::new(name, MatchOp::Equal, value))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| QueryError::InvalidSelector {
+            name: "name",
+            source,
+        })?;
+    Selector::new(series.app(), matchers).map_err(|source| QueryError::InvalidSelector {
+        name: "name",
+        source,
+    })
+}
+
+/// Checks that `value` of parameter `name` is a label name, as series labels are.
+fn label_name(name: &'static str, value: &str) -> Result<String, QueryError> {
+    let valid = value != smolder_common::series::NAME_LABEL
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if valid {
+        Ok(value.to_owned())
+    } else {
+        Err(QueryError::InvalidLabelName {
+            name,
+            value: value.to_owned(),
+        })
+    }
+}
+
+/// Runs a store read on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    store: &Store,
+    read: impl FnOnce(&Store) -> Result<T, QueryError> + Send + 'static,
+) -> Result<T, QueryError> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || read(&store))
+        .await
+        .map_err(|_| QueryError::Panicked)?
+}
+
+/// The metadata of a query that matched nothing: empty, as Pyroscope's empty answer.
+fn no_meta() -> ProfileMeta {
+    ProfileMeta {
+        spy_name: String::new(),
+        sample_rate: 0,
+        units: String::new(),
+        aggregation: Aggregation::Sum,
+    }
+}
+
+/// The matching series of one side of a query, merged over a range.
+struct Selected {
+    /// The merged tree; `average` series are averaged over their writes.
+    tree: Tree,
+    /// The metadata of the most recently written series, as Pyroscope takes the last one;
+    /// `None` when nothing matched.
+    meta: Option<ProfileMeta>,
+    /// The series that matched.
+    series: Vec<SeriesInfo>,
+}
+
+/// Selects and merges the series `selector` matches over `range`. Blocking.
+///
+/// Pyroscope divides by the number of writes when the (last) series is `average`; here the
+/// `average` series are merged and divided apart from the `sum` ones, so that mixing the two
+/// (which Pyroscope does not reconcile) still gives each its meaning.
+fn select_and_merge(
+    store: &Store,
+    selector: &Selector,
+    range: TimeRange,
+) -> Result<Selected, QueryError> {
+    let series = store.select(selector, range)?;
+    let meta = series
+        .iter()
+        .max_by_key(|info| info.last_seen)
+        .map(|info| info.meta.clone());
+    let (average, sum): (Vec<SeriesInfo>, Vec<SeriesInfo>) = series
+        .iter()
+        .cloned()
+        .partition(|info| info.meta.aggregation == Aggregation::Average);
+    let mut tree = store.merge(&sum, range)?.tree;
+    if !average.is_empty() {
+        let mut merged: Merged = store.merge(&average, range)?;
+        if merged.writes > 1 {
+            merged.tree.scale(1, merged.writes);
+        }
+        tree.merge(&merged.tree);
+    }
+    Ok(Selected { tree, meta, series })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> Params {
+        Params(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn max_nodes_defaults_caps_and_rejects() {
+        let config = QueryConfig {
+            max_nodes_default: 100,
+            max_nodes_limit: 1000,
+        };
+        assert_eq!(params(&[]).max_nodes(&config).ok(), Some(100));
+        assert_eq!(
+            params(&[("max-nodes", "7")]).max_nodes(&config).ok(),
+            Some(7)
+        );
+        assert_eq!(
+            params(&[("maxNodes", "5"), ("max-nodes", "7")])
+                .max_nodes(&config)
+                .ok(),
+            Some(5)
+        );
+        assert_eq!(
+            params(&[("maxNodes", "5000")]).max_nodes(&config).ok(),
+            Some(1000)
+        );
+        assert_eq!(
+            params(&[("maxNodes", "-1")]).max_nodes(&config).ok(),
+            Some(1000)
+        );
+        assert!(matches!(
+            params(&[("maxNodes", "lots")]).max_nodes(&config),
+            Err(QueryError::InvalidMaxNodes {
+                name: "maxNodes",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn name_keys_become_equality_selectors() {
+        let selector = selector_from_key("app.cpu{env=prod,region=eu}").expect("parses");
+        assert_eq!(selector.to_string(), r#"app.cpu{env="prod", region="eu"}"#);
+        assert!(matches!(
+            selector_from_key("app.cpu{env"),
+            Err(QueryError::InvalidName { .. })
+        ));
+    }
+
+    #[test]
+    fn inverted_ranges_are_rejected() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let err = params(&[("from", "now"), ("until", "now-1h")])
+            .range(("from", "until"), now, an_hour_before(now))
+            .expect_err("inverted");
+        assert!(err.to_string().contains("`until`"), "{err}");
+    }
 }

@@ -1,0 +1,119 @@
+//! `GET /render-diff` (and `/pyroscope/render-diff`): two flame graphs aligned into one diff.
+//!
+//! | param | meaning |
+//! |---|---|
+//! | `leftQuery`, `rightQuery` | FlameQL selectors, both required |
+//! | `leftFrom`, `leftUntil`, `rightFrom`, `rightUntil` | the ranges, default `now-1h` and `now` |
+//! | `format` | `json` only (the default) |
+//! | `maxNodes`, `max-nodes` | node budget; a node stays when either side reaches it |
+//!
+//! The answer is Pyroscope's double-format flamebearer: seven integers per bar, raw values on
+//! both sides, `leftTicks`/`rightTicks`, `timeline: null`. It is a 400 when both sides have data
+//! and their units differ, or their sample rates differ and neither is 0 (an empty side takes
+//! the other's metadata). `metadata.name` is `"diff"`; `metadata.appName` is `diff_<app>` when
+//! both sides query the same app and `diff_<left app>_<right app>` otherwise (Pyroscope writes
+//! these the other way round, which reads as a slip); `startTime`/`endTime` span both ranges.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use smolder_common::flamebearer::{FlamebearerProfile, Metadata};
+use smolder_common::{ProfileMeta, Tree};
+
+use super::{
+    Params, QueryError, Selected, an_hour_before, blocking, no_meta, respond, select_and_merge,
+    unix_secs,
+};
+use crate::app::AppState;
+
+/// The handler.
+pub(super) async fn handle(
+    State(state): State<AppState>,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Response {
+    let result = diff(&state, query).await;
+    respond(&state, result)
+}
+
+async fn diff(
+    state: &AppState,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Result<Response, QueryError> {
+    let params = Params::new(query)?;
+    let now = SystemTime::now();
+    let left = params.selector("leftQuery")?;
+    let right = params.selector("rightQuery")?;
+    let left_range = params.range(("leftFrom", "leftUntil"), now, an_hour_before(now))?;
+    let right_range = params.range(("rightFrom", "rightUntil"), now, an_hour_before(now))?;
+    match params.get("format") {
+        None | Some("json") => {}
+        Some(other) => {
+            return Err(QueryError::InvalidFormat {
+                value: other.to_owned(),
+                expected: "json",
+            });
+        }
+    }
+    let max_nodes = params.max_nodes(&state.config.query)?;
+
+    let app_name = if left.app() == right.app() {
+        format!("diff_{}", left.app())
+    } else {
+        format!("diff_{}_{}", left.app(), right.app())
+    };
+    let (left_side, right_side) = blocking(&state.store, move |store| {
+        Ok((
+            select_and_merge(store, &left, left_range)?,
+            select_and_merge(store, &right, right_range)?,
+        ))
+    })
+    .await?;
+    let meta = compatible(&left_side, &right_side)?;
+    let metadata = Metadata {
+        spy_name: meta.spy_name,
+        sample_rate: meta.sample_rate,
+        units: meta.units,
+        name: "diff".to_owned(),
+        app_name: Some(app_name),
+        start_time: Some(unix_secs(left_range.from.min(right_range.from))),
+        end_time: Some(unix_secs(left_range.until.max(right_range.until))),
+        query: None,
+        max_nodes: Some(u64::try_from(max_nodes).unwrap_or(u64::MAX)),
+        ..Metadata::default()
+    };
+    let combined = Tree::combine(&left_side.tree, &right_side.tree);
+    let profile = FlamebearerProfile::diff(&combined, max_nodes, metadata);
+    Ok(Json(profile).into_response())
+}
+
+/// The metadata of the diff: the left side's, or the right's when the left is empty; an error
+/// when both have data that measure different things.
+fn compatible(left: &Selected, right: &Selected) -> Result<ProfileMeta, QueryError> {
+    // A side with no data says nothing about units, as in Pyroscope's `isEmpty`.
+    let meta = |side: &Selected| side.meta.clone().filter(|_| side.tree.total() > 0);
+    match (meta(left), meta(right)) {
+        (Some(l), Some(r)) => {
+            if l.units != r.units {
+                return Err(QueryError::Incompatible {
+                    what: "units",
+                    left: l.units,
+                    right: r.units,
+                });
+            }
+            if l.sample_rate != r.sample_rate && l.sample_rate != 0 && r.sample_rate != 0 {
+                return Err(QueryError::Incompatible {
+                    what: "sample rate",
+                    left: l.sample_rate.to_string(),
+                    right: r.sample_rate.to_string(),
+                });
+            }
+            Ok(l)
+        }
+        (Some(only), None) | (None, Some(only)) => Ok(only),
+        (None, None) => Ok(no_meta()),
+    }
+}

@@ -1,0 +1,178 @@
+//! `GET /render` (and `/pyroscope/render`): one flame graph of every series a selector matches,
+//! merged over a range.
+//!
+//! | param | meaning |
+//! |---|---|
+//! | `query` | FlameQL selector, `app.cpu{env="prod"}` |
+//! | `name` | instead of `query`: an ingest-style key `app.cpu{env=prod}`, meaning the app's series with every given label equal (`query` wins when both are given) |
+//! | `from`, `until` | the range, default `now-1h` and `now` |
+//! | `format` | `json` (default), `collapsed` (folded text download), `pprof` (gzipped pprof download) |
+//! | `maxNodes`, `max-nodes` | node budget of the JSON flame graph (see the module docs of `query`) |
+//! | `groupBy` | a label name: `groups` gets one timeline per value of it |
+//!
+//! The JSON is Pyroscope v0.37's: `version`, `flamebearer`, `metadata` (`format`, `spyName`,
+//! `sampleRate`, `units`, `name` = `"<app> <RFC 3339 start>"`, `appName`, `startTime`,
+//! `endTime`, `query`, `maxNodes`), `timeline`, `groups`, `heatmap: null`, `annotations: []`.
+//! Metadata comes from the matching series written most recently; when nothing matches the
+//! answer is an empty flame graph with empty metadata (spy `""`, rate 0, units `""`) and a
+//! timeline of zeros, as Pyroscope answers.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use smolder_common::Selector;
+use smolder_common::flamebearer::{FlamebearerProfile, Metadata};
+
+use super::timeline::{self, OTHERS};
+use super::{
+    Params, QueryError, an_hour_before, blocking, export, label_name, no_meta, respond,
+    select_and_merge, selector_from_key, unix_secs,
+};
+use crate::app::AppState;
+use crate::store::TimeRange;
+
+/// What `/render` can answer with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Json,
+    Collapsed,
+    Pprof,
+}
+
+impl Format {
+    fn parse(value: Option<&str>) -> Result<Format, QueryError> {
+        match value {
+            None | Some("json") => Ok(Format::Json),
+            Some("collapsed") => Ok(Format::Collapsed),
+            Some("pprof") => Ok(Format::Pprof),
+            Some(other) => Err(QueryError::InvalidFormat {
+                value: other.to_owned(),
+                expected: "json, collapsed, pprof",
+            }),
+        }
+    }
+}
+
+/// A parsed `/render` request.
+struct Request {
+    selector: Selector,
+    range: TimeRange,
+    format: Format,
+    max_nodes: usize,
+    group_by: Option<String>,
+}
+
+impl Request {
+    fn parse(params: &Params, state: &AppState, now: SystemTime) -> Result<Request, QueryError> {
+        let selector = match (params.get("query"), params.get("name")) {
+            (Some(_), _) => params.selector("query")?,
+            (None, Some(key)) => selector_from_key(key)?,
+            (None, None) => return Err(QueryError::MissingSelector),
+        };
+        Ok(Request {
+            selector,
+            range: params.range(("from", "until"), now, an_hour_before(now))?,
+            format: Format::parse(params.get("format"))?,
+            max_nodes: params.max_nodes(&state.config.query)?,
+            group_by: params
+                .get("groupBy")
+                .map(|value| label_name("groupBy", value))
+                .transpose()?,
+        })
+    }
+}
+
+/// The handler.
+pub(super) async fn handle(
+    State(state): State<AppState>,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Response {
+    let result = render(&state, query).await;
+    respond(&state, result)
+}
+
+async fn render(
+    state: &AppState,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Result<Response, QueryError> {
+    let params = Params::new(query)?;
+    let request = Request::parse(&params, state, SystemTime::now())?;
+    let app = request.selector.app().to_owned();
+    let name = export::profile_name(&app, request.range.from);
+    match request.format {
+        Format::Collapsed => {
+            let (selector, range) = (request.selector, request.range);
+            let selected = blocking(&state.store, move |store| {
+                select_and_merge(store, &selector, range)
+            })
+            .await?;
+            Ok(export::collapsed(&selected.tree, &name))
+        }
+        Format::Pprof => {
+            let (selector, range) = (request.selector, request.range);
+            let selected = blocking(&state.store, move |store| {
+                select_and_merge(store, &selector, range)
+            })
+            .await?;
+            Ok(export::pprof(
+                &selected.tree,
+                &app,
+                selected.meta.as_ref(),
+                (range.from, range.until),
+                &name,
+            ))
+        }
+        Format::Json => Ok(Json(json(state, request, app, name).await?).into_response()),
+    }
+}
+
+/// The flamebearer JSON of a request.
+async fn json(
+    state: &AppState,
+    request: Request,
+    app: String,
+    name: String,
+) -> Result<FlamebearerProfile, QueryError> {
+    let Request {
+        selector,
+        range,
+        max_nodes,
+        group_by,
+        ..
+    } = request;
+    let query = selector.to_string();
+    let (selected, timeline, groups) = blocking(&state.store, move |store| {
+        let selected = select_and_merge(store, &selector, range)?;
+        let step = timeline::step_for_range(range);
+        let groups = timeline::groups(store, &selected.series, group_by.as_deref(), range, step)?;
+        // Without groupBy, "*" holds every series and is the timeline itself.
+        let timeline = match (&group_by, groups.get(OTHERS)) {
+            (None, Some(all)) => all.clone(),
+            _ => timeline::read(store, &selected.series, range, step)?,
+        };
+        Ok((selected, timeline, groups))
+    })
+    .await?;
+    let meta = selected.meta.unwrap_or_else(no_meta);
+    let metadata = Metadata {
+        spy_name: meta.spy_name,
+        sample_rate: meta.sample_rate,
+        units: meta.units,
+        name,
+        app_name: Some(app),
+        start_time: Some(unix_secs(range.from)),
+        end_time: Some(unix_secs(range.until)),
+        query: Some(query),
+        max_nodes: Some(u64::try_from(max_nodes).unwrap_or(u64::MAX)),
+        ..Metadata::default()
+    };
+    let mut profile = FlamebearerProfile::single(&selected.tree, max_nodes, metadata);
+    profile.timeline = Some(timeline);
+    profile.groups = Some(groups);
+    profile.annotations = Some(Vec::new());
+    Ok(profile)
+}
