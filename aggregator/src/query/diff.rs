@@ -14,35 +14,27 @@
 //! both sides query the same app and `diff_<left app>_<right app>` otherwise (Pyroscope writes
 //! these the other way round, which reads as a slip); `startTime`/`endTime` span both ranges.
 
-use std::collections::HashMap;
 use std::time::SystemTime;
 
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use smolder_common::flamebearer::{FlamebearerProfile, Metadata};
 use smolder_common::{ProfileMeta, Tree};
 
 use super::{
-    Params, QueryError, Selected, an_hour_before, blocking, no_meta, respond, select_and_merge,
-    unix_secs,
+    Params, QueryError, RawQuery, Selected, an_hour_before, blocking, no_meta, respond,
+    select_and_merge, unix_secs,
 };
 use crate::app::AppState;
 
 /// The handler.
-pub(super) async fn handle(
-    State(state): State<AppState>,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
-) -> Response {
+pub(super) async fn handle(State(state): State<AppState>, query: RawQuery) -> Response {
     let result = diff(&state, query).await;
     respond(&state, result)
 }
 
-async fn diff(
-    state: &AppState,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
-) -> Result<Response, QueryError> {
+async fn diff(state: &AppState, query: RawQuery) -> Result<Response, QueryError> {
     let params = Params::new(query)?;
     let now = SystemTime::now();
     let left = params.selector("leftQuery")?;

@@ -16,20 +16,16 @@
 //! Unlike Pyroscope, `from`/`until` are honoured by the listings: only series with data in the
 //! range count. Without them the range is all stored data, which is what Pyroscope lists.
 
-use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use super::{Params, QueryError, blocking, respond};
+use super::{Params, QueryError, RawQuery, blocking, respond};
 use crate::app::AppState;
-
-type RawQuery = Result<Query<HashMap<String, String>>, QueryRejection>;
 
 /// `GET /labels` and `GET /label-names`.
 pub(super) async fn names(State(state): State<AppState>, query: RawQuery) -> Response {

@@ -159,7 +159,7 @@ pub(crate) enum QueryError {
         value: String,
     },
     /// `groupBy` or `label` is not a label name.
-    #[error("invalid `{name}` {value:?}: expected a label name of letters, digits and '_'")]
+    #[error("invalid `{name}` {value:?}: expected a label name of letters, digits, '_' and '.'")]
     InvalidLabelName {
         /// The parameter.
         name: &'static str,
@@ -262,16 +262,25 @@ fn respond(state: &AppState, result: Result<Response, QueryError>) -> Response {
     }
 }
 
+/// The query string as the handlers take it: every pair in order, or why it does not decode.
+type RawQuery = Result<Query<Vec<(String, String)>>, QueryRejection>;
+
 /// The request's query parameters, with empty values treated as absent.
 struct Params(HashMap<String, String>);
 
 impl Params {
     /// Reads the extractor's result; a malformed query string is a client error like any other.
-    fn new(
-        query: Result<Query<HashMap<String, String>>, QueryRejection>,
-    ) -> Result<Self, QueryError> {
+    /// Of a repeated parameter the first counts, as Go's `url.Values.Get` (and our ingest) read
+    /// it.
+    fn new(query: RawQuery) -> Result<Self, QueryError> {
         match query {
-            Ok(Query(map)) => Ok(Params(map)),
+            Ok(Query(pairs)) => {
+                let mut map = HashMap::new();
+                for (name, value) in pairs {
+                    map.entry(name).or_insert(value);
+                }
+                Ok(Params(map))
+            }
             Err(rejection) => Err(QueryError::MalformedQueryString {
                 reason: rejection.body_text(),
             }),
@@ -397,7 +406,9 @@ fn selector_from_key(key: &str) -> Result<Selector, QueryError> {
 /// Checks that `value` of parameter `name` is a label name, as series labels are.
 fn label_name(name: &'static str, value: &str) -> Result<String, QueryError> {
     let valid = value != smolder_common::series::NAME_LABEL
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
     if valid {
         Ok(value.to_owned())
     } else {
@@ -515,6 +526,18 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn the_first_of_a_repeated_parameter_counts() {
+        let pairs = [("from", "now-2h"), ("from", "now-1h"), ("query", "")];
+        let query = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let params = Params::new(Ok(Query(query))).expect("decodes");
+        assert_eq!(params.get("from"), Some("now-2h"));
+        assert_eq!(params.get("query"), None, "empty is absent");
     }
 
     #[test]

@@ -16,20 +16,23 @@
 //! Metadata comes from the matching series written most recently; when nothing matches the
 //! answer is an empty flame graph with empty metadata (spy `""`, rate 0, units `""`) and a
 //! timeline of zeros, as Pyroscope answers.
+//!
+//! The flame graph of `average` series (in-use memory, goroutines) is their merged tree divided
+//! by the number of writes merged, as Pyroscope divides it; their timeline, like Pyroscope's,
+//! shows the per-step sums of totals. Store buckets are read whole, so a range that cuts a 10 s
+//! bucket includes all of it, where Pyroscope scaled a partly covered bucket down.
 
-use std::collections::HashMap;
 use std::time::SystemTime;
 
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use smolder_common::Selector;
 use smolder_common::flamebearer::{FlamebearerProfile, Metadata};
 
 use super::timeline::{self, OTHERS};
 use super::{
-    Params, QueryError, an_hour_before, blocking, export, label_name, no_meta, respond,
+    Params, QueryError, RawQuery, an_hour_before, blocking, export, label_name, no_meta, respond,
     select_and_merge, selector_from_key, unix_secs,
 };
 use crate::app::AppState;
@@ -87,18 +90,12 @@ impl Request {
 }
 
 /// The handler.
-pub(super) async fn handle(
-    State(state): State<AppState>,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
-) -> Response {
+pub(super) async fn handle(State(state): State<AppState>, query: RawQuery) -> Response {
     let result = render(&state, query).await;
     respond(&state, result)
 }
 
-async fn render(
-    state: &AppState,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
-) -> Result<Response, QueryError> {
+async fn render(state: &AppState, query: RawQuery) -> Result<Response, QueryError> {
     let params = Params::new(query)?;
     let request = Request::parse(&params, state, SystemTime::now())?;
     let app = request.selector.app().to_owned();

@@ -331,3 +331,372 @@ pub(crate) fn unix(time: SystemTime) -> u64 {
     time.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use smolder_common::{Aggregation, Profile, ProfileMeta, Selector, Series, Tree};
+
+    use super::*;
+    use crate::metrics::Metrics;
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn profile(series: &str, from: u64, stacks: &[(&str, u64)]) -> Profile {
+        let mut tree = Tree::new();
+        for (stack, value) in stacks {
+            tree.insert_names(stack.split(';'), *value);
+        }
+        Profile {
+            series: Series::parse(series).unwrap(),
+            meta: ProfileMeta::default(),
+            from: at(from),
+            until: at(from + 10),
+            tree,
+        }
+    }
+
+    fn open(dir: &Path) -> Store {
+        Store::open(dir, StoreConfig::default(), Metrics::new().store.clone()).unwrap()
+    }
+
+    fn range(from: u64, until: u64) -> TimeRange {
+        TimeRange {
+            from: at(from),
+            until: at(until),
+        }
+    }
+
+    fn folded(tree: &Tree) -> String {
+        smolder_common::to_folded(tree)
+    }
+
+    #[tokio::test]
+    async fn writes_merge_per_series_and_read_back_over_any_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let base = 1_700_000_000;
+        store
+            .write(vec![profile("app.cpu{env=prod}", base, &[("main;a", 2)])])
+            .await
+            .unwrap();
+        store
+            .write(vec![profile(
+                "app.cpu{env=prod}",
+                base + 10,
+                &[("main;a", 3)],
+            )])
+            .await
+            .unwrap();
+        store
+            .write(vec![profile(
+                "app.cpu{env=dev}",
+                base + 20_000,
+                &[("main;b", 4)],
+            )])
+            .await
+            .unwrap();
+
+        let all = store
+            .select(
+                &Selector::parse("app.cpu").unwrap(),
+                range(base, base + 86_400),
+            )
+            .unwrap();
+        assert_eq!(all.len(), 2);
+        let merged = store
+            .merge(&all, range(base - 5_000, base + 86_400))
+            .unwrap();
+        assert_eq!(folded(&merged.tree), "main;a 5\nmain;b 4\n");
+        assert_eq!(merged.writes, 3);
+
+        let prod = store
+            .select(
+                &Selector::parse(r#"app.cpu{env="prod"}"#).unwrap(),
+                range(base, base + 20),
+            )
+            .unwrap();
+        assert_eq!(prod.len(), 1);
+        let first = store.merge(&prod, range(base, base + 10)).unwrap();
+        assert_eq!(folded(&first.tree), "main;a 2\n");
+
+        let timeline = store.timeline(&all, range(base, base + 30), 10).unwrap();
+        assert_eq!(timeline.samples, [2, 3, 0]);
+        assert_eq!(timeline.start, base);
+    }
+
+    #[tokio::test]
+    async fn rollups_agree_with_fine_buckets() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let base = 1_700_000_000 / 10_000 * 10_000;
+        let mut profiles = Vec::new();
+        for i in 0..200u64 {
+            profiles.push(profile(
+                "app.cpu",
+                base + i * 70,
+                &[("main;f", i + 1), ("main;g", 1)],
+            ));
+        }
+        store.write(profiles).await.unwrap();
+        let series = store
+            .select(
+                &Selector::parse("app.cpu").unwrap(),
+                range(base, base + 20_000),
+            )
+            .unwrap();
+        // Whole range: one 10 000 s rollup plus finer ones; any sub-range must equal the sum of
+        // its 10 s buckets.
+        for (from, until) in [
+            (base, base + 14_000),
+            (base + 130, base + 9_870),
+            (base + 10, base + 20),
+        ] {
+            let merged = store.merge(&series, range(from, until)).unwrap();
+            let expected: u64 = (0..200u64)
+                .filter(|i| {
+                    let bucket = (base + i * 70 + 5) / 10 * 10;
+                    bucket >= from / 10 * 10 && bucket < until.div_ceil(10) * 10
+                })
+                .map(|i| i + 2)
+                .sum();
+            assert_eq!(merged.tree.total(), expected, "range {from}..{until}");
+        }
+    }
+
+    #[tokio::test]
+    async fn acknowledged_writes_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = open(dir.path());
+            store
+                .write(vec![profile("app.cpu", 1_700_000_000, &[("a", 1)])])
+                .await
+                .unwrap();
+            store.close().await.unwrap();
+        }
+        let store = open(dir.path());
+        let series = store
+            .select(&Selector::parse("app.cpu").unwrap(), range(0, u64::MAX / 2))
+            .unwrap();
+        assert_eq!(
+            store
+                .merge(&series, range(0, 2_000_000_000))
+                .unwrap()
+                .tree
+                .total(),
+            1
+        );
+        store
+            .write(vec![profile("app2.cpu", 1_700_000_000, &[("b", 1)])])
+            .await
+            .unwrap();
+        let apps: Vec<_> = store.apps().unwrap().into_iter().map(|a| a.name).collect();
+        assert_eq!(apps, ["app.cpu", "app2.cpu"]);
+    }
+
+    #[tokio::test]
+    async fn a_second_store_on_the_same_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = open(dir.path());
+        let err = Store::open(
+            dir.path(),
+            StoreConfig::default(),
+            Metrics::new().store.clone(),
+        )
+        .err()
+        .expect("second open fails");
+        assert!(matches!(err, StoreError::Locked { .. }), "{err}");
+        assert!(
+            err.to_string().contains("in use by another aggregator"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn concurrent_writes_sum_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let mut tasks = Vec::new();
+        for i in 0..40u64 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                store
+                    .write(vec![profile(
+                        "app.cpu",
+                        1_700_000_000,
+                        &[("main;x", i + 1)],
+                    )])
+                    .await
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        let series = store
+            .select(
+                &Selector::parse("app.cpu").unwrap(),
+                range(0, 2_000_000_000),
+            )
+            .unwrap();
+        let merged = store.merge(&series, range(0, 2_000_000_000)).unwrap();
+        assert_eq!(merged.tree.total(), (1..=40).sum::<u64>());
+        assert_eq!(merged.writes, 40);
+    }
+
+    #[tokio::test]
+    async fn labels_values_and_deletion() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let base = 1_700_000_000;
+        store
+            .write(vec![
+                profile(
+                    "app.cpu{env=prod,process.runtime.name=go}",
+                    base,
+                    &[("a", 1)],
+                ),
+                profile("app.cpu{env=dev}", base, &[("a", 1)]),
+                profile("other.cpu{zone=z1}", base + 5_000, &[("a", 1)]),
+            ])
+            .await
+            .unwrap();
+        let wide = range(base, base + 10_000);
+        assert_eq!(
+            store.label_names(None, wide).unwrap(),
+            ["env", "process.runtime.name", "zone"]
+        );
+        assert_eq!(
+            store.label_names(Some("app.cpu"), wide).unwrap(),
+            ["env", "process.runtime.name"]
+        );
+        assert_eq!(
+            store.label_names(None, range(base, base + 100)).unwrap(),
+            ["env", "process.runtime.name"]
+        );
+        assert_eq!(
+            store.label_values("env", None, wide).unwrap(),
+            ["dev", "prod"]
+        );
+        assert_eq!(
+            store.label_values("__name__", None, wide).unwrap(),
+            ["app.cpu", "other.cpu"]
+        );
+        let prod = Selector::parse(r#"app.cpu{env!="dev"}"#).unwrap();
+        assert_eq!(
+            store.label_values("env", Some(&prod), wide).unwrap(),
+            ["prod"]
+        );
+
+        assert_eq!(store.delete_app("app.cpu").await.unwrap(), 2);
+        assert_eq!(
+            store.label_values("__name__", None, wide).unwrap(),
+            ["other.cpu"]
+        );
+        assert!(
+            store
+                .select(&Selector::parse("app.cpu").unwrap(), wide)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(store.delete_app("app.cpu").await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn retention_deletes_old_buckets_and_empty_series() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            retention: Duration::from_secs(86_400),
+            ..StoreConfig::default()
+        };
+        let store = Store::open(dir.path(), config, Metrics::new().store.clone()).unwrap();
+        let now = 1_700_000_000 / 10_000 * 10_000;
+        store
+            .write(vec![
+                profile("old.cpu", now - 3 * 86_400, &[("a", 1)]),
+                profile("mixed.cpu", now - 2 * 86_400, &[("a", 1)]),
+                profile("mixed.cpu", now - 3_600, &[("b", 1)]),
+            ])
+            .await
+            .unwrap();
+        let report = store.enforce_retention(at(now)).await.unwrap();
+        assert_eq!(report.series, 1);
+        assert!(report.buckets >= 4, "{report:?}");
+        let everything = range(0, now + 10);
+        assert!(
+            store
+                .select(&Selector::parse("old.cpu").unwrap(), everything)
+                .unwrap()
+                .is_empty()
+        );
+        let mixed = store
+            .select(&Selector::parse("mixed.cpu").unwrap(), everything)
+            .unwrap();
+        assert_eq!(
+            folded(&store.merge(&mixed, everything).unwrap().tree),
+            "b 1\n"
+        );
+        assert!(mixed[0].first_seen >= now - 86_400);
+    }
+
+    #[tokio::test]
+    async fn corrupt_buckets_are_reported_with_their_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        store
+            .write(vec![profile("app.cpu", 1_700_000_000, &[("a", 1)])])
+            .await
+            .unwrap();
+        let key = keys::bucket(keys::TREE, 0, 1, 1_700_000_000);
+        let mut value = store.inner.data.get(key).unwrap().unwrap().to_vec();
+        value[6] ^= 0xff;
+        store.inner.data.insert(key, value).unwrap();
+        let series = store
+            .select(
+                &Selector::parse("app.cpu").unwrap(),
+                range(0, 2_000_000_000),
+            )
+            .unwrap();
+        let err = store
+            .merge(&series, range(1_700_000_000, 1_700_000_010))
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with(r"corrupt record at key T\x00"),
+            "{err}"
+        );
+        // The series stays writable: the damaged bucket is replaced by the next write.
+        store
+            .write(vec![profile("app.cpu", 1_700_000_000, &[("b", 2)])])
+            .await
+            .unwrap();
+        let merged = store
+            .merge(&series, range(1_700_000_000, 1_700_000_010))
+            .unwrap();
+        assert_eq!(folded(&merged.tree), "b 2\n");
+    }
+
+    #[tokio::test]
+    async fn metadata_of_the_latest_write_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let mut p = profile("app.inuse_space", 1_700_000_000, &[("a", 10)]);
+        p.meta = ProfileMeta {
+            spy_name: "gospy".into(),
+            sample_rate: 0,
+            units: "bytes".into(),
+            aggregation: Aggregation::Average,
+        };
+        store.write(vec![p]).await.unwrap();
+        let apps = store.apps().unwrap();
+        assert_eq!(apps[0].meta.units, "bytes");
+        assert_eq!(apps[0].meta.aggregation, Aggregation::Average);
+        store.close().await.unwrap();
+        assert!(matches!(
+            store.write(vec![profile("app.cpu", 1, &[("a", 1)])]).await,
+            Err(StoreError::Closed)
+        ));
+    }
+}

@@ -1,8 +1,13 @@
 //! Integration tests of `smolder-aggregator` over real HTTP against a running aggregator on a
 //! temporary data directory; one module per stage.
 
+/// The aggregator as a process: kill -9 durability, the data directory lock.
+mod process;
 /// Fixtures: a running aggregator, an HTTP client, helpers to ingest and render.
 mod util;
 
 /// Ingest: `/ingest` in every body format and the Connect push, good and bad input.
 mod ingest;
+
+/// `/render`, `/render-diff`, label and app listings: exact Pyroscope answers over HTTP.
+mod query;

@@ -4,10 +4,11 @@
 //! The conversion is two passes over the samples. The first validates every sample, resolves
 //! its label set, and sums the values of samples with the same labels and location ids (Go's
 //! heap profiles repeat a stack once per allocation size, so this halves the tree work there).
-//! The second resolves each distinct stack to frames, root first, and inserts it into the trees
-//! of the sample types it has values for. Each location is resolved to frames once, and each
-//! frame is interned in each tree once, so the per-sample cost is array lookups and the tree
-//! insert itself.
+//! The second resolves each distinct stack to frames, root first, inserts it once into its label
+//! set's tree shape, and then derives each sample type's tree from that shape in one pass over
+//! its nodes. Each location is resolved to frames once and each frame is interned once per label
+//! set, so the per-sample cost is array lookups and one tree walk, whatever the number of sample
+//! types.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -18,7 +19,7 @@ use prost::Message;
 use super::proto::{Location, Profile, Sample};
 use super::{Limits, PprofError, SampleTypeConfig, SampleTypes};
 use crate::profile::Aggregation;
-use crate::tree::{FrameId, Tree};
+use crate::tree::{FrameId, NodeId, Tree};
 
 type RandomState = foldhash::fast::RandomState;
 
@@ -234,8 +235,8 @@ pub fn to_series(
     let mut out = Vec::new();
     for (k, selected) in selected.iter().enumerate() {
         for &set in &order {
-            if let Some(builder) = trees[set * n + k].take() {
-                out.push(selected.series(&sets[set], builder.tree, sample_rate));
+            if let Some(tree) = trees[set * n + k].take() {
+                out.push(selected.series(&sets[set], tree, sample_rate));
             }
         }
     }
@@ -547,58 +548,60 @@ impl<'p> Stacks<'p> {
     /// The second pass: builds the trees, `trees[set * n + k]` for label set `set` and the
     /// `k`th selected sample type.
     ///
-    /// Stacks are resolved a chunk at a time and each chunk is inserted one tree after the
-    /// other, so that one tree at a time is hot in cache: interleaving the four trees of a heap
-    /// profile per stack made the inserts about twice as slow (`benches/pprof_decode.rs`).
+    /// Each label set's distinct stacks are inserted once, as a shape
+    /// ([`Tree::insert_path`]); each sample type's tree then takes its values from that shape
+    /// in one pass over the nodes ([`Tree::with_self_values`]). A heap profile's four trees
+    /// cost one walk per stack instead of four.
     fn build(
         &self,
         profile: &'p Profile,
         strings: &Strings<'p>,
         locations: &IdIndex,
         limits: &Limits,
-    ) -> Result<Vec<Option<Builder>>, PprofError> {
-        /// Frames resolved before inserting: 4 MiB of ids, which bounds the buffer whatever
-        /// the profile and keeps it well inside L2 plus L3.
-        const CHUNK_FRAMES: usize = 1 << 20;
+    ) -> Result<Vec<Option<Tree>>, PprofError> {
         let n = self.n;
-        let mut trees: Vec<Option<Builder>> =
-            (0..self.labels.sets.len() * n).map(|_| None).collect();
+        let mut shapes: Vec<Option<Builder>> = (0..self.labels.sets.len()).map(|_| None).collect();
         let mut resolver = Resolver::new(profile, *strings);
         let mut frames: Vec<u32> = Vec::new();
-        // (entry, end of its frames in `frames`) for the entries of the current chunk.
-        let mut chunk: Vec<(usize, usize)> = Vec::new();
         let mut stack: Vec<FrameId> = Vec::new();
-        let mut next = 0;
-        while next < self.entries.len() {
+        let mut leaves: Vec<NodeId> = Vec::with_capacity(self.entries.len());
+        for &(set, location_ids, sample) in &self.entries {
             frames.clear();
-            chunk.clear();
-            while next < self.entries.len() && frames.len() < CHUNK_FRAMES {
-                let (_, location_ids, sample) = self.entries[next];
-                let depth_limit = frames.len() + limits.max_stack_depth;
-                for &id in location_ids.iter().rev() {
-                    let location = locations
-                        .get(id)
-                        .expect("location ids checked in the first pass");
-                    let (start, len) = resolver.location(location, sample)?;
-                    let len = len.min(depth_limit - frames.len());
-                    frames.extend_from_slice(&resolver.flat[start..start + len]);
-                    if frames.len() >= depth_limit {
-                        break;
-                    }
+            for &id in location_ids.iter().rev() {
+                let location = locations
+                    .get(id)
+                    .expect("location ids checked in the first pass");
+                let (start, len) = resolver.location(location, sample)?;
+                let len = len.min(limits.max_stack_depth - frames.len());
+                frames.extend_from_slice(&resolver.flat[start..start + len]);
+                if frames.len() >= limits.max_stack_depth {
+                    break;
                 }
-                chunk.push((next, frames.len()));
-                next += 1;
             }
-            for k in 0..n {
-                let mut start = 0;
-                for &(e, end) in &chunk {
-                    let (set, value) = (self.entries[e].0, self.values[e * n + k]);
-                    if value != 0 {
-                        let builder = trees[set * n + k].get_or_insert_with(Builder::default);
-                        builder.insert(&frames[start..end], &resolver.names, value, &mut stack);
+            let shape = shapes[set].get_or_insert_with(Builder::default);
+            leaves.push(shape.insert_path(&frames, &resolver.names, &mut stack));
+        }
+
+        let mut columns: Vec<Vec<u64>> = Vec::new();
+        let mut trees: Vec<Option<Tree>> = Vec::with_capacity(shapes.len() * n);
+        for (set, shape) in shapes.iter().enumerate() {
+            let Some(shape) = shape else {
+                trees.extend((0..n).map(|_| None));
+                continue;
+            };
+            columns.clear();
+            columns.resize_with(n, || vec![0; shape.tree.len() + 1]);
+            for (e, &(entry_set, _, _)) in self.entries.iter().enumerate() {
+                if entry_set == set {
+                    for (k, column) in columns.iter_mut().enumerate() {
+                        let slot = &mut column[leaves[e].index()];
+                        *slot = slot.saturating_add(self.values[e * n + k]);
                     }
-                    start = end;
                 }
+            }
+            for column in &columns {
+                let tree = shape.tree.with_self_values(column);
+                trees.push((!tree.is_empty() || tree.total() > 0).then_some(tree));
             }
         }
         Ok(trees)
@@ -733,13 +736,13 @@ struct Builder {
 impl Builder {
     const UNSET: FrameId = FrameId(u32::MAX);
 
-    fn insert(
+    /// Creates the path of `frames` (profile frame indices, root first) and returns its leaf.
+    fn insert_path(
         &mut self,
         frames: &[u32],
         names: &[Cow<'_, str>],
-        value: u64,
         stack: &mut Vec<FrameId>,
-    ) {
+    ) -> NodeId {
         if self.remap.len() < names.len() {
             self.remap.resize(names.len(), Self::UNSET);
         }
@@ -751,7 +754,7 @@ impl Builder {
             }
             stack.push(*slot);
         }
-        self.tree.insert(stack, value);
+        self.tree.insert_path(stack)
     }
 }
 

@@ -167,6 +167,83 @@ impl Tree {
         add(&mut self.nodes[node as usize].self_value, value);
     }
 
+    /// Creates the nodes of `stack` (root first) without adding any value, and returns its
+    /// leaf: the shape half of building several trees over the same stacks, finished by
+    /// [`Tree::with_self_values`]. A tree built this way may hold nodes with a zero total.
+    ///
+    /// # Panics
+    ///
+    /// If a frame id was not issued by this tree's table.
+    pub fn insert_path(&mut self, stack: &[FrameId]) -> NodeId {
+        let mut node = NodeId::ROOT.0;
+        for frame in stack {
+            assert!(
+                frame.index() < self.frames.len(),
+                "frame id from another tree"
+            );
+            node = self.child_or_insert(node, frame.0);
+        }
+        NodeId(node)
+    }
+
+    /// A tree with this tree's frames and shape whose self values are `self_values`, indexed
+    /// by [`NodeId::index`] (missing entries count as zero); totals are recomputed and nodes
+    /// left with a zero total are dropped.
+    ///
+    /// With [`Tree::insert_path`], this builds one tree per value column of a profile (pprof
+    /// sample types) in one pass over the nodes per column instead of one insert per stack.
+    pub fn with_self_values(&self, self_values: &[u64]) -> Tree {
+        let preorder = self.preorder();
+        let mut totals = vec![0u64; self.nodes.len()];
+        for &node in preorder.iter().rev() {
+            let mut total = self_values.get(node as usize).copied().unwrap_or(0);
+            let mut child = self.nodes[node as usize].first_child;
+            while child != NONE {
+                add(&mut total, totals[child as usize]);
+                child = self.nodes[child as usize].next_sibling;
+            }
+            totals[node as usize] = total;
+        }
+        let mut out = Tree {
+            frames: self.frames.clone(),
+            nodes: Vec::with_capacity(self.nodes.len()),
+            wide: HashMap::default(),
+        };
+        out.nodes.push(Node::new(NONE, NONE));
+        out.nodes[0].self_value = self_values.first().copied().unwrap_or(0);
+        out.nodes[0].total = totals[0];
+        let mut pending = vec![(NodeId::ROOT.0, NodeId::ROOT.0)];
+        while let Some((source, target)) = pending.pop() {
+            let mut child = self.nodes[source as usize].first_child;
+            while child != NONE {
+                if totals[child as usize] > 0 {
+                    let copy = out.push_child(target, self.nodes[child as usize].frame);
+                    out.nodes[copy as usize].self_value =
+                        self_values.get(child as usize).copied().unwrap_or(0);
+                    out.nodes[copy as usize].total = totals[child as usize];
+                    pending.push((child, copy));
+                }
+                child = self.nodes[child as usize].next_sibling;
+            }
+        }
+        out
+    }
+
+    /// Node ids in preorder (children in list order), root first.
+    fn preorder(&self) -> Vec<u32> {
+        let mut preorder = Vec::with_capacity(self.nodes.len());
+        let mut pending = vec![NodeId::ROOT.0];
+        while let Some(node) = pending.pop() {
+            preorder.push(node);
+            let mut child = self.nodes[node as usize].first_child;
+            while child != NONE {
+                pending.push(child);
+                child = self.nodes[child as usize].next_sibling;
+            }
+        }
+        preorder
+    }
+
     /// Adds every stack of `other` to this tree.
     pub fn merge(&mut self, other: &Tree) {
         let mut remap = vec![u32::MAX; other.frames.len()];
@@ -206,16 +283,7 @@ impl Tree {
             let scaled = u128::from(v) * u128::from(numerator) / u128::from(denominator);
             u64::try_from(scaled).unwrap_or(u64::MAX)
         };
-        let mut preorder = Vec::with_capacity(self.nodes.len());
-        let mut pending = vec![NodeId::ROOT.0];
-        while let Some(node) = pending.pop() {
-            preorder.push(node);
-            let mut child = self.nodes[node as usize].first_child;
-            while child != NONE {
-                pending.push(child);
-                child = self.nodes[child as usize].next_sibling;
-            }
-        }
+        let preorder = self.preorder();
         // Children come after their parent in preorder, so walking it backwards sums each
         // subtree before the node above it needs it.
         for &node in preorder.iter().rev() {
@@ -552,6 +620,28 @@ mod tests {
         let delta = now.subtract(&earlier);
         assert_eq!(folded(&delta), ["a;b 4", "d 4"]);
         assert_eq!(delta.total(), 8);
+    }
+
+    #[test]
+    fn shapes_take_self_values_per_column() {
+        let mut shape = Tree::new();
+        let stacks = [["a", "b"], ["a", "c"], ["d", "e"]];
+        let leaves: Vec<NodeId> = stacks
+            .iter()
+            .map(|stack| {
+                let ids: Vec<FrameId> = stack.iter().map(|n| shape.intern(n)).collect();
+                shape.insert_path(&ids)
+            })
+            .collect();
+        let mut column = vec![0; shape.len() + 1];
+        column[leaves[0].index()] = 3;
+        column[leaves[1].index()] = 4;
+        let tree = shape.with_self_values(&column);
+        let mut expected = Tree::new();
+        expected.insert_names(["a", "b"], 3);
+        expected.insert_names(["a", "c"], 4);
+        assert_eq!(tree, expected);
+        assert_eq!(tree.len(), 3, "d;e has no value and is dropped");
     }
 
     #[test]

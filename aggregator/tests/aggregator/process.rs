@@ -1,0 +1,119 @@
+//! The aggregator as a process: acknowledged data survives `kill -9`, and a second aggregator
+//! on the same data directory refuses to start.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free loopback port: bound, read, released. Another process could take it in between, which
+/// is unlikely on a test machine and would fail the test loudly rather than wrongly.
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn spawn(data_dir: &Path, addr: SocketAddr) -> Child {
+    let config = data_dir.with_extension("yaml");
+    std::fs::write(&config, format!("http:\n  listen: {addr}\n")).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_smolder-aggregator"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--config")
+        .arg(&config)
+        .arg("--log-level")
+        .arg("warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the aggregator binary starts")
+}
+
+async fn wait_ready(http: &reqwest::Client, addr: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(response) = http.get(format!("http://{addr}/healthz")).send().await {
+            if response.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("aggregator on {addr} not ready after 30 s");
+}
+
+#[tokio::test]
+async fn acknowledged_profiles_survive_kill_9() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let http = reqwest::Client::new();
+    let addr = free_port();
+    let mut child = spawn(&data, addr);
+    wait_ready(&http, addr).await;
+
+    // Concurrent writers, each acknowledged before the kill.
+    let from = 1_700_000_000u64;
+    let mut writes = Vec::new();
+    for i in 0..32u64 {
+        let http = http.clone();
+        writes.push(tokio::spawn(async move {
+            let url = format!(
+                "http://{addr}/ingest?name=durable.cpu&from={}&until={}",
+                from + i * 10,
+                from + i * 10 + 10
+            );
+            http.post(url)
+                .body(format!("main;work;f{} {}\n", i % 4, i + 1))
+                .send()
+                .await
+        }));
+    }
+    let mut acknowledged = 0;
+    for (i, write) in writes.into_iter().enumerate() {
+        let response = write.await.unwrap().expect("request completes");
+        assert_eq!(response.status(), 200, "write {i}");
+        acknowledged += i as u64 + 1;
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+
+    let addr = free_port();
+    let mut child = spawn(&data, addr);
+    wait_ready(&http, addr).await;
+    let render: serde_json::Value = http
+        .get(format!(
+            "http://{addr}/render?query=durable.cpu&from={from}&until={}&format=json",
+            from + 1_000
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(render["flamebearer"]["numTicks"], acknowledged, "{render}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test]
+async fn a_second_aggregator_on_the_same_directory_fails_clearly() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let http = reqwest::Client::new();
+    let addr = free_port();
+    let mut first = spawn(&data, addr);
+    wait_ready(&http, addr).await;
+
+    let second = spawn(&data, free_port()).wait_with_output().unwrap();
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains("is in use by another aggregator"),
+        "{stderr}"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+}

@@ -1,0 +1,729 @@
+//! The query API over real HTTP: profiles go in through `/ingest`, and `/render`,
+//! `/render-diff` and the listings must answer exactly as Pyroscope's reference examples do.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use smolder_common::pprof::{self, Limits, SampleTypes};
+use smolder_common::{FoldedFormat, FoldedLimits, Tree, parse_folded, to_folded};
+
+use crate::util::Aggregator;
+
+/// The reference's worked example (§2.4).
+const EXAMPLE: &str = "foo;bar 2\nfoo;baz 3\nfoo 1\nqux 4\n";
+
+/// A 10 s-aligned unix time half an hour ago: recent enough for retention, far enough from now
+/// that `until` defaults never cut it.
+fn base() -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    (now - 1800) / 10 * 10
+}
+
+/// Pushes folded `body` for series `name` over `[at, at + 10)`, with extra ingest parameters.
+async fn ingest(agg: &Aggregator, name: &str, at: u64, body: &str, extra: &[(&str, &str)]) {
+    let (from, until) = (at.to_string(), (at + 10).to_string());
+    let mut query = vec![("name", name), ("from", &from), ("until", &until)];
+    query.extend_from_slice(extra);
+    let response = agg
+        .http
+        .post(agg.url("/ingest"))
+        .query(&query)
+        .body(body.to_owned())
+        .send()
+        .await
+        .expect("ingest request");
+    assert_eq!(response.status(), StatusCode::OK, "ingest {name}");
+}
+
+/// GETs `path` with `query` and returns the status and body.
+async fn get(agg: &Aggregator, path: &str, query: &[(&str, &str)]) -> (StatusCode, String) {
+    let response = agg
+        .http
+        .get(agg.url(path))
+        .query(query)
+        .send()
+        .await
+        .expect("request");
+    let status = response.status();
+    (status, response.text().await.expect("body"))
+}
+
+/// GETs `path` and parses a 200 answer as JSON.
+async fn get_json(agg: &Aggregator, path: &str, query: &[(&str, &str)]) -> Value {
+    let (status, body) = get(agg, path, query).await;
+    assert_eq!(status, StatusCode::OK, "{path} {query:?}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+}
+
+fn folded_tree(text: &str) -> Tree {
+    parse_folded(
+        text.as_bytes(),
+        FoldedFormat::Folded,
+        &FoldedLimits::default(),
+    )
+    .expect("valid folded text")
+}
+
+#[tokio::test]
+async fn render_returns_the_reference_flamebearer() {
+    let agg = Aggregator::start().await;
+    let t = base();
+    ingest(
+        &agg,
+        "app.cpu{env=prod}",
+        t,
+        EXAMPLE,
+        &[("spyName", "gospy")],
+    )
+    .await;
+    let (from, until) = ((t - 60).to_string(), (t + 60).to_string());
+    let body = get_json(
+        &agg,
+        "/render",
+        &[("query", "app.cpu{}"), ("from", &from), ("until", &until)],
+    )
+    .await;
+
+    assert_eq!(body["version"], 1);
+    assert_eq!(
+        body["flamebearer"],
+        json!({
+            "names": ["total", "qux", "foo", "baz", "bar"],
+            "levels": [[0, 10, 0, 0], [0, 6, 1, 2, 0, 4, 4, 1], [1, 2, 2, 4, 0, 3, 3, 3]],
+            "numTicks": 10,
+            "maxSelf": 4,
+        })
+    );
+    let start = rfc3339(t - 60);
+    assert_eq!(
+        body["metadata"],
+        json!({
+            "format": "single",
+            "spyName": "gospy",
+            "sampleRate": 100,
+            "units": "samples",
+            "name": format!("app.cpu {start}"),
+            "appName": "app.cpu",
+            "startTime": t - 60,
+            "endTime": t + 60,
+            "query": "app.cpu{}",
+            "maxNodes": 8192,
+        })
+    );
+    assert_eq!(body["heatmap"], Value::Null);
+    assert_eq!(body["annotations"], json!([]));
+    let timeline = &body["timeline"];
+    assert_eq!(timeline["durationDelta"], 10);
+    assert_eq!(timeline["watermarks"], json!({}));
+    let samples: Vec<u64> = serde_json::from_value(timeline["samples"].clone()).expect("samples");
+    assert_eq!(samples.len(), 12, "120 s in 10 s steps");
+    assert_eq!(samples.iter().sum::<u64>(), 10);
+    let start_time = timeline["startTime"].as_u64().expect("startTime");
+    let slot = usize::try_from((t - start_time) / 10).expect("small");
+    assert_eq!(samples[slot], 10, "the write lands in its own step");
+    assert_eq!(body["groups"], json!({ "*": timeline.clone() }));
+
+    // `/pyroscope/render` is the same handler.
+    let again = get_json(
+        &agg,
+        "/pyroscope/render",
+        &[("query", "app.cpu{}"), ("from", &from), ("until", &until)],
+    )
+    .await;
+    assert_eq!(again["flamebearer"], body["flamebearer"]);
+}
+
+/// What Go's `time.RFC3339` writes for unix seconds `secs` in UTC, computed here by walking
+/// the calendar rather than with the server's algorithm, so that the two check each other.
+fn rfc3339(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Walk years and months; fine for a test, the dates are recent.
+    let mut year = 1970;
+    let mut days_left = days;
+    loop {
+        let len = if is_leap(year) { 366 } else { 365 };
+        if days_left < len {
+            break;
+        }
+        days_left -= len;
+        year += 1;
+    }
+    let months = [
+        31,
+        if is_leap(year) { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    let mut month = 0;
+    while days_left >= months[month] {
+        days_left -= months[month];
+        month += 1;
+    }
+    format!(
+        "{year:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        month + 1,
+        days_left + 1,
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn is_leap(year: u64) -> bool {
+    (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400)
+}
+
+#[tokio::test]
+async fn name_selects_series_by_label_equality_and_empty_selections_are_empty() {
+    let agg = Aggregator::start().await;
+    let t = base();
+    ingest(&agg, "app.cpu{env=prod,region=eu}", t, "a;b 7\n", &[]).await;
+    ingest(&agg, "app.cpu{env=dev,region=eu}", t, "a;c 3\n", &[]).await;
+    let (from, until) = ((t - 60).to_string(), (t + 60).to_string());
+    let range = [("from", from.as_str()), ("until", until.as_str())];
+
+    let prod = get_json(
+        &agg,
+        "/render",
+        &[&range[..], &[("name", "app.cpu{env=prod}")]].concat(),
+    )
+    .await;
+    assert_eq!(prod["flamebearer"]["numTicks"], 7);
+    assert_eq!(prod["metadata"]["query"], r#"app.cpu{env="prod"}"#);
+    let eu = get_json(
+        &agg,
+        "/render",
+        &[&range[..], &[("name", "app.cpu{region=eu}")]].concat(),
+    )
+    .await;
+    assert_eq!(eu["flamebearer"]["numTicks"], 10);
+    let regex = get_json(
+        &agg,
+        "/render",
+        &[&range[..], &[("query", r#"app.cpu{env=~"d.*"}"#)]].concat(),
+    )
+    .await;
+    assert_eq!(regex["flamebearer"]["numTicks"], 3);
+
+    // Nothing matches: an empty flame graph, not an error.
+    let none = get_json(
+        &agg,
+        "/render",
+        &[&range[..], &[("query", "nothing.cpu")]].concat(),
+    )
+    .await;
+    assert_eq!(
+        none["flamebearer"],
+        json!({"names": ["total"], "levels": [[0, 0, 0, 0]], "numTicks": 0, "maxSelf": 0})
+    );
+    assert_eq!(none["metadata"]["units"], "");
+    assert_eq!(none["metadata"]["sampleRate"], 0);
+    assert!(
+        none["timeline"]["samples"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty())
+    );
+}
+
+#[tokio::test]
+async fn collapsed_and_pprof_exports_hold_the_same_stacks() {
+    let agg = Aggregator::start().await;
+    let t = base();
+    ingest(&agg, "app.cpu", t, EXAMPLE, &[("sampleRate", "99")]).await;
+    let (from, until) = ((t - 60).to_string(), (t + 60).to_string());
+    let expected = folded_tree(EXAMPLE);
+
+    let response = agg
+        .http
+        .get(agg.url("/render"))
+        .query(&[
+            ("query", "app.cpu"),
+            ("from", &from),
+            ("until", &until),
+            ("format", "collapsed"),
+        ])
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), StatusCode::OK);
+    let disposition = response
+        .headers()
+        .get("content-disposition")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        disposition.starts_with("attachment; filename=\"app.cpu ")
+            && disposition.ends_with(".collapsed.txt\""),
+        "{disposition}"
+    );
+    let text = response.text().await.expect("body");
+    assert_eq!(to_folded(&folded_tree(&text)), to_folded(&expected));
+
+    let response = agg
+        .http
+        .get(agg.url("/render"))
+        .query(&[
+            ("query", "app.cpu"),
+            ("from", &from),
+            ("until", &until),
+            ("format", "pprof"),
+        ])
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = response.bytes().await.expect("body");
+    let profile = pprof::decode(&bytes, &Limits::default()).expect("a valid pprof");
+    let period_type = profile
+        .period_type
+        .as_ref()
+        .expect("a CPU profile has a period");
+    let string = |i: i64| profile.string_table[usize::try_from(i).expect("index")].clone();
+    assert_eq!(
+        String::from_utf8(string(period_type.r#type))
+            .ok()
+            .as_deref(),
+        Some("cpu")
+    );
+    assert_eq!(profile.period, 1_000_000_000 / 99);
+    let series =
+        pprof::to_series(&profile, &SampleTypes::default(), &Limits::default()).expect("converts");
+    assert_eq!(series.len(), 1);
+    assert_eq!(series[0].name_suffix, "cpu");
+    assert_eq!(series[0].sample_rate, Some(99));
+    assert_eq!(to_folded(&series[0].tree), to_folded(&expected));
+}
+
+#[tokio::test]
+async fn group_by_splits_the_timeline_by_label_value() {
+    let agg = Aggregator::start().await;
+    let t = base();
+    ingest(&agg, "app.cpu{env=prod}", t, "a 10\n", &[]).await;
+    ingest(&agg, "app.cpu{env=dev}", t + 20, "a 5\n", &[]).await;
+    ingest(&agg, "app.cpu{host=h1}", t, "a 3\n", &[]).await;
+    let (from, until) = ((t - 60).to_string(), (t + 60).to_string());
+    let body = get_json(
+        &agg,
+        "/render",
+        &[
+            ("query", "app.cpu"),
+            ("from", &from),
+            ("until", &until),
+            ("groupBy", "env"),
+        ],
+    )
+    .await;
+    let groups = body["groups"].as_object().expect("groups");
+    let sum = |key: &str| -> u64 {
+        groups[key]["samples"]
+            .as_array()
+            .expect("samples")
+            .iter()
+            .filter_map(Value::as_u64)
+            .sum()
+    };
+    let mut keys: Vec<&str> = groups.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["*", "dev", "prod"]);
+    assert_eq!((sum("*"), sum("dev"), sum("prod")), (3, 5, 10));
+    let total: u64 = body["timeline"]["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .filter_map(Value::as_u64)
+        .sum();
+    assert_eq!(total, 18);
+}
+
+#[tokio::test]
+async fn max_nodes_folds_small_nodes_into_other() {
+    let agg = Aggregator::start().await;
+    let t = base();
+    let body: String = (1..=20).map(|i| format!("main;f{i:02} {i}\n")).collect();
+    ingest(&agg, "app.cpu", t, &body, &[]).await;
+    let (from, until) = ((t - 60).to_string(), (t + 60).to_string());
+    for param in ["maxNodes", "max-nodes"] {
+        let fb = get_json(
+            &agg,
+            "/render",
+            &[
+                ("query", "app.cpu"),
+                ("from", &from),
+                ("until", &until),
+                (param, "5"),
+            ],
+        )
+        .await;
+        let names = fb["flamebearer"]["names"].as_array().expect("names");
+        assert!(names.contains(&json!("other")), "{param}: {names:?}");
+        assert!(names.len() < 10, "{param}: {names:?}");
+        assert_eq!(fb["flamebearer"]["numTicks"], 210);
+        assert_eq!(fb["metadata"]["maxNodes"], 5);
+    }
+}
+
+#[tokio::test]
+async fn average_series_are_divided_by_their_writes() {
+    let agg = Aggregator::start().await;
+    let t = base();
+    for at in [t, t + 10, t + 20] {
+        ingest(
+            &agg,
+            "app.inuse_space",
+            at,
+            "main;alloc 300\n",
+            &[("units", "bytes"), ("aggregationType", "average")],
+        )
+        .await;
+    }
+    let (from, until) = ((t - 60).to_string(), (t + 60).to_string());
+    let body = get_json(
+        &agg,
+        "/render",
+        &[
+            ("query", "app.inuse_space"),
+            ("from", &from),
+            ("until", &until),
+        ],
+    )
+    .await;
+    assert_eq!(body["flamebearer"]["numTicks"], 300);
+    assert_eq!(body["metadata"]["units"], "bytes");
+}
+
+#[tokio::test]
+async fn render_diff_returns_the_reference_diff() {
+    let agg = Aggregator::start().await;
+    let t = base();
+    ingest(&agg, "app.cpu", t, "a;b 2\na;c 2\n", &[]).await;
+    ingest(&agg, "app.cpu", t + 600, "a;b 6\na;c 2\n", &[]).await;
+    let left = ((t - 60).to_string(), (t + 60).to_string());
+    let right = ((t + 540).to_string(), (t + 660).to_string());
+    let body = get_json(
+        &agg,
+        "/render-diff",
+        &[
+            ("leftQuery", "app.cpu"),
+            ("leftFrom", &left.0),
+            ("leftUntil", &left.1),
+            ("rightQuery", "app.cpu"),
+            ("rightFrom", &right.0),
+            ("rightUntil", &right.1),
+        ],
+    )
+    .await;
+    let fb = &body["flamebearer"];
+    assert_eq!(fb["names"], json!(["total", "a", "c", "b"]));
+    assert_eq!(
+        fb["levels"][2],
+        json!([0, 2, 2, 0, 6, 6, 3, 0, 2, 2, 0, 2, 2, 2])
+    );
+    assert_eq!(fb["numTicks"], 12);
+    assert_eq!(body["leftTicks"], 4);
+    assert_eq!(body["rightTicks"], 8);
+    assert_eq!(body["timeline"], Value::Null);
+    assert_eq!(body["metadata"]["format"], "double");
+    assert_eq!(body["metadata"]["appName"], "diff_app.cpu");
+    assert_eq!(body["metadata"]["startTime"], t - 60);
+    assert_eq!(body["metadata"]["endTime"], t + 660);
+
+    // `/pyroscope/render-diff` with `maxNodes` is the same handler.
+    let (status, _) = get(
+        &agg,
+        "/pyroscope/render-diff",
+        &[
+            ("leftQuery", "app.cpu"),
+            ("rightQuery", "app.cpu"),
+            ("maxNodes", "10"),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn render_diff_rejects_sides_that_measure_different_things() {
+    let agg = Aggregator::start().await;
+    let t = base();
+    ingest(&agg, "app.cpu", t, "a 1\n", &[]).await;
+    ingest(&agg, "app.alloc_space", t, "a 1\n", &[("units", "bytes")]).await;
+    ingest(&agg, "fast.cpu", t, "a 1\n", &[("sampleRate", "1000")]).await;
+    let (from, until) = ((t - 60).to_string(), (t + 60).to_string());
+    let diff = |left: &'static str, right: &'static str| {
+        let (from, until) = (from.clone(), until.clone());
+        let agg = &agg;
+        async move {
+            get(
+                agg,
+                "/render-diff",
+                &[
+                    ("leftQuery", left),
+                    ("leftFrom", &from),
+                    ("leftUntil", &until),
+                    ("rightQuery", right),
+                    ("rightFrom", &from),
+                    ("rightUntil", &until),
+                ],
+            )
+            .await
+        }
+    };
+    let (status, body) = diff("app.cpu", "app.alloc_space").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("units"), "{body}");
+    let (status, body) = diff("app.cpu", "fast.cpu").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("sample rate"), "{body}");
+    // An empty side takes the other's metadata.
+    let (status, body) = diff("app.cpu", "nothing.cpu").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let body: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(body["metadata"]["appName"], "diff_app.cpu_nothing.cpu");
+    assert_eq!(body["leftTicks"], 1);
+}
+
+#[tokio::test]
+async fn listings_honour_the_selector_and_the_range() {
+    let agg = Aggregator::start().await;
+    let t = base();
+    ingest(
+        &agg,
+        "app.cpu{env=prod,region=eu}",
+        t,
+        "a 1\n",
+        &[("spyName", "gospy")],
+    )
+    .await;
+    ingest(
+        &agg,
+        "app.cpu{env=dev}",
+        t,
+        "a 1\n",
+        &[("spyName", "gospy")],
+    )
+    .await;
+    ingest(
+        &agg,
+        "old.cpu{host=h1}",
+        t - 7200,
+        "a 1\n",
+        &[("spyName", "pyspy")],
+    )
+    .await;
+    let (from, until) = ((t - 60).to_string(), (t + 60).to_string());
+    let recent = [("from", from.as_str()), ("until", until.as_str())];
+
+    for path in ["/labels", "/label-names"] {
+        assert_eq!(
+            get_json(&agg, path, &[]).await,
+            json!(["env", "host", "region"])
+        );
+        assert_eq!(
+            get_json(&agg, path, &recent).await,
+            json!(["env", "region"])
+        );
+        assert_eq!(
+            get_json(&agg, path, &[("query", r#"old.cpu{host="nope"}"#)]).await,
+            json!(["host"]),
+            "{path}: matchers are ignored, only the app counts"
+        );
+    }
+
+    let values = |query: Vec<(&'static str, String)>| {
+        let agg = &agg;
+        async move {
+            let query: Vec<(&str, &str)> = query.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            get_json(agg, "/label-values", &query).await
+        }
+    };
+    assert_eq!(
+        values(vec![("label", "env".into())]).await,
+        json!(["dev", "prod"])
+    );
+    assert_eq!(
+        values(vec![
+            ("label", "env".into()),
+            ("query", r#"app.cpu{region="eu"}"#.into())
+        ])
+        .await,
+        json!(["prod"])
+    );
+    assert_eq!(
+        values(vec![("label", "__name__".into())]).await,
+        json!(["app.cpu", "old.cpu"])
+    );
+    assert_eq!(
+        values(vec![
+            ("label", "__name__".into()),
+            ("from", from.clone()),
+            ("until", until.clone())
+        ])
+        .await,
+        json!(["app.cpu"])
+    );
+    assert_eq!(
+        values(vec![("label", "host".into()), ("from", "now-1h".into())]).await,
+        json!([])
+    );
+
+    assert_eq!(
+        get_json(&agg, "/api/apps", &[]).await,
+        json!([
+            {"name": "app.cpu", "spyName": "gospy", "sampleRate": 100, "units": "samples"},
+            {"name": "old.cpu", "spyName": "pyspy", "sampleRate": 100, "units": "samples"},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn deleting_an_app_removes_its_data() {
+    let agg = Aggregator::start().await;
+    let t = base();
+    ingest(&agg, "gone.cpu{env=prod}", t, "a 1\n", &[]).await;
+    ingest(&agg, "kept.cpu", t, "a 1\n", &[]).await;
+    let delete = |body: &'static str| {
+        let agg = &agg;
+        async move {
+            let response = agg
+                .http
+                .delete(agg.url("/api/apps"))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .expect("request");
+            (response.status(), response.text().await.expect("body"))
+        }
+    };
+    assert_eq!(delete(r#"{"name": "gone.cpu"}"#).await.0, StatusCode::OK);
+    let apps = get_json(&agg, "/api/apps", &[]).await;
+    assert_eq!(apps.as_array().map(Vec::len), Some(1));
+    assert_eq!(apps[0]["name"], "kept.cpu");
+    assert_eq!(
+        get_json(&agg, "/label-values", &[("label", "__name__")]).await,
+        json!(["kept.cpu"])
+    );
+    let (from, until) = ((t - 60).to_string(), (t + 60).to_string());
+    let render = get_json(
+        &agg,
+        "/render",
+        &[("query", "gone.cpu"), ("from", &from), ("until", &until)],
+    )
+    .await;
+    assert_eq!(render["flamebearer"]["numTicks"], 0);
+
+    let (status, body) = delete(r#"{"name": "gone.cpu"}"#).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.contains("gone.cpu"), "{body}");
+    let (status, body) = delete("{}").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("name"), "{body}");
+    assert_eq!(delete("not json").await.0, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn bad_parameters_are_400s_that_name_the_parameter() {
+    let agg = Aggregator::start().await;
+    // (path, query, the parameter the error must name)
+    type Case = (
+        &'static str,
+        &'static [(&'static str, &'static str)],
+        &'static str,
+    );
+    let cases: &[Case] = &[
+        ("/render", &[], "query"),
+        ("/render", &[("query", "app.cpu{env=prod}")], "query"),
+        ("/render", &[("name", "app.cpu{env")], "name"),
+        (
+            "/render",
+            &[("query", "app.cpu"), ("from", "yesterday")],
+            "from",
+        ),
+        (
+            "/render",
+            &[("query", "app.cpu"), ("until", "now-1x")],
+            "until",
+        ),
+        (
+            "/render",
+            &[("query", "app.cpu"), ("from", "now"), ("until", "now-1h")],
+            "until",
+        ),
+        (
+            "/render",
+            &[("query", "app.cpu"), ("format", "html")],
+            "format",
+        ),
+        (
+            "/render",
+            &[("query", "app.cpu"), ("maxNodes", "many")],
+            "maxNodes",
+        ),
+        (
+            "/render",
+            &[("query", "app.cpu"), ("max-nodes", "1.5")],
+            "max-nodes",
+        ),
+        (
+            "/render",
+            &[("query", "app.cpu"), ("groupBy", "a-b")],
+            "groupBy",
+        ),
+        ("/render-diff", &[("rightQuery", "app.cpu")], "leftQuery"),
+        ("/render-diff", &[("leftQuery", "app.cpu")], "rightQuery"),
+        (
+            "/render-diff",
+            &[
+                ("leftQuery", "a.cpu"),
+                ("rightQuery", "a.cpu"),
+                ("rightFrom", "soon"),
+            ],
+            "rightFrom",
+        ),
+        (
+            "/render-diff",
+            &[
+                ("leftQuery", "a.cpu"),
+                ("rightQuery", "a.cpu"),
+                ("format", "collapsed"),
+            ],
+            "format",
+        ),
+        ("/label-values", &[], "label"),
+        (
+            "/label-values",
+            &[("label", "env"), ("query", "{")],
+            "query",
+        ),
+        ("/labels", &[("from", "tomorrow")], "from"),
+    ];
+    for (path, query, parameter) in cases {
+        let (status, body) = get(&agg, path, query).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path} {query:?}: {body}");
+        assert!(
+            body.contains(&format!("`{parameter}`")),
+            "{path} {query:?}: {body:?} should name `{parameter}`"
+        );
+    }
+    let (_, metrics) = get(&agg, "/metrics", &[]).await;
+    assert!(
+        metrics.contains(
+            r#"smolder_aggregator_errors_total{error_type="invalid_time",stage="query"} 4"#
+        ),
+        "{metrics}"
+    );
+}
