@@ -20,6 +20,8 @@
 mod body;
 mod folded;
 mod params;
+mod pprof;
+mod push;
 
 use std::collections::BTreeSet;
 use std::error::Error as StdError;
@@ -66,6 +68,7 @@ pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/ingest", post(ingest))
         .route("/pyroscope/ingest", post(ingest))
+        .route("/push.v1.PusherService/Push", post(push::push))
         // Bodies are read under `IngestConfig`'s caps by `body::read`; axum's own 2 MiB default
         // would otherwise cut multipart forms short with a different error.
         .layer(DefaultBodyLimit::disable())
@@ -183,6 +186,14 @@ pub(crate) enum IngestError {
         /// What is wrong.
         source: PprofError,
     },
+    /// A pprof sample type's name suffix (its display name) makes an invalid app name.
+    #[error("invalid profile name {name:?}: {source}")]
+    BadProfileName {
+        /// The app name built from the prefix and the suffix.
+        name: String,
+        /// What is wrong with it.
+        source: SeriesError,
+    },
     /// The multipart form is malformed.
     #[error("invalid multipart form: {reason}")]
     Multipart {
@@ -264,7 +275,8 @@ impl IngestError {
             | Pprof { .. }
             | Multipart { .. }
             | MissingProfileField { .. }
-            | BadLabel { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            | BadLabel { .. }
+            | BadProfileName { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Store { .. } | Panicked { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -293,7 +305,7 @@ impl IngestError {
             | Multipart { .. }
             | MissingProfileField { .. }
             | PushBody { .. } => "bad_body",
-            BadLabel { .. } | MissingServiceName { .. } => "bad_labels",
+            BadLabel { .. } | BadProfileName { .. } | MissingServiceName { .. } => "bad_labels",
             Store { .. } => "store",
             Panicked { .. } => "internal",
         }
@@ -454,10 +466,15 @@ async fn ingest_request(state: &AppState, request: Request) -> Result<Stored, In
         BodyFormat::Folded | BodyFormat::Lines => {
             blocking(move || folded::parse(&params, &body)).await?
         }
-        BodyFormat::Pprof | BodyFormat::PprofForm => {
-            return Err(IngestError::UnsupportedFormat {
-                format: "pprof".to_owned(),
-            });
+        BodyFormat::Pprof => {
+            let limits = pprof::limits(config);
+            blocking(move || pprof::parse_body(&params, &body, &limits)).await?
+        }
+        BodyFormat::PprofForm => {
+            let form = pprof::read_form(parts, body.bytes.clone()).await?;
+            let limits = pprof::limits(config);
+            let sent_bytes = body.sent_bytes;
+            blocking(move || pprof::parse_form(&params, form, sent_bytes, &limits)).await?
         }
     };
     batch.store(state).await

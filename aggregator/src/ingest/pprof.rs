@@ -1,0 +1,277 @@
+//! pprof bodies: `format=pprof` and the Go SDK's multipart form.
+//!
+//! Input: checked [`IngestParams`] and the decoded body. Output: a [`Batch`] with one profile
+//! per converted sample type and distinct set of pprof string labels, named
+//! `<name's app>.<suffix>{name's labels + sample labels}` (`name` is a prefix here, as in
+//! Pyroscope). The Go SDK's form (`pyroscope-go:upstream/remote/remote.go`) carries file
+//! fields `profile`, `prev_profile` (the previous cumulative profile) and `sample_type_config`
+//! (JSON that replaces the default sample-type table); query parameters as for any `/ingest`.
+
+use std::collections::HashMap;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Multipart, Request};
+use axum::http::request::Parts;
+use smolder_common::pprof::{self, Limits};
+use smolder_common::{Profile, ProfileMeta, ProfileSeries, SampleTypes, Series};
+
+use super::body::RequestBody;
+use super::params::IngestParams;
+use super::{Batch, IngestConfig, IngestError};
+
+/// The pprof limits for `config`: a profile may be as large as a decompressed body.
+pub(crate) fn limits(config: &IngestConfig) -> Limits {
+    Limits {
+        max_bytes: config.max_decompressed_bytes,
+        ..Limits::default()
+    }
+}
+
+/// Parses a bare pprof body (`format=pprof`), gzipped or not, with the default sample types.
+///
+/// # Errors
+///
+/// [`IngestError::Pprof`] for a profile that does not decode or is over `limits`, and
+/// [`IngestError::BadLabel`] or [`IngestError::BadProfileName`] for a label or sample-type name
+/// that cannot name a series.
+pub(crate) fn parse_body(
+    params: &IngestParams,
+    body: &RequestBody,
+    limits: &Limits,
+) -> Result<Batch, IngestError> {
+    let series = pprof::parse(&body.bytes, &SampleTypes::default(), limits).map_err(|source| {
+        IngestError::Pprof {
+            part: "pprof body".to_owned(),
+            source,
+        }
+    })?;
+    Ok(Batch {
+        format: "pprof",
+        sent_bytes: body.sent_bytes,
+        profiles: to_profiles(
+            &params.series,
+            &params.meta,
+            (params.from, params.until),
+            series,
+        )?,
+    })
+}
+
+/// The fields of the Go SDK's form that Smolder reads; others are ignored.
+pub(crate) struct Form {
+    profile: Bytes,
+    prev_profile: Option<Bytes>,
+    sample_type_config: Option<Bytes>,
+}
+
+/// Reads the multipart form in `body` (already read under the caps and gunzipped), with the
+/// request's headers for its boundary. Of a repeated field the first wins.
+///
+/// # Errors
+///
+/// [`IngestError::Multipart`] for a malformed form (no boundary, broken parts) and
+/// [`IngestError::MissingProfileField`] when no field is named `profile`.
+pub(crate) async fn read_form(parts: Parts, body: Bytes) -> Result<Form, IngestError> {
+    let request = Request::from_parts(parts, Body::from(body));
+    let mut multipart =
+        Multipart::from_request(request, &())
+            .await
+            .map_err(|err| IngestError::Multipart {
+                reason: err.body_text(),
+            })?;
+    let mut fields: HashMap<String, Bytes> = HashMap::new();
+    let mut names = Vec::new();
+    loop {
+        let field = multipart
+            .next_field()
+            .await
+            .map_err(|err| IngestError::Multipart {
+                reason: err.body_text(),
+            })?;
+        let Some(field) = field else { break };
+        let name = field.name().unwrap_or_default().to_owned();
+        let data = field.bytes().await.map_err(|err| IngestError::Multipart {
+            reason: err.body_text(),
+        })?;
+        names.push(name.clone());
+        fields.entry(name).or_insert(data);
+    }
+    let profile = fields
+        .remove("profile")
+        .ok_or_else(|| IngestError::MissingProfileField {
+            fields: if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            },
+        })?;
+    Ok(Form {
+        profile,
+        prev_profile: fields.remove("prev_profile"),
+        sample_type_config: fields.remove("sample_type_config"),
+    })
+}
+
+/// Converts the form: `sample_type_config` (if sent) replaces the default sample types, and
+/// cumulative sample types are stored as `profile − prev_profile` per stack when
+/// `prev_profile` is sent (as they are otherwise: the SDK sends none on its first upload).
+///
+/// # Errors
+///
+/// As [`parse_body`], naming the field at fault.
+pub(crate) fn parse_form(
+    params: &IngestParams,
+    form: Form,
+    sent_bytes: usize,
+    limits: &Limits,
+) -> Result<Batch, IngestError> {
+    let sample_types = match &form.sample_type_config {
+        None => SampleTypes::default(),
+        Some(json) => SampleTypes::from_json(json).map_err(|source| IngestError::Pprof {
+            part: "sample_type_config field".to_owned(),
+            source,
+        })?,
+    };
+    let parse = |bytes: &[u8], field: &str| {
+        pprof::parse(bytes, &sample_types, limits).map_err(|source| IngestError::Pprof {
+            part: format!("{field} field"),
+            source,
+        })
+    };
+    let mut series = parse(&form.profile, "profile")?;
+    if let Some(prev) = &form.prev_profile {
+        let earlier: HashMap<(String, Vec<(String, String)>), ProfileSeries> =
+            parse(prev, "prev_profile")?
+                .into_iter()
+                .filter(|s| s.cumulative)
+                .map(|s| ((s.sample_type.clone(), s.labels.clone()), s))
+                .collect();
+        for current in series.iter_mut().filter(|s| s.cumulative) {
+            let key = (current.sample_type.clone(), current.labels.clone());
+            if let Some(earlier) = earlier.get(&key) {
+                current.tree = current.tree.subtract(&earlier.tree);
+            }
+        }
+    }
+    Ok(Batch {
+        format: "pprof",
+        sent_bytes,
+        profiles: to_profiles(
+            &params.series,
+            &params.meta,
+            (params.from, params.until),
+            series,
+        )?,
+    })
+}
+
+/// Turns converted pprof series into profiles under `prefix`: app `<prefix app>.<suffix>`,
+/// labels `prefix`'s plus the sample's (the sample's win on a clash). Units and aggregation
+/// come from the sample type, the sample rate from the profile's period for sampled types and
+/// from `meta` otherwise; the spy name from `meta`. Series whose tree is empty are skipped.
+///
+/// # Errors
+///
+/// [`IngestError::BadLabel`] for a pprof label name outside `[A-Za-z0-9_.]` or `__name__`,
+/// [`IngestError::BadProfileName`] for a suffix that makes an invalid app name.
+pub(crate) fn to_profiles(
+    prefix: &Series,
+    meta: &ProfileMeta,
+    (from, until): (std::time::SystemTime, std::time::SystemTime),
+    series: Vec<ProfileSeries>,
+) -> Result<Vec<(Profile, &'static str)>, IngestError> {
+    let mut profiles = Vec::with_capacity(series.len());
+    for s in series {
+        if s.tree.is_empty() {
+            continue;
+        }
+        let mut labels = prefix.labels().clone();
+        for (name, value) in &s.labels {
+            labels
+                .insert(name, value)
+                .map_err(|source| IngestError::BadLabel {
+                    name: name.clone(),
+                    source,
+                })?;
+        }
+        let app = format!("{}.{}", prefix.app(), s.name_suffix);
+        let name = Series::new(app.clone(), labels)
+            .map_err(|source| IngestError::BadProfileName { name: app, source })?;
+        let kind = type_label(&s.name_suffix);
+        profiles.push((
+            Profile {
+                series: name,
+                meta: ProfileMeta {
+                    spy_name: meta.spy_name.clone(),
+                    sample_rate: s.sample_rate.unwrap_or(meta.sample_rate),
+                    units: s.units,
+                    aggregation: s.aggregation,
+                },
+                from,
+                until,
+                tree: s.tree,
+            },
+            kind,
+        ));
+    }
+    Ok(profiles)
+}
+
+/// The `type` label of the distributor metrics for a profile type. Suffixes come from the
+/// client's `sample_type_config`, so anything outside the known profile types counts as
+/// `other`, keeping the label bounded.
+fn type_label(suffix: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "cpu",
+        "itimer",
+        "wall",
+        "inuse_objects",
+        "inuse_space",
+        "alloc_objects",
+        "alloc_space",
+        "goroutines",
+        "mutex_count",
+        "mutex_duration",
+        "block_count",
+        "block_duration",
+        "exceptions",
+    ];
+    KNOWN
+        .iter()
+        .find(|&&known| known == suffix)
+        .copied()
+        .unwrap_or("other")
+}
+
+#[cfg(test)]
+mod tests {
+    use smolder_common::Tree;
+    use smolder_common::pprof::EncodeOptions;
+
+    use super::*;
+
+    #[test]
+    fn series_are_named_under_the_prefix() {
+        let mut tree = Tree::new();
+        tree.insert_names(["main", "work"], 30);
+        let body = pprof::encode(&tree, &EncodeOptions::cpu_samples(250)).to_bytes(true);
+        let series = pprof::parse(&body, &SampleTypes::default(), &Limits::default())
+            .expect("valid profile");
+        let prefix = Series::parse("shop{env=prod}").expect("valid name");
+        let meta = ProfileMeta::default();
+        let now = std::time::SystemTime::now();
+        let profiles = to_profiles(&prefix, &meta, (now, now), series).expect("valid series");
+        assert_eq!(profiles.len(), 1);
+        let (profile, kind) = &profiles[0];
+        assert_eq!(profile.series.to_string(), "shop.cpu{env=prod}");
+        assert_eq!(profile.meta.sample_rate, 250);
+        assert_eq!(*kind, "cpu");
+        assert_eq!(profile.tree, tree);
+    }
+
+    #[test]
+    fn unknown_types_count_as_other() {
+        assert_eq!(type_label("alloc_space"), "alloc_space");
+        assert_eq!(type_label("my_custom_type"), "other");
+    }
+}
