@@ -43,30 +43,6 @@ impl ApiError {
         }
     }
 
-    /// 413: the body is over the configured cap.
-    pub(crate) fn too_large(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            message: message.into(),
-        }
-    }
-
-    /// 415: the body's content type is not one this endpoint reads.
-    pub(crate) fn unsupported_media(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            message: message.into(),
-        }
-    }
-
-    /// 422: the body could not be parsed.
-    pub(crate) fn unprocessable(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::UNPROCESSABLE_ENTITY,
-            message: message.into(),
-        }
-    }
-
     /// 404: nothing by that name.
     pub(crate) fn not_found(message: impl Into<String>) -> Self {
         ApiError {
@@ -82,6 +58,13 @@ impl ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             message: "internal error; see the aggregator's log".to_owned(),
         }
+    }
+}
+
+impl ApiError {
+    /// The status this error answers with.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
     }
 }
 

@@ -34,10 +34,10 @@ fn spawn(data_dir: &Path, addr: SocketAddr) -> Child {
 async fn wait_ready(http: &reqwest::Client, addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        if let Ok(response) = http.get(format!("http://{addr}/healthz")).send().await {
-            if response.status().is_success() {
-                return;
-            }
+        if let Ok(response) = http.get(format!("http://{addr}/healthz")).send().await
+            && response.status().is_success()
+        {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

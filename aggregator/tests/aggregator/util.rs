@@ -1,7 +1,7 @@
 //! Fixtures shared by the stage modules.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use smolder_aggregator::app::{self, Running};
 use smolder_aggregator::config::Config;
@@ -39,28 +39,6 @@ impl Aggregator {
     pub(crate) fn url(&self, path: &str) -> String {
         let addr = self.running.as_ref().expect("running").addr();
         format!("http://{addr}{path}")
-    }
-
-    /// The data directory.
-    pub(crate) fn data_dir(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Stops the aggregator gracefully and starts a new one on the same data directory.
-    pub(crate) async fn restart(&mut self, config: Config) {
-        self.running
-            .take()
-            .expect("running")
-            .stop()
-            .await
-            .expect("clean stop");
-        let mut config = config;
-        config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        self.running = Some(
-            app::start(config, self.dir.path())
-                .await
-                .expect("aggregator restarts"),
-        );
     }
 
     /// Stops the aggregator gracefully, keeping the data directory for inspection.
