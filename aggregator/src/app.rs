@@ -90,6 +90,7 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         store.clone(),
         config.store.retention_interval,
     ));
+    let rollup = tokio::spawn(rollup_loop(store.clone()));
     let state = AppState {
         store: store.clone(),
         metrics,
@@ -104,6 +105,7 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
             .await
             .context("serving HTTP");
         retention.abort();
+        rollup.abort();
         let closed = store.close().await.context("flushing the store");
         served.and(closed)
     });
@@ -118,6 +120,22 @@ async fn retention_loop(store: Store, interval: Duration) {
         ticker.tick().await;
         if let Err(err) = store.enforce_retention(SystemTime::now()).await {
             warn!(error = %err, "retention pass failed; retrying at the next interval");
+        }
+    }
+}
+
+/// How often closed rollups are built: often enough that a query rarely reads around more than
+/// one open rollup per level.
+const ROLLUP_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Builds closed rollups on an interval, for as long as the server runs.
+async fn rollup_loop(store: Store) {
+    let mut ticker = tokio::time::interval(ROLLUP_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if let Err(err) = store.rollup(SystemTime::now()).await {
+            warn!(error = %err, "building rollups failed; retrying at the next interval");
         }
     }
 }

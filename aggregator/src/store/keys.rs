@@ -11,6 +11,7 @@
 //! | `L` | label name, label value, series id | empty |
 //! | `T` | level, series id, bucket start | encoded tree |
 //! | `N` | level, series id, bucket start | total and write count |
+//! | `D` | level, series id, bucket start | empty: this rollup must be rebuilt from its children |
 //!
 //! Integers in keys are big-endian so that sled's byte order is numeric order; strings are
 //! length-prefixed so that one label's entries never run into another's. Values are framed
@@ -24,6 +25,7 @@ pub(crate) const SERIES_BY_KEY: u8 = b'K';
 pub(crate) const LABEL: u8 = b'L';
 pub(crate) const TREE: u8 = b'T';
 pub(crate) const TOTAL: u8 = b'N';
+pub(crate) const DIRTY: u8 = b'D';
 
 /// Bucket sizes in seconds, finest first: 10 s, and rollups of 10^k of them (Pyroscope's
 /// segment levels). A range is read as the fewest whole buckets that cover it, so a query of any
@@ -88,7 +90,7 @@ pub(crate) fn parse_label(key: &[u8]) -> Result<(&str, &str, SeriesId), StoreErr
     Ok((name, value, id))
 }
 
-/// A bucket key of kind `TREE` or `TOTAL`.
+/// A bucket key of kind `TREE`, `TOTAL` or `DIRTY`.
 pub(crate) fn bucket(kind: u8, level: usize, id: SeriesId, start: u64) -> [u8; 18] {
     let mut key = [0; 18];
     key[0] = kind;

@@ -11,8 +11,8 @@
 //!   request as one atomic sled batch, and makes a whole group of them durable with one fsync
 //!   before acknowledging any (group commit);
 //! - for every series, a tree and a total per 10 s bucket, plus pre-merged rollups at 100 s,
-//!   1000 s and 10 000 s, written with the bucket they contain, so that a query of any span
-//!   reads a bounded number of trees.
+//!   1000 s and 10 000 s, built once their bucket has closed ([`Store::rollup`]), so that a
+//!   query of any span reads a bounded number of trees.
 //!
 //! Reads run on the caller's thread against sled's consistent snapshot of each key; callers on
 //! an async runtime should use `spawn_blocking` for large merges.
@@ -211,6 +211,7 @@ impl Store {
         let db = sled::Config::new()
             .path(dir.join("sled"))
             .cache_capacity(config.cache_bytes)
+            .mode(sled::Mode::LowSpace)
             .open()?;
         let data = db.open_tree("data")?;
         let (commands, queue) = mpsc::channel(QUEUE);
@@ -272,6 +273,18 @@ impl Store {
         now: SystemTime,
     ) -> Result<RetentionReport, StoreError> {
         self.ask(|reply| writer::Command::Retention { now, reply })
+            .await
+    }
+
+    /// Builds the rollups whose buckets closed (see `writer.rs`) as of `now`; returns how many
+    /// trees it wrote. Reads are correct whether or not this has run; it makes them cheaper and
+    /// keeps writes small.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::write`].
+    pub(crate) async fn rollup(&self, now: SystemTime) -> Result<u64, StoreError> {
+        self.ask(|reply| writer::Command::Rollup { now, reply })
             .await
     }
 
@@ -430,23 +443,35 @@ mod tests {
                 range(base, base + 20_000),
             )
             .unwrap();
-        // Whole range: one 10 000 s rollup plus finer ones; any sub-range must equal the sum of
-        // its 10 s buckets.
-        for (from, until) in [
-            (base, base + 14_000),
-            (base + 130, base + 9_870),
-            (base + 10, base + 20),
-        ] {
-            let merged = store.merge(&series, range(from, until)).unwrap();
-            let expected: u64 = (0..200u64)
-                .filter(|i| {
-                    let bucket = (base + i * 70 + 5) / 10 * 10;
-                    bucket >= from / 10 * 10 && bucket < until.div_ceil(10) * 10
-                })
-                .map(|i| i + 2)
-                .sum();
-            assert_eq!(merged.tree.total(), expected, "range {from}..{until}");
-        }
+        // Any range must equal the sum of its 10 s buckets: before the rollups are built (reads
+        // descend into dirty rollups) and after (reads use them).
+        let check = |store: &Store| {
+            for (from, until) in [
+                (base, base + 14_000),
+                (base + 130, base + 9_870),
+                (base + 10, base + 20),
+            ] {
+                let merged = store.merge(&series, range(from, until)).unwrap();
+                let expected: u64 = (0..200u64)
+                    .filter(|i| {
+                        let bucket = (base + i * 70 + 5) / 10 * 10;
+                        bucket >= from / 10 * 10 && bucket < until.div_ceil(10) * 10
+                    })
+                    .map(|i| i + 2)
+                    .sum();
+                assert_eq!(merged.tree.total(), expected, "range {from}..{until}");
+            }
+        };
+        check(&store);
+        // 200 profiles 70 s apart span 14 000 s: 140 100 s, 14 1000 s and 2 10 000 s rollups.
+        assert_eq!(store.rollup(at(base + 100_000)).await.unwrap(), 156);
+        assert_eq!(store.inner.data.scan_prefix([keys::DIRTY]).count(), 0);
+        check(&store);
+        assert_eq!(
+            store.rollup(at(base + 100_000)).await.unwrap(),
+            0,
+            "built once"
+        );
     }
 
     #[tokio::test]
@@ -606,7 +631,10 @@ mod tests {
             .unwrap();
         let report = store.enforce_retention(at(now)).await.unwrap();
         assert_eq!(report.series, 1);
-        assert!(report.buckets >= 4, "{report:?}");
+        assert_eq!(
+            report.buckets, 2,
+            "the two old 10 s buckets; no rollup was built yet"
+        );
         let everything = range(0, now + 10);
         assert!(
             store

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use smolder_common::{Selector, Tree};
 
-use super::keys::{self, BUCKET, LEVELS, TOTAL, TREE};
+use super::keys::{self, BUCKET, DIRTY, LEVELS, TOTAL, TREE};
 use super::series::SeriesRecord;
 use super::writer::decode_total;
 use super::{AppInfo, SeriesInfo, Store, StoreError, TimeRange};
@@ -73,23 +73,48 @@ impl Store {
         };
         for info in series {
             for &(level, start) in &plan {
-                let tree_key = keys::bucket(TREE, level, info.id, start);
-                let Some(value) = self.inner.data.get(tree_key)? else {
-                    continue;
-                };
-                let payload = keys::open(&tree_key, &value)?;
-                let tree = Tree::decode(payload).map_err(|_| StoreError::Corrupt {
-                    key: keys::printable(&tree_key),
-                    reason: "tree does not decode",
-                })?;
-                merged.tree.merge(&tree);
-                let total_key = keys::bucket(TOTAL, level, info.id, start);
-                if let Some(value) = self.inner.data.get(total_key)? {
-                    merged.writes += decode_total(&total_key, keys::open(&total_key, &value)?)?.1;
-                }
+                self.read_bucket(info.id, level, start, &mut merged)?;
             }
         }
         Ok(merged)
+    }
+
+    /// Adds one bucket to `merged`: its tree if it has one that is up to date, else (a rollup
+    /// still marked dirty) its ten children, recursively.
+    fn read_bucket(
+        &self,
+        id: keys::SeriesId,
+        level: usize,
+        start: u64,
+        merged: &mut Merged,
+    ) -> Result<(), StoreError> {
+        if level > 0
+            && self
+                .inner
+                .data
+                .contains_key(keys::bucket(DIRTY, level, id, start))?
+        {
+            let child = LEVELS[level - 1];
+            for child_start in (start..start + LEVELS[level]).step_by(child as usize) {
+                self.read_bucket(id, level - 1, child_start, merged)?;
+            }
+            return Ok(());
+        }
+        let tree_key = keys::bucket(TREE, level, id, start);
+        let Some(value) = self.inner.data.get(tree_key)? else {
+            return Ok(());
+        };
+        let payload = keys::open(&tree_key, &value)?;
+        let tree = Tree::decode(payload).map_err(|_| StoreError::Corrupt {
+            key: keys::printable(&tree_key),
+            reason: "tree does not decode",
+        })?;
+        merged.tree.merge(&tree);
+        let total_key = keys::bucket(TOTAL, level, id, start);
+        if let Some(value) = self.inner.data.get(total_key)? {
+            merged.writes += decode_total(&total_key, keys::open(&total_key, &value)?)?.1;
+        }
+        Ok(())
     }
 
     /// The totals of `series` over `range`, summed per `step` seconds (rounded up to a multiple
