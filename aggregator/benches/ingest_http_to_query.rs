@@ -99,7 +99,10 @@ async fn run(buckets: u64) {
         written as f64 / nodes as f64
     );
 
-    // 2. Flame-graph latency, warm, then cold after a restart.
+    // 2. Flame-graph latency, warm, then cold after a restart. A live aggregator builds the
+    // rollups of closed buckets every 10 s while the day goes by; here the day arrived in
+    // seconds, so let one rollup pass run first.
+    tokio::time::sleep(Duration::from_secs(12)).await;
     let hour = (now - 3_600, now);
     let day = (day_start, now);
     for (name, range) in [("1 h", hour), ("24 h", day)] {
