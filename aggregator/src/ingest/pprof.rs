@@ -172,7 +172,8 @@ pub(crate) fn parse_form(
 ///
 /// # Errors
 ///
-/// [`IngestError::BadLabel`] for a pprof label name outside `[A-Za-z0-9_.]` or `__name__`,
+/// [`IngestError::BadLabel`] for a pprof label named `__name__` (other names are made valid by
+/// [`label_name`]),
 /// [`IngestError::BadProfileName`] for a suffix that makes an invalid app name.
 pub(crate) fn to_profiles(
     prefix: &Series,
@@ -188,7 +189,7 @@ pub(crate) fn to_profiles(
         let mut labels = prefix.labels().clone();
         for (name, value) in &s.labels {
             labels
-                .insert(name, value)
+                .insert(label_name(name), value)
                 .map_err(|source| IngestError::BadLabel {
                     name: name.clone(),
                     source,
@@ -215,6 +216,21 @@ pub(crate) fn to_profiles(
         ));
     }
     Ok(profiles)
+}
+
+/// A pprof label name as a series label name: every character outside `[A-Za-z0-9_.]` becomes
+/// `_`. Go programs label samples freely (`http-route`); rejecting the whole profile for that
+/// would lose it, and Pyroscope sanitizes the same way.
+fn label_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// The `type` label of the distributor metrics for a profile type. Suffixes come from the
@@ -273,5 +289,7 @@ mod tests {
     fn unknown_types_count_as_other() {
         assert_eq!(type_label("alloc_space"), "alloc_space");
         assert_eq!(type_label("my_custom_type"), "other");
+        assert_eq!(label_name("http-route"), "http_route");
+        assert_eq!(label_name("process.runtime.name"), "process.runtime.name");
     }
 }
