@@ -211,7 +211,6 @@ impl Store {
         let db = sled::Config::new()
             .path(dir.join("sled"))
             .cache_capacity(config.cache_bytes)
-            .mode(sled::Mode::LowSpace)
             .open()?;
         let data = db.open_tree("data")?;
         let (commands, queue) = mpsc::channel(QUEUE);
