@@ -652,6 +652,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn past_the_size_limit_the_oldest_data_goes_first() {
+        let dir = tempfile::tempdir().unwrap();
+        // A limit any store exceeds: every pass deletes the oldest 10 000 s.
+        let config = StoreConfig {
+            max_disk_bytes: 1,
+            ..StoreConfig::default()
+        };
+        let store = Store::open(dir.path(), config, Metrics::new().store.clone()).unwrap();
+        let base = unix(SystemTime::now()) / 10_000 * 10_000 - 30_000;
+        store
+            .write(vec![
+                profile("app.cpu", base + 10, &[("oldest", 1)]),
+                profile("app.cpu", base + 10_010, &[("middle", 1)]),
+                profile("app.cpu", base + 20_010, &[("newest", 1)]),
+            ])
+            .await
+            .unwrap();
+        let everything = range(base, base + 30_000);
+        let series = store
+            .select(&Selector::parse("app.cpu").unwrap(), everything)
+            .unwrap();
+        store.enforce_retention(at(base + 30_000)).await.unwrap();
+        let merged = store.merge(&series, everything).unwrap();
+        assert_eq!(folded(&merged.tree), "middle 1\nnewest 1\n");
+        store.enforce_retention(at(base + 30_000)).await.unwrap();
+        let merged = store.merge(&series, everything).unwrap();
+        assert_eq!(folded(&merged.tree), "newest 1\n");
+    }
+
+    #[tokio::test]
     async fn corrupt_buckets_are_reported_with_their_key() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path());
