@@ -14,8 +14,8 @@
 //! | `D` | level, series id, bucket start | empty: this rollup must be rebuilt from its children |
 //!
 //! Integers in keys are big-endian so that sled's byte order is numeric order; strings are
-//! length-prefixed so that one label's entries never run into another's. Values are framed
-//! with a CRC-32 of their payload, checked on every read.
+//! length-prefixed so that one label's entries never run into another's. Values, all but the
+//! empty ones of `L` and `D`, are framed with a CRC-32 of their payload, checked on every read.
 
 use super::StoreError;
 

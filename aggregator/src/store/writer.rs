@@ -212,7 +212,8 @@ impl Writer {
     }
 
     /// Applies one write request as one atomic batch: series records and index entries for new
-    /// series, and for each profile its bucket's tree and total at every level.
+    /// series, and for each profile its 10 s bucket's tree, the totals of every level, and a
+    /// dirty mark on each rollup above it.
     fn write(&mut self, profiles: &[Profile]) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         let mut records: HashMap<String, (SeriesId, SeriesRecord, bool)> = HashMap::new();
@@ -230,10 +231,11 @@ impl Writer {
                     entry
                 }
                 Entry::Vacant(entry) => {
-                    let stored = self.data.get(keys::series_by_key(entry.key()))?;
+                    let index_key = keys::series_by_key(entry.key());
+                    let stored = self.data.get(&index_key)?;
                     let loaded = match stored {
-                        Some(id_bytes) => {
-                            let id = series_id(entry.key(), &id_bytes)?;
+                        Some(value) => {
+                            let id = series_id(entry.key(), keys::open(&index_key, &value)?)?;
                             let record_key = keys::series(id);
                             let value =
                                 self.data
@@ -291,7 +293,10 @@ impl Writer {
         for (id, record, new) in records.into_values() {
             if new {
                 created += 1;
-                batch.insert(&keys::series_by_key(&record.key)[..], &id.to_be_bytes()[..]);
+                batch.insert(
+                    keys::series_by_key(&record.key),
+                    keys::seal(&id.to_be_bytes()),
+                );
                 for (name, value) in record.index_entries() {
                     batch.insert(keys::label(name, value, id), &[][..]);
                 }
