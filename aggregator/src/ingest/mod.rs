@@ -11,6 +11,10 @@
 //! - `POST /push.v1.PusherService/Push`: Connect's unary push of pprof profiles, binary or
 //!   JSON ([`push`]).
 //!
+//! Authentication and tenancy headers that SDKs send (`Authorization: Bearer …` or `Basic …`,
+//! `X-Scope-OrgID`, custom headers) are ignored: Smolder has no users or tenants yet, and an
+//! SDK configured for Grafana Cloud must still be able to push to it unchanged.
+//!
 //! Every rejection is an [`IngestError`]: 400 for a bad parameter, 413 past a cap, 415 for a
 //! content type or encoding not read here, 422 for a body that does not parse (400 on the
 //! Connect route, as Connect's `invalid_argument`), 500 only when the store fails. Each is
@@ -133,9 +137,21 @@ pub(crate) enum IngestError {
     /// `format` (or the legacy `Content-Type`) names a Pyroscope format Smolder does not read.
     #[error("format {format} is not supported; supported formats: {SUPPORTED_FORMATS}")]
     UnsupportedFormat {
-        /// `trie`, `tree`, `jfr` or `speedscope`.
+        /// `trie`, `tree` or `speedscope`.
         format: String,
     },
+    /// `format=jfr`: what the Pyroscope Java agent sends by default
+    /// (`pyroscope-java:agent/src/main/java/io/pyroscope/javaagent/impl/PyroscopeExporter.java`).
+    /// Smolder has no JFR parser, so the message says what the agent can send instead: its
+    /// `collapsed` format where the agent version has one, which uploads folded stacks.
+    #[error(
+        "format jfr is not supported: Smolder does not read Java Flight Recorder data; \
+         supported formats: {SUPPORTED_FORMATS}. Configure the Pyroscope Java agent with \
+         PYROSCOPE_FORMAT=collapsed (agent versions that offer it send folded stacks, which \
+         Smolder reads); agents whose PYROSCOPE_FORMAT only accepts jfr or otlp cannot push to \
+         Smolder"
+    )]
+    JfrUnsupported,
     /// `Content-Encoding` is neither gzip nor identity.
     #[error("unsupported Content-Encoding {encoding:?}; only gzip is supported")]
     UnsupportedEncoding {
@@ -262,6 +278,7 @@ impl IngestError {
             | BadAggregation { .. }
             | UnknownFormat { .. }
             | UnsupportedFormat { .. }
+            | JfrUnsupported
             | BadGzip { .. }
             | BodyRead { .. }
             | PushBody { .. }
@@ -293,7 +310,7 @@ impl IngestError {
             | BadSampleRate { .. }
             | BadAggregation { .. }
             | UnknownFormat { .. } => "bad_param",
-            UnsupportedFormat { .. } => "unsupported_format",
+            UnsupportedFormat { .. } | JfrUnsupported => "unsupported_format",
             UnsupportedEncoding { .. } => "unsupported_encoding",
             UnsupportedMediaType { .. } => "unsupported_media_type",
             BodyTooLarge { .. } | DecompressedTooLarge { .. } => "body_too_large",

@@ -51,11 +51,10 @@ impl BodyFormat {
             Some("lines") => Ok(BodyFormat::Lines),
             Some("pprof") if multipart => Ok(BodyFormat::PprofForm),
             Some("pprof") => Ok(BodyFormat::Pprof),
-            Some(other @ ("trie" | "tree" | "jfr" | "speedscope")) => {
-                Err(IngestError::UnsupportedFormat {
-                    format: other.to_owned(),
-                })
-            }
+            Some("jfr") => Err(IngestError::JfrUnsupported),
+            Some(other @ ("trie" | "tree" | "speedscope")) => Err(IngestError::UnsupportedFormat {
+                format: other.to_owned(),
+            }),
             Some(other) => Err(IngestError::UnknownFormat {
                 format: other.to_owned(),
             }),
@@ -212,7 +211,7 @@ mod tests {
         assert_eq!(format(Some(""), "").ok(), Some(BodyFormat::Folded));
         assert!(matches!(
             format(Some("jfr"), ""),
-            Err(IngestError::UnsupportedFormat { .. })
+            Err(IngestError::JfrUnsupported)
         ));
         assert!(matches!(
             format(None, "binary/octet-stream+trie"),

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Multipart, Request};
 use axum::http::request::Parts;
-use smolder_common::pprof::{self, Limits};
-use smolder_common::{Profile, ProfileMeta, ProfileSeries, SampleTypes, Series};
+use smolder_common::pprof::{self, Limits, SampleTypeConfig};
+use smolder_common::{Aggregation, Profile, ProfileMeta, ProfileSeries, SampleTypes, Series};
 
 use super::body::RequestBody;
 use super::params::IngestParams;
@@ -39,12 +39,13 @@ pub(crate) fn parse_body(
     body: &RequestBody,
     limits: &Limits,
 ) -> Result<Batch, IngestError> {
-    let series = pprof::parse(&body.bytes, &SampleTypes::default(), limits).map_err(|source| {
+    let mut series = pprof::parse(&body.bytes, &sdk_sample_types(), limits).map_err(|source| {
         IngestError::Pprof {
             part: "pprof body".to_owned(),
             source,
         }
     })?;
+    normalize_sdk_series(&mut series, params.meta.sample_rate);
     Ok(Batch {
         format: "pprof",
         sent_bytes: body.sent_bytes,
@@ -126,7 +127,7 @@ pub(crate) fn parse_form(
     limits: &Limits,
 ) -> Result<Batch, IngestError> {
     let sample_types = match &form.sample_type_config {
-        None => SampleTypes::default(),
+        None => sdk_sample_types(),
         Some(json) => SampleTypes::from_json(json).map_err(|source| IngestError::Pprof {
             part: "sample_type_config field".to_owned(),
             source,
@@ -139,6 +140,9 @@ pub(crate) fn parse_form(
         })
     };
     let mut series = parse(&form.profile, "profile")?;
+    if form.sample_type_config.is_none() {
+        normalize_sdk_series(&mut series, params.meta.sample_rate);
+    }
     if let Some(prev) = &form.prev_profile {
         let earlier: HashMap<(String, Vec<(String, String)>), ProfileSeries> =
             parse(prev, "prev_profile")?
@@ -163,6 +167,81 @@ pub(crate) fn parse_form(
             series,
         )?,
     })
+}
+
+/// The sample types read from pprof bodies sent without a `sample_type_config`: Pyroscope's
+/// defaults, plus the types of the v1-era SDKs, which a v0 table would silently drop.
+/// pyroscope-rs (and so the Python and Ruby SDKs) sends only `cpu` in `nanoseconds`
+/// (`pyroscope-rs:src/encode/pprof.rs`), and the .NET profiler `cpu`, `wall`, `alloc_samples`,
+/// `alloc_size`, `lock_count`, `lock_time` and `exception`. `cpu` and `wall` are stored as
+/// sample counts under the same suffix as a folded `.cpu` upload, by
+/// [`normalize_sdk_series`]; the others under their own names, summed, as deltas (those SDKs
+/// send deltas).
+pub(crate) fn sdk_sample_types() -> SampleTypes {
+    let mut types = SampleTypes::default();
+    for (name, suffix) in [("cpu", "cpu"), ("wall", "wall")] {
+        types.insert(
+            name,
+            SampleTypeConfig {
+                // Empty: keep the pprof unit, so that `normalize_sdk_series` knows what to
+                // divide by.
+                units: String::new(),
+                display_name: suffix.to_owned(),
+                aggregation: Aggregation::Sum,
+                cumulative: false,
+                sampled: true,
+            },
+        );
+    }
+    for name in [
+        "alloc_samples",
+        "alloc_size",
+        "lock_count",
+        "lock_time",
+        "exception",
+    ] {
+        if types.get(name).is_none() {
+            types.insert(
+                name,
+                SampleTypeConfig {
+                    aggregation: Aggregation::Sum,
+                    ..SampleTypeConfig::default()
+                },
+            );
+        }
+    }
+    types
+}
+
+/// Completes a conversion with [`sdk_sample_types`]:
+/// - a profile that has Go's `samples` type also has `cpu` (Go's CPU profiles carry both) and
+///   Node's a `wall` type beside `samples`: the `samples` series already holds those stacks,
+///   so the time-valued ones are dropped rather than stored twice;
+/// - `cpu` and `wall` values in a time unit become sample counts (value × rate / units per
+///   second), with units `samples`, so that they sum with folded `.cpu` uploads. The rate is
+///   the profile's (from its period), else `fallback_rate` (`sampleRate`, default 100).
+pub(crate) fn normalize_sdk_series(series: &mut Vec<ProfileSeries>, fallback_rate: u32) {
+    let timed = |s: &ProfileSeries| s.sample_type == "cpu" || s.sample_type == "wall";
+    if series.iter().any(|s| s.sample_type == "samples") {
+        series.retain(|s| !timed(s));
+    }
+    for s in series.iter_mut().filter(|s| timed(s)) {
+        let per_second: u64 = match s.units.as_str() {
+            "nanoseconds" => 1_000_000_000,
+            "microseconds" => 1_000_000,
+            "milliseconds" => 1_000,
+            "seconds" => 1,
+            // Already a count of samples.
+            _ => {
+                s.units = "samples".to_owned();
+                continue;
+            }
+        };
+        let rate = s.sample_rate.unwrap_or(fallback_rate).max(1);
+        s.tree.scale(u64::from(rate), per_second);
+        s.sample_rate = Some(rate);
+        s.units = "samples".to_owned();
+    }
 }
 
 /// Turns converted pprof series into profiles under `prefix`: app `<prefix app>.<suffix>`,

@@ -11,8 +11,8 @@
 //! cannot stand in. Characters outside the app-name set `[A-Za-z0-9_.-]` become `_`, so that
 //! Alloy's `namespace/container` service names are kept rather than rejected. Every other
 //! label not starting with `__` becomes a series label (OpenTelemetry-style dotted names
-//! included). Each `RawSample` is a pprof profile, gzipped or not, converted with the default
-//! sample types into `<service_name>.<suffix>` series exactly as `/ingest?format=pprof` does;
+//! included). Each `RawSample` is a pprof profile, gzipped or not, converted with the SDK
+//! sample types (`pprof::sdk_sample_types`: the defaults plus `cpu`, `wall` and .NET's types) into `<service_name>.<suffix>` series exactly as `/ingest?format=pprof` does;
 //! its `time_nanos` and `duration_nanos` give the span (now when absent). The spy name is the
 //! `pyroscope_spy` label, else `unknown`. Cumulative sample types are stored as sent: a push
 //! has no `prev_profile` to subtract.
@@ -32,10 +32,10 @@ use base64::engine::general_purpose::{STANDARD_PAD_INDIFFERENT, URL_SAFE_PAD_IND
 use prost::Message;
 use serde::Deserialize;
 use smolder_common::pprof::{self, Limits};
-use smolder_common::{Labels, ProfileMeta, SampleTypes, Series};
+use smolder_common::{Labels, ProfileMeta, Series};
 
 use super::body::{self, RequestBody};
-use super::pprof::{limits, to_profiles};
+use super::pprof::{limits, normalize_sdk_series, sdk_sample_types, to_profiles};
 use super::{Batch, IngestError, Stored, blocking, chain, content_type, record};
 use crate::app::AppState;
 use crate::http::ApiError;
@@ -273,13 +273,14 @@ fn convert(
                     source,
                 }
             })?;
-            let converted =
-                pprof::to_series(&profile, &SampleTypes::default(), limits).map_err(|source| {
+            let mut converted =
+                pprof::to_series(&profile, &sdk_sample_types(), limits).map_err(|source| {
                     IngestError::Pprof {
                         part: part(),
                         source,
                     }
                 })?;
+            normalize_sdk_series(&mut converted, meta.sample_rate);
             let span = span(profile.time_nanos, profile.duration_nanos, now);
             profiles.extend(to_profiles(&prefix, &meta, span, converted)?);
         }

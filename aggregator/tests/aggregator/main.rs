@@ -11,3 +11,6 @@ mod ingest;
 
 /// `/render`, `/render-diff`, label and app listings: exact Pyroscope answers over HTTP.
 mod query;
+
+/// Every Pyroscope SDK's exact upload request, accepted or rejected with a useful message.
+mod sdk;
