@@ -108,6 +108,13 @@ pub(crate) enum IngestError {
         /// What is wrong, with its position.
         source: TimeError,
     },
+    /// A profile's span ends more than [`MAX_CLOCK_SKEW`] after the aggregator's clock, or
+    /// before the store's retention (`store.retention`), which would delete it at once.
+    #[error("profile time out of range: {reason}")]
+    TimeOutOfRange {
+        /// Which bound, with the times involved.
+        reason: String,
+    },
     /// `until` is before `from`.
     #[error("until ({until}) is before from ({from})")]
     UntilBeforeFrom {
@@ -274,6 +281,7 @@ impl IngestError {
             | BadName { .. }
             | BadTime { .. }
             | UntilBeforeFrom { .. }
+            | TimeOutOfRange { .. }
             | BadSampleRate { .. }
             | BadAggregation { .. }
             | UnknownFormat { .. }
@@ -307,6 +315,7 @@ impl IngestError {
             | BadName { .. }
             | BadTime { .. }
             | UntilBeforeFrom { .. }
+            | TimeOutOfRange { .. }
             | BadSampleRate { .. }
             | BadAggregation { .. }
             | UnknownFormat { .. } => "bad_param",
@@ -353,6 +362,42 @@ fn chain(error: &dyn StdError) -> String {
     text
 }
 
+/// How far past the aggregator's clock a profile may end: agents' clocks drift, but a profile
+/// from the future would sit in a bucket no query reaches and that retention never deletes.
+pub(crate) const MAX_CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Rejects a profile stamped beyond [`MAX_CLOCK_SKEW`] or older than `retention`.
+fn check_time(
+    profile: &Profile,
+    now: SystemTime,
+    retention: std::time::Duration,
+) -> Result<(), IngestError> {
+    let unix = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    };
+    if profile.until > now + MAX_CLOCK_SKEW {
+        return Err(IngestError::TimeOutOfRange {
+            reason: format!(
+                "until {} is more than {} s after the aggregator's clock ({})",
+                unix(profile.until),
+                MAX_CLOCK_SKEW.as_secs(),
+                unix(now)
+            ),
+        });
+    }
+    if profile.until + retention < now {
+        return Err(IngestError::TimeOutOfRange {
+            reason: format!(
+                "until {} is older than the retention (store.retention, {} s); it would be deleted at once",
+                unix(profile.until),
+                retention.as_secs()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The profiles parsed from one request, with what the metrics need to know about them.
 pub(crate) struct Batch {
     /// The `format` label of `smolder_aggregator_ingest_profiles_total`.
@@ -365,12 +410,22 @@ pub(crate) struct Batch {
 
 impl Batch {
     /// Writes the batch in one store write, then records the ingest metrics.
+    ///
+    /// # Errors
+    ///
+    /// [`IngestError::TimeOutOfRange`] when any profile is stamped too far in the future or
+    /// older than the retention (nothing is stored then); [`IngestError::Store`] when the write
+    /// fails.
     async fn store(self, state: &AppState) -> Result<Stored, IngestError> {
         let Batch {
             format,
             sent_bytes,
             profiles,
         } = self;
+        let now = SystemTime::now();
+        for (profile, _) in &profiles {
+            check_time(profile, now, state.config.store.retention)?;
+        }
         let mut types = BTreeSet::new();
         let mut samples = Vec::with_capacity(profiles.len());
         let mut stored = Stored::default();

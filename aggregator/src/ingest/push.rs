@@ -12,9 +12,10 @@
 //! Alloy's `namespace/container` service names are kept rather than rejected. Every other
 //! label not starting with `__` becomes a series label (OpenTelemetry-style dotted names
 //! included). Each `RawSample` is a pprof profile, gzipped or not, converted with the SDK
-//! sample types (`pprof::sdk_sample_types`: the defaults plus `cpu`, `wall` and .NET's types) into `<service_name>.<suffix>` series exactly as `/ingest?format=pprof` does;
-//! its `time_nanos` and `duration_nanos` give the span (now when absent). The spy name is the
-//! `pyroscope_spy` label, else `unknown`. Cumulative sample types are stored as sent: a push
+//! sample types (`pprof::sdk_sample_types`: the defaults plus `cpu`, `wall` and .NET's types)
+//! into `<service_name>.<suffix>` series exactly as `/ingest?format=pprof` does; its
+//! `time_nanos` and `duration_nanos` give the span (now when absent). The spy name is the
+//! `pyroscope_spy` label (`spy_name` from .NET), else `unknown`. Cumulative sample types are stored as sent: a push
 //! has no `prev_profile` to subtract.
 //!
 //! Success is 200 with an empty `PushResponse` in the request's encoding. Errors follow
@@ -243,7 +244,8 @@ fn convert(
                 "service_name" => service = Some(pair.value.as_str()),
                 name if name.starts_with("__") => continue,
                 name => {
-                    if name == "pyroscope_spy" {
+                    // Pyroscope's SDKs say `pyroscope_spy`; .NET's profiler says `spy_name`.
+                    if name == "pyroscope_spy" || (name == "spy_name" && spy.is_none()) {
                         spy = Some(pair.value.clone());
                     }
                     labels

@@ -66,13 +66,16 @@ impl Store {
         range: TimeRange,
     ) -> Result<Merged, StoreError> {
         let (from, until) = range.buckets();
-        let plan = plan(from, until);
         let mut merged = Merged {
             tree: Tree::new(),
             writes: 0,
         };
         for info in series {
-            for &(level, start) in &plan {
+            // Only the span the series has data in: a range of centuries costs no more than
+            // the data it covers.
+            let from = from.max(info.first_seen / BUCKET * BUCKET);
+            let until = until.min(info.last_seen + BUCKET);
+            for (level, start) in plan(from, until) {
                 self.read_bucket(info.id, level, start, &mut merged)?;
             }
         }
@@ -275,19 +278,22 @@ impl Store {
 }
 
 /// The fewest whole buckets that cover `[from, until)` (both multiples of 10 s): at each point
-/// the largest level whose bucket starts there and ends inside the range.
-fn plan(from: u64, until: u64) -> Vec<(usize, u64)> {
-    let mut buckets = Vec::new();
+/// the largest level whose bucket starts there and ends inside the range. Lazy, so that its
+/// memory does not grow with the range.
+fn plan(from: u64, until: u64) -> impl Iterator<Item = (usize, u64)> {
     let mut at = from;
-    while at < until {
+    std::iter::from_fn(move || {
+        if at >= until {
+            return None;
+        }
         let level = LEVELS
             .iter()
             .rposition(|&size| at.is_multiple_of(size) && at + size <= until)
             .unwrap_or(0);
-        buckets.push((level, at));
+        let bucket = (level, at);
         at += LEVELS[level];
-    }
-    buckets
+        Some(bucket)
+    })
 }
 
 #[cfg(test)]
@@ -296,10 +302,13 @@ mod tests {
 
     #[test]
     fn plan_uses_the_coarsest_buckets_that_fit() {
-        assert_eq!(plan(0, 10), [(0, 0)]);
-        assert_eq!(plan(0, 100), [(1, 0)]);
-        assert_eq!(plan(90, 210), [(0, 90), (1, 100), (0, 200)]);
-        let day = plan(1_700_000_000 / 10 * 10, 1_700_086_400 / 10 * 10);
+        assert_eq!(plan(0, 10).collect::<Vec<_>>(), [(0, 0)]);
+        assert_eq!(plan(0, 100).collect::<Vec<_>>(), [(1, 0)]);
+        assert_eq!(
+            plan(90, 210).collect::<Vec<_>>(),
+            [(0, 90), (1, 100), (0, 200)]
+        );
+        let day: Vec<_> = plan(1_700_000_000 / 10 * 10, 1_700_086_400 / 10 * 10).collect();
         assert!(day.len() <= 62, "{} buckets for a day", day.len());
         let covered: u64 = day.iter().map(|&(level, _)| LEVELS[level]).sum();
         assert_eq!(covered, 86_400);
