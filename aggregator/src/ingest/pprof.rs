@@ -300,7 +300,7 @@ pub(crate) fn to_profiles(
 /// A pprof label name as a series label name: every character outside `[A-Za-z0-9_.]` becomes
 /// `_`. Go programs label samples freely (`http-route`); rejecting the whole profile for that
 /// would lose it, and Pyroscope sanitizes the same way.
-fn label_name(name: &str) -> String {
+pub(super) fn label_name(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '.' {

@@ -249,7 +249,7 @@ fn convert(
                         spy = Some(pair.value.clone());
                     }
                     labels
-                        .insert(name, &pair.value)
+                        .insert(super::pprof::label_name(name), &pair.value)
                         .map_err(|source| IngestError::BadLabel {
                             name: name.to_owned(),
                             source,

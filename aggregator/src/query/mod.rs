@@ -60,6 +60,9 @@ pub struct QueryConfig {
     pub max_nodes_default: usize,
     /// The largest node budget a request may ask for. Default 1 048 576, as Pyroscope.
     pub max_nodes_limit: usize,
+    /// The most label values `groupBy` may split a render into (each is a timeline of up to
+    /// 10 240 points). Default 1000.
+    pub max_groups: usize,
 }
 
 impl Default for QueryConfig {
@@ -67,6 +70,7 @@ impl Default for QueryConfig {
         QueryConfig {
             max_nodes_default: 8192,
             max_nodes_limit: 1 << 20,
+            max_groups: 1000,
         }
     }
 }
@@ -166,6 +170,14 @@ pub(crate) enum QueryError {
         /// What was sent.
         value: String,
     },
+    /// `groupBy` has more distinct values than `query.max_groups` allows.
+    #[error("groupBy {label:?} has more than {limit} values (query.max_groups); narrow the query")]
+    TooManyGroups {
+        /// The label grouped by.
+        label: String,
+        /// The configured limit.
+        limit: usize,
+    },
     /// The two sides of a diff measure different things.
     #[error("cannot diff: left {what} ({left}) does not match right {what} ({right})")]
     Incompatible {
@@ -213,6 +225,7 @@ impl QueryError {
             QueryError::InvalidFormat { .. } => "invalid_format",
             QueryError::InvalidMaxNodes { .. } => "invalid_max_nodes",
             QueryError::InvalidLabelName { .. } => "invalid_label_name",
+            QueryError::TooManyGroups { .. } => "too_many_groups",
             QueryError::Incompatible { .. } => "incompatible_diff",
             QueryError::InvalidBody { .. } => "invalid_body",
             QueryError::AppNotFound { .. } => "app_not_found",
@@ -499,6 +512,7 @@ mod tests {
         let config = QueryConfig {
             max_nodes_default: 100,
             max_nodes_limit: 1000,
+            ..QueryConfig::default()
         };
         assert_eq!(params(&[]).max_nodes(&config).ok(), Some(100));
         assert_eq!(

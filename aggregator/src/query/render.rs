@@ -142,34 +142,44 @@ async fn json(
         ..
     } = request;
     let query = selector.to_string();
-    let (selected, timeline, groups) = blocking(&state.store, move |store| {
+    let max_groups = state.config.query.max_groups;
+    // Merging, grouping and laying out up to a million nodes is CPU work: all of it runs on the
+    // blocking pool, never on the runtime's workers.
+    let profile = blocking(&state.store, move |store| {
         let selected = select_and_merge(store, &selector, range)?;
         let step = timeline::step_for_range(range);
-        let groups = timeline::groups(store, &selected.series, group_by.as_deref(), range, step)?;
+        let groups = timeline::groups(
+            store,
+            &selected.series,
+            group_by.as_deref(),
+            range,
+            step,
+            max_groups,
+        )?;
         // Without groupBy, "*" holds every series and is the timeline itself.
         let timeline = match (&group_by, groups.get(OTHERS)) {
             (None, Some(all)) => all.clone(),
             _ => timeline::read(store, &selected.series, range, step)?,
         };
-        Ok((selected, timeline, groups))
+        let meta = selected.meta.unwrap_or_else(no_meta);
+        let metadata = Metadata {
+            spy_name: meta.spy_name,
+            sample_rate: meta.sample_rate,
+            units: meta.units,
+            name,
+            app_name: Some(app),
+            start_time: Some(unix_secs(range.from)),
+            end_time: Some(unix_secs(range.until)),
+            query: Some(query),
+            max_nodes: Some(u64::try_from(max_nodes).unwrap_or(u64::MAX)),
+            ..Metadata::default()
+        };
+        let mut profile = FlamebearerProfile::single(&selected.tree, max_nodes, metadata);
+        profile.timeline = Some(timeline);
+        profile.groups = Some(groups);
+        profile.annotations = Some(Vec::new());
+        Ok(profile)
     })
     .await?;
-    let meta = selected.meta.unwrap_or_else(no_meta);
-    let metadata = Metadata {
-        spy_name: meta.spy_name,
-        sample_rate: meta.sample_rate,
-        units: meta.units,
-        name,
-        app_name: Some(app),
-        start_time: Some(unix_secs(range.from)),
-        end_time: Some(unix_secs(range.until)),
-        query: Some(query),
-        max_nodes: Some(u64::try_from(max_nodes).unwrap_or(u64::MAX)),
-        ..Metadata::default()
-    };
-    let mut profile = FlamebearerProfile::single(&selected.tree, max_nodes, metadata);
-    profile.timeline = Some(timeline);
-    profile.groups = Some(groups);
-    profile.annotations = Some(Vec::new());
     Ok(profile)
 }

@@ -71,6 +71,7 @@ pub(super) fn groups(
     group_by: Option<&str>,
     range: TimeRange,
     step: u64,
+    max_groups: usize,
 ) -> Result<BTreeMap<String, Timeline>, QueryError> {
     let mut by_value: BTreeMap<String, Vec<SeriesInfo>> = BTreeMap::new();
     by_value.insert(OTHERS.to_owned(), Vec::new());
@@ -82,6 +83,13 @@ pub(super) fn groups(
             .entry(value.to_owned())
             .or_default()
             .push(info.clone());
+        // "*" is always there and does not count.
+        if by_value.len() > max_groups + 1 {
+            return Err(QueryError::TooManyGroups {
+                label: group_by.unwrap_or_default().to_owned(),
+                limit: max_groups,
+            });
+        }
     }
     by_value
         .into_iter()

@@ -727,3 +727,29 @@ async fn bad_parameters_are_400s_that_name_the_parameter() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn group_by_past_max_groups_is_refused() {
+    let mut config = smolder_aggregator::config::Config::default();
+    config.query.max_groups = 2;
+    let agg = Aggregator::with_config(config).await;
+    let at = base();
+    for host in ["a", "b", "c"] {
+        ingest(
+            &agg,
+            &format!("app.cpu{{host={host}}}"),
+            at,
+            "main 1\n",
+            &[],
+        )
+        .await;
+    }
+    let range = [("from", at.to_string()), ("until", (at + 10).to_string())];
+    let query: Vec<(&str, &str)> = [("query", "app.cpu"), ("groupBy", "host")]
+        .into_iter()
+        .chain(range.iter().map(|(k, v)| (*k, v.as_str())))
+        .collect();
+    let (status, body) = get(&agg, "/render", &query).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("query.max_groups"), "{body}");
+}
