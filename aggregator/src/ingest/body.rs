@@ -74,7 +74,17 @@ pub(crate) async fn read(
         }
     };
     let sent_bytes = sent.len();
-    let bytes = if gzip { gunzip(&sent, config)? } else { sent };
+    let bytes = if gzip {
+        // Up to `max_decompressed_bytes` of inflating: CPU work, for the blocking pool.
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || gunzip(&sent, &config))
+            .await
+            .map_err(|err| IngestError::Panicked {
+                reason: err.to_string(),
+            })??
+    } else {
+        sent
+    };
     Ok(RequestBody { sent_bytes, bytes })
 }
 

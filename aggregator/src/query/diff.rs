@@ -57,28 +57,28 @@ async fn diff(state: &AppState, query: RawQuery) -> Result<Response, QueryError>
     } else {
         format!("diff_{}_{}", left.app(), right.app())
     };
-    let (left_side, right_side) = blocking(&state.store, move |store| {
-        Ok((
-            select_and_merge(store, &left, left_range)?,
-            select_and_merge(store, &right, right_range)?,
-        ))
+    // Merging both sides, aligning them and laying out the diff is CPU work: all of it runs on
+    // the blocking pool.
+    let profile = blocking(&state.store, move |store| {
+        let left_side = select_and_merge(store, &left, left_range)?;
+        let right_side = select_and_merge(store, &right, right_range)?;
+        let meta = compatible(&left_side, &right_side)?;
+        let metadata = Metadata {
+            spy_name: meta.spy_name,
+            sample_rate: meta.sample_rate,
+            units: meta.units,
+            name: "diff".to_owned(),
+            app_name: Some(app_name),
+            start_time: Some(unix_secs(left_range.from.min(right_range.from))),
+            end_time: Some(unix_secs(left_range.until.max(right_range.until))),
+            query: None,
+            max_nodes: Some(u64::try_from(max_nodes).unwrap_or(u64::MAX)),
+            ..Metadata::default()
+        };
+        let combined = Tree::combine(&left_side.tree, &right_side.tree);
+        Ok(FlamebearerProfile::diff(&combined, max_nodes, metadata))
     })
     .await?;
-    let meta = compatible(&left_side, &right_side)?;
-    let metadata = Metadata {
-        spy_name: meta.spy_name,
-        sample_rate: meta.sample_rate,
-        units: meta.units,
-        name: "diff".to_owned(),
-        app_name: Some(app_name),
-        start_time: Some(unix_secs(left_range.from.min(right_range.from))),
-        end_time: Some(unix_secs(left_range.until.max(right_range.until))),
-        query: None,
-        max_nodes: Some(u64::try_from(max_nodes).unwrap_or(u64::MAX)),
-        ..Metadata::default()
-    };
-    let combined = Tree::combine(&left_side.tree, &right_side.tree);
-    let profile = FlamebearerProfile::diff(&combined, max_nodes, metadata);
     Ok(Json(profile).into_response())
 }
 

@@ -101,27 +101,28 @@ async fn render(state: &AppState, query: RawQuery) -> Result<Response, QueryErro
     let app = request.selector.app().to_owned();
     let name = export::profile_name(&app, request.range.from);
     match request.format {
+        // Exports of up to a million nodes are CPU work: they are built on the blocking pool.
         Format::Collapsed => {
             let (selector, range) = (request.selector, request.range);
-            let selected = blocking(&state.store, move |store| {
-                select_and_merge(store, &selector, range)
+            blocking(&state.store, move |store| {
+                let selected = select_and_merge(store, &selector, range)?;
+                Ok(export::collapsed(&selected.tree, &name))
             })
-            .await?;
-            Ok(export::collapsed(&selected.tree, &name))
+            .await
         }
         Format::Pprof => {
             let (selector, range) = (request.selector, request.range);
-            let selected = blocking(&state.store, move |store| {
-                select_and_merge(store, &selector, range)
+            blocking(&state.store, move |store| {
+                let selected = select_and_merge(store, &selector, range)?;
+                Ok(export::pprof(
+                    &selected.tree,
+                    &app,
+                    selected.meta.as_ref(),
+                    (range.from, range.until),
+                    &name,
+                ))
             })
-            .await?;
-            Ok(export::pprof(
-                &selected.tree,
-                &app,
-                selected.meta.as_ref(),
-                (range.from, range.until),
-                &name,
-            ))
+            .await
         }
         Format::Json => Ok(Json(json(state, request, app, name).await?).into_response()),
     }
