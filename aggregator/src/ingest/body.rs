@@ -130,6 +130,7 @@ mod tests {
         IngestConfig {
             max_body_bytes: max_body,
             max_decompressed_bytes: max_decompressed,
+            ..IngestConfig::default()
         }
     }
 

@@ -56,6 +56,14 @@ pub struct IngestConfig {
     /// Largest body accepted after gzip decompression, in bytes; larger ones get 413. Default
     /// 64 MiB.
     pub max_decompressed_bytes: usize,
+    /// Most series one request may write (a pprof body makes one per sample type and label
+    /// set); more gets 422. Default 10 000.
+    pub max_series_per_request: usize,
+    /// Most labels one series may have; more gets 422. Default 30, as Pyroscope.
+    pub max_labels_per_series: usize,
+    /// Longest label name and value, in bytes; longer gets 422. Default 1024, as Pyroscope's
+    /// name limit (every label is a key in the store's index).
+    pub max_label_bytes: usize,
 }
 
 impl Default for IngestConfig {
@@ -63,6 +71,9 @@ impl Default for IngestConfig {
         IngestConfig {
             max_body_bytes: 16 << 20,
             max_decompressed_bytes: 64 << 20,
+            max_series_per_request: 10_000,
+            max_labels_per_series: 30,
+            max_label_bytes: 1024,
         }
     }
 }
@@ -107,6 +118,12 @@ pub(crate) enum IngestError {
         value: String,
         /// What is wrong, with its position.
         source: TimeError,
+    },
+    /// A request's series are over one of the `ingest.max_*` limits on series and labels.
+    #[error("{reason}")]
+    SeriesLimit {
+        /// Which limit, with the offending series.
+        reason: String,
     },
     /// A profile's span ends more than [`MAX_CLOCK_SKEW`] after the aggregator's clock, or
     /// before the store's retention (`store.retention`), which would delete it at once.
@@ -301,6 +318,7 @@ impl IngestError {
             | Multipart { .. }
             | MissingProfileField { .. }
             | BadLabel { .. }
+            | SeriesLimit { .. }
             | BadProfileName { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Store { .. } | Panicked { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -332,6 +350,7 @@ impl IngestError {
             | MissingProfileField { .. }
             | PushBody { .. } => "bad_body",
             BadLabel { .. } | BadProfileName { .. } | MissingServiceName { .. } => "bad_labels",
+            SeriesLimit { .. } => "series_limit",
             Store { .. } => "store",
             Panicked { .. } => "internal",
         }
@@ -365,6 +384,50 @@ fn chain(error: &dyn StdError) -> String {
 /// How far past the aggregator's clock a profile may end: agents' clocks drift, but a profile
 /// from the future would sit in a bucket no query reaches and that retention never deletes.
 pub(crate) const MAX_CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Rejects a request over the limits on series and labels: each label becomes an index key in
+/// the store, so these bound what one request can add to it.
+fn check_series(
+    profiles: &[(Profile, &'static str)],
+    config: &IngestConfig,
+) -> Result<(), IngestError> {
+    if profiles.len() > config.max_series_per_request {
+        return Err(IngestError::SeriesLimit {
+            reason: format!(
+                "the request makes {} series, more than ingest.max_series_per_request ({})",
+                profiles.len(),
+                config.max_series_per_request
+            ),
+        });
+    }
+    for (profile, _) in profiles {
+        let labels = profile.series.labels();
+        if labels.len() > config.max_labels_per_series {
+            return Err(IngestError::SeriesLimit {
+                reason: format!(
+                    "series {} has {} labels, more than ingest.max_labels_per_series ({})",
+                    profile.series.app(),
+                    labels.len(),
+                    config.max_labels_per_series
+                ),
+            });
+        }
+        if let Some((name, _)) = labels
+            .iter()
+            .find(|(name, value)| name.len().max(value.len()) > config.max_label_bytes)
+        {
+            return Err(IngestError::SeriesLimit {
+                reason: format!(
+                    "label {:?} of series {} is longer than ingest.max_label_bytes ({})",
+                    name.chars().take(64).collect::<String>(),
+                    profile.series.app(),
+                    config.max_label_bytes
+                ),
+            });
+        }
+    }
+    Ok(())
+}
 
 /// Rejects a profile stamped beyond [`MAX_CLOCK_SKEW`] or older than `retention`.
 fn check_time(
@@ -423,6 +486,7 @@ impl Batch {
             profiles,
         } = self;
         let now = SystemTime::now();
+        check_series(&profiles, &state.config.ingest)?;
         for (profile, _) in &profiles {
             check_time(profile, now, state.config.store.retention)?;
         }

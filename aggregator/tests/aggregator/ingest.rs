@@ -594,6 +594,35 @@ async fn bad_input_is_a_4xx_naming_the_problem_and_stores_nothing() {
             "is before from",
         ),
         bad(
+            "too many labels",
+            &[(
+                "name",
+                Box::leak(
+                    format!(
+                        "app.cpu{{{}}}",
+                        (0..31)
+                            .map(|i| format!("l{i}=v"))
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    )
+                    .into_boxed_str(),
+                ),
+            )],
+            "a;b 1",
+            UNPROCESSABLE,
+            "more than ingest.max_labels_per_series (30)",
+        ),
+        bad(
+            "label value too long",
+            &[(
+                "name",
+                Box::leak(format!("app.cpu{{k={}}}", "v".repeat(2000)).into_boxed_str()),
+            )],
+            "a;b 1",
+            UNPROCESSABLE,
+            "longer than ingest.max_label_bytes (1024)",
+        ),
+        bad(
             "profile from the future",
             &[name, ("from", "now+1h"), ("until", "now+1h")],
             "a;b 1",
