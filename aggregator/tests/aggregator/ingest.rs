@@ -1,17 +1,14 @@
 //! `POST /ingest` and the Connect push over real HTTP: every body format, and every client
 //! mistake answered with the right 4xx, a message naming it, and nothing stored.
 
-use std::io::Write;
-
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use prost::Message;
 use reqwest::StatusCode;
 use smolder_aggregator::config::Config;
-use smolder_common::Tree;
 use smolder_common::pprof::{self, EncodeOptions};
 
-use crate::util::Aggregator;
+use crate::util::{Aggregator, gzip, tree};
 
 /// The value of the first sample line of `/metrics` that starts with `prefix` (name and labels),
 /// or 0 when there is none.
@@ -34,12 +31,6 @@ async fn metric(agg: &Aggregator, prefix: &str) -> f64 {
 /// Profiles stored so far, by the store's own counter.
 async fn stored(agg: &Aggregator) -> f64 {
     metric(agg, "smolder_aggregator_store_profiles_written_total").await
-}
-
-fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    enc.write_all(data).expect("in memory");
-    enc.finish().expect("in memory")
 }
 
 /// POSTs `body` to `/ingest?<query>` with optional extra headers.
@@ -78,10 +69,10 @@ async fn folded_lines_and_gzip_bodies_are_stored() {
     assert_eq!(stored(&agg).await, 1.0);
     let prod = "shop.cpu{env=\"prod\",k8s.pod.name=\"web-1\"}";
     assert_eq!(
-        collapsed(&agg, prod).await,
+        agg.collapsed(prod).await,
         "main;gc 5\nmain;handler;json.Marshal 37"
     );
-    let meta = render_metadata(&agg, prod).await;
+    let meta = agg.metadata(prod).await;
     assert_eq!(meta["sampleRate"], 99, "{meta}");
     assert_eq!(meta["spyName"], "gospy", "{meta}");
 
@@ -105,7 +96,7 @@ async fn folded_lines_and_gzip_bodies_are_stored() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(stored(&agg).await, 3.0);
     assert_eq!(
-        collapsed(&agg, "shop.cpu{env=\"\"}").await,
+        agg.collapsed("shop.cpu{env=\"\"}").await,
         "main;a 5\nmain;b 1",
         "lines count identical stacks; gzip bodies merge in"
     );
@@ -159,49 +150,6 @@ async fn pyroscope_ingest_prefix_is_served() {
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(stored(&agg).await, 1.0);
     agg.stop().await;
-}
-
-/// Everything stored under `query` in the last hour (and a minute ahead), as folded text.
-async fn collapsed(agg: &Aggregator, query: &str) -> String {
-    let response = agg
-        .http
-        .get(agg.url("/render"))
-        .query(&[
-            ("query", query),
-            ("from", "now-1h"),
-            ("until", "now+1m"),
-            ("format", "collapsed"),
-        ])
-        .send()
-        .await
-        .expect("GET /render");
-    assert_eq!(response.status(), StatusCode::OK, "render {query}");
-    let text = response.text().await.expect("render text");
-    let mut lines: Vec<&str> = text.lines().collect();
-    lines.sort_unstable();
-    lines.join("\n")
-}
-
-/// The flamebearer metadata of `query`.
-async fn render_metadata(agg: &Aggregator, query: &str) -> serde_json::Value {
-    let response = agg
-        .http
-        .get(agg.url("/render"))
-        .query(&[("query", query), ("from", "now-1h"), ("until", "now+1m")])
-        .send()
-        .await
-        .expect("GET /render");
-    assert_eq!(response.status(), StatusCode::OK, "render {query}");
-    let json: serde_json::Value = response.json().await.expect("render json");
-    json["metadata"].clone()
-}
-
-fn tree(stacks: &[(&str, u64)]) -> Tree {
-    let mut tree = Tree::new();
-    for (stack, value) in stacks {
-        tree.insert_names(stack.split(';'), *value);
-    }
-    tree
 }
 
 fn cpu_pprof(stacks: &[(&str, u64)], rate: u32, gzip: bool) -> Vec<u8> {
@@ -258,10 +206,11 @@ async fn pprof_bodies_become_one_series_per_sample_type() {
     .await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(
-        collapsed(&agg, "shop.cpu{env=\"prod\",service.version=\"1.2\"}").await,
+        agg.collapsed("shop.cpu{env=\"prod\",service.version=\"1.2\"}")
+            .await,
         "main;idle 2\nmain;work 35"
     );
-    let meta = render_metadata(&agg, "shop.cpu{}").await;
+    let meta = agg.metadata("shop.cpu{}").await;
     assert_eq!(
         meta["sampleRate"], 250,
         "the rate comes from the period: {meta}"
@@ -294,7 +243,7 @@ async fn go_sdk_form_subtracts_prev_profile_and_reads_sample_type_config() {
     .await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(
-        collapsed(&agg, "shop.alloc_space{env=\"prod\"}").await,
+        agg.collapsed("shop.alloc_space{env=\"prod\"}").await,
         "main;a 15\nmain;c 7"
     );
 
@@ -316,13 +265,10 @@ async fn go_sdk_form_subtracts_prev_profile_and_reads_sample_type_config() {
     .await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(
-        collapsed(&agg, "shop.alloc_bytes{}").await,
+        agg.collapsed("shop.alloc_bytes{}").await,
         "main;a 15\nmain;c 7"
     );
-    assert_eq!(
-        render_metadata(&agg, "shop.alloc_bytes{}").await["units"],
-        "bytes"
-    );
+    assert_eq!(agg.metadata("shop.alloc_bytes{}").await["units"], "bytes");
     assert_eq!(
         metric(
             &agg,
@@ -446,17 +392,11 @@ async fn connect_push_binary_and_json() {
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(text, "{}");
     assert_eq!(
-        collapsed(
-            &agg,
-            "checkout.cpu{k8s.pod.name=\"web-1\", k8s_app=\"shop\"}"
-        )
-        .await,
+        agg.collapsed("checkout.cpu{k8s.pod.name=\"web-1\", k8s_app=\"shop\"}")
+            .await,
         "main;pay 10"
     );
-    assert_eq!(
-        render_metadata(&agg, "checkout.cpu{}").await["spyName"],
-        "gospy"
-    );
+    assert_eq!(agg.metadata("checkout.cpu{}").await["spyName"], "gospy");
     assert_eq!(
         metric(
             &agg,

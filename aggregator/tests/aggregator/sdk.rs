@@ -2,69 +2,18 @@
 //! parameters and their units, headers, multipart field names and filenames, gzip), read back
 //! through `/render`. The upstream file each shape comes from is named on each test.
 
-use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
 use reqwest::StatusCode;
-use smolder_common::Tree;
 use smolder_common::pprof::{self, EncodeOptions, Period};
 
-use crate::util::Aggregator;
-
-fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    enc.write_all(data).expect("in memory");
-    enc.finish().expect("in memory")
-}
+use crate::util::{Aggregator, gzip, tree};
 
 fn now() -> Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("after 1970")
-}
-
-fn tree(stacks: &[(&str, u64)]) -> Tree {
-    let mut tree = Tree::new();
-    for (stack, value) in stacks {
-        tree.insert_names(stack.split(';'), *value);
-    }
-    tree
-}
-
-/// Everything stored under `query` in the last hour, as sorted folded text.
-async fn collapsed(agg: &Aggregator, query: &str) -> String {
-    let response = agg
-        .http
-        .get(agg.url("/render"))
-        .query(&[
-            ("query", query),
-            ("from", "now-1h"),
-            ("until", "now+1m"),
-            ("format", "collapsed"),
-        ])
-        .send()
-        .await
-        .expect("GET /render");
-    assert_eq!(response.status(), StatusCode::OK, "render {query}");
-    let text = response.text().await.expect("render text");
-    let mut lines: Vec<&str> = text.lines().collect();
-    lines.sort_unstable();
-    lines.join("\n")
-}
-
-/// The flamebearer metadata of `query` over the last hour.
-async fn metadata(agg: &Aggregator, query: &str) -> serde_json::Value {
-    let response = agg
-        .http
-        .get(agg.url("/render"))
-        .query(&[("query", query), ("from", "now-1h"), ("until", "now+1m")])
-        .send()
-        .await
-        .expect("GET /render");
-    assert_eq!(response.status(), StatusCode::OK, "render {query}");
-    let json: serde_json::Value = response.json().await.expect("render json");
-    json["metadata"].clone()
 }
 
 /// `push.v1` as written in `grafana/pyroscope:api/push/v1/push.proto`.
@@ -182,11 +131,11 @@ async fn pyroscope_rs_push_from_python_ruby_and_rust_is_stored_as_cpu_samples() 
     );
     let query = "py.checkout.cpu{env=\"prod\",process.runtime.name=\"cpython\"}";
     assert_eq!(
-        collapsed(&agg, query).await,
+        agg.collapsed(query).await,
         "main;idle 2\nmain;work 30",
         "nanoseconds become sample counts"
     );
-    let meta = metadata(&agg, query).await;
+    let meta = agg.metadata(query).await;
     assert_eq!(meta["sampleRate"], 100, "{meta}");
     assert_eq!(meta["units"], "samples", "{meta}");
     agg.stop().await;
@@ -266,11 +215,11 @@ async fn nodejs_multipart_wall_profile_is_stored_as_cpu() {
     );
     let query = "node.api.cpu{env=\"prod\",service.namespace=\"shop\"}";
     assert_eq!(
-        collapsed(&agg, query).await,
+        agg.collapsed(query).await,
         "(program);main.js:handler:12 40",
         "the samples series only: wall time is the same stacks again"
     );
-    assert_eq!(metadata(&agg, query).await["spyName"], "nodespy");
+    assert_eq!(agg.metadata(query).await["spyName"], "nodespy");
     agg.stop().await;
 }
 
@@ -310,8 +259,7 @@ async fn dotnet_push_cpu_nanoseconds_is_stored_as_cpu_samples() {
         response.text().await.unwrap_or_default()
     );
     assert_eq!(
-        collapsed(
-            &agg,
+        agg.collapsed(
             "dotnet-app.cpu{otel.scope.name=\"com.grafana.pyroscope/dotnet\",env=\"e2e\"}"
         )
         .await,
@@ -355,7 +303,8 @@ async fn java_collapsed_upload_is_stored() {
         response.text().await.unwrap_or_default()
     );
     assert_eq!(
-        collapsed(&agg, "java.shop.itimer{k8s.pod.name=\"web-1\"}").await,
+        agg.collapsed("java.shop.itimer{k8s.pod.name=\"web-1\"}")
+            .await,
         "java/lang/Thread.run;com/shop/Cart.total 12"
     );
     agg.stop().await;

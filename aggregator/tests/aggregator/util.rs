@@ -1,7 +1,11 @@
 //! Fixtures shared by the stage modules.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+
+use reqwest::StatusCode;
+use smolder_common::Tree;
 
 use smolder_aggregator::app::{self, Running};
 use smolder_aggregator::config::Config;
@@ -51,4 +55,60 @@ impl Aggregator {
             .expect("clean stop");
         self.dir.keep()
     }
+}
+
+impl Aggregator {
+    /// Everything stored under `query` from an hour ago to a minute ahead, as folded text with
+    /// its lines sorted.
+    pub(crate) async fn collapsed(&self, query: &str) -> String {
+        let text = self
+            .render(query, &[("format", "collapsed")])
+            .await
+            .text()
+            .await
+            .expect("render text");
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.sort_unstable();
+        lines.join("\n")
+    }
+
+    /// The flamebearer metadata of `query` from an hour ago to a minute ahead.
+    pub(crate) async fn metadata(&self, query: &str) -> serde_json::Value {
+        let json: serde_json::Value = self
+            .render(query, &[])
+            .await
+            .json()
+            .await
+            .expect("render json");
+        json["metadata"].clone()
+    }
+
+    async fn render(&self, query: &str, extra: &[(&str, &str)]) -> reqwest::Response {
+        let response = self
+            .http
+            .get(self.url("/render"))
+            .query(&[("query", query), ("from", "now-1h"), ("until", "now+1m")])
+            .query(extra)
+            .send()
+            .await
+            .expect("GET /render");
+        assert_eq!(response.status(), StatusCode::OK, "render {query}");
+        response
+    }
+}
+
+/// `data` gzipped, as clients send `Content-Encoding: gzip` bodies.
+pub(crate) fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(data).expect("in memory");
+    encoder.finish().expect("in memory")
+}
+
+/// A tree of `stack value` pairs, stacks written root first with `;`.
+pub(crate) fn tree(stacks: &[(&str, u64)]) -> Tree {
+    let mut tree = Tree::new();
+    for (stack, value) in stacks {
+        tree.insert_names(stack.split(';'), *value);
+    }
+    tree
 }
