@@ -31,7 +31,8 @@ pub(crate) struct Metrics {
 pub(crate) struct StoreMetrics {
     /// `smolder_aggregator_store_series`: series known.
     pub(crate) series: IntGauge,
-    /// `smolder_aggregator_store_disk_bytes`: size of the data directory as sled reports it.
+    /// `smolder_aggregator_store_disk_bytes`: size of the data directory as sled reports it,
+    /// updated at open and by every retention pass.
     pub(crate) disk_bytes: IntGauge,
     /// `smolder_aggregator_store_write_duration_seconds`: one write batch, rollups and fsync
     /// included, from queueing to acknowledgement.
@@ -40,7 +41,7 @@ pub(crate) struct StoreMetrics {
     pub(crate) flush_duration: Histogram,
     /// `smolder_aggregator_store_profiles_written_total`.
     pub(crate) profiles_written: IntCounter,
-    /// `smolder_aggregator_store_rollup_trees_written_total`: coarse-bucket trees rewritten.
+    /// `smolder_aggregator_store_rollup_trees_written_total`: rollup trees built.
     pub(crate) rollup_trees_written: IntCounter,
     /// `smolder_aggregator_store_retention_buckets_deleted_total`.
     pub(crate) retention_buckets_deleted: IntCounter,
@@ -143,7 +144,7 @@ impl Metrics {
                     &registry,
                     IntCounter::new(
                         "smolder_aggregator_store_rollup_trees_written_total",
-                        "Pre-merged coarse-bucket trees rewritten by writes.",
+                        "Rollup trees built from their children after their bucket closed.",
                     )
                     .expect("valid metric"),
                 ),
