@@ -10,6 +10,10 @@ use super::reader::{JfrString, Reader};
 /// class, field, annotation); the cap only stops hostile input from recursing without end.
 const MAX_ELEMENT_DEPTH: usize = 16;
 
+/// The most elements the tree may hold. Real metadata has a few thousand; each element takes
+/// far more memory than its three-byte minimum encoding, so the count is capped on its own.
+const MAX_ELEMENTS: usize = 1 << 20;
+
 /// One field of a class.
 #[derive(Clone, Debug)]
 pub(crate) struct Field {
@@ -129,7 +133,8 @@ pub(crate) fn read(r: &mut Reader<'_>) -> Result<Types, JfrError> {
             }
         }
     }
-    let root = element(&mut r, &strings, 0)?;
+    let mut elements = 0;
+    let root = element(&mut r, &strings, 0, &mut elements)?;
     let mut classes = HashMap::new();
     let s = strings.as_slice();
     for metadata in root.children.iter().filter(|e| e.is(s, "metadata")) {
@@ -162,11 +167,24 @@ pub(crate) fn read(r: &mut Reader<'_>) -> Result<Types, JfrError> {
 
 /// Reads one element and its subtree. Counts are checked against the remaining bytes (every
 /// element and attribute takes at least one byte) and the depth is capped.
-fn element(r: &mut Reader<'_>, strings: &[String], depth: usize) -> Result<Element, JfrError> {
+fn element(
+    r: &mut Reader<'_>,
+    strings: &[String],
+    depth: usize,
+    elements: &mut usize,
+) -> Result<Element, JfrError> {
     if depth > MAX_ELEMENT_DEPTH {
         return Err(JfrError::TooDeep {
             offset: r.offset(),
             limit: MAX_ELEMENT_DEPTH,
+        });
+    }
+    *elements += 1;
+    if *elements > MAX_ELEMENTS {
+        return Err(JfrError::Invalid {
+            what: "metadata element count",
+            offset: r.offset(),
+            value: *elements as u64,
         });
     }
     let string = |r: &mut Reader<'_>| -> Result<usize, JfrError> {
@@ -191,7 +209,7 @@ fn element(r: &mut Reader<'_>, strings: &[String], depth: usize) -> Result<Eleme
     let count = r.bounded_count("element child count")?;
     let mut children = Vec::with_capacity(count);
     for _ in 0..count {
-        children.push(element(r, strings, depth + 1)?);
+        children.push(element(r, strings, depth + 1, elements)?);
     }
     Ok(Element {
         name,

@@ -9,6 +9,11 @@ use super::reader::{JfrString, Reader};
 /// class that contains itself inline would otherwise recurse without reading a byte.
 const MAX_VALUE_DEPTH: usize = 32;
 
+/// The most elements an array that is kept may hold. Kept values take tens of bytes of memory
+/// per input byte, so one huge array (a stack trace spanning the input) is refused rather than
+/// materialized; real stack traces hold at most a few thousand frames.
+const MAX_KEPT_ARRAY: usize = 1 << 16;
+
 /// A decoded value. What the caller did not ask to keep is [`Value::Skipped`].
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Value {
@@ -124,7 +129,15 @@ impl Decoder<'_> {
             return one(self, r, keep.saturating_sub(1));
         }
         // Elements of a class without fields take no bytes; the budget bounds those.
+        let offset = r.offset();
         let count = r.bounded_count("array length")?;
+        if keep > 1 && count > MAX_KEPT_ARRAY {
+            return Err(JfrError::Invalid {
+                what: "array length (kept arrays hold at most 65536 elements)",
+                offset,
+                value: count as u64,
+            });
+        }
         let mut items = Vec::new();
         for _ in 0..count {
             let v = one(self, r, keep.saturating_sub(2))?;
