@@ -26,6 +26,9 @@
 //!   bodies, gzipped or not, decode under [`pprof::Limits`] into one [`ProfileSeries`] per sample
 //!   type and label set, named the way Pyroscope names them; a tree encodes back to a profile
 //!   that `go tool pprof` opens.
+//! - [`jfr`]: Java Flight Recorder recordings as the Pyroscope Java agent pushes them, converted
+//!   to one [`Tree`] per profile type (`cpu`, allocations, locks) the way Pyroscope converts
+//!   them; untrusted input, bounded work, typed errors.
 //! - [`corpus`]: a seeded synthetic profile generator for tests and benchmarks: unique stacks
 //!   that share prefixes like real call trees, drawn Zipf-distributed by rank.
 //!
@@ -36,6 +39,7 @@
 pub mod corpus;
 pub mod flamebearer;
 pub mod folded;
+pub mod jfr;
 pub mod pprof;
 pub mod profile;
 pub mod selector;

@@ -88,6 +88,24 @@ pub(crate) async fn read(
     Ok(RequestBody { sent_bytes, bytes })
 }
 
+/// `bytes` gunzipped under `config.max_decompressed_bytes` when they start with the gzip magic
+/// (multipart parts carry no `Content-Encoding`, so the JFR form's parts are sniffed), else as
+/// they are.
+///
+/// # Errors
+///
+/// As [`gunzip`].
+pub(crate) fn gunzip_if_gzipped<'a>(
+    bytes: &'a [u8],
+    config: &IngestConfig,
+) -> Result<std::borrow::Cow<'a, [u8]>, IngestError> {
+    if bytes.starts_with(&GZIP_MAGIC) {
+        Ok(std::borrow::Cow::Owned(gunzip(bytes, config)?.to_vec()))
+    } else {
+        Ok(std::borrow::Cow::Borrowed(bytes))
+    }
+}
+
 /// Gunzips a `Content-Encoding: gzip` body, stopping one byte past
 /// `config.max_decompressed_bytes` so that a gzip bomb costs at most that much memory.
 fn gunzip(sent: &[u8], config: &IngestConfig) -> Result<Bytes, IngestError> {

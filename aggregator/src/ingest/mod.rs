@@ -7,7 +7,8 @@
 //!
 //! - `POST /ingest` (also `/pyroscope/ingest`): metadata in the query string ([`params`]),
 //!   the profile in the body ([`body`] reads it under the caps of [`IngestConfig`]), as folded
-//!   or `lines` text ([`folded`]) or pprof, bare or in the Go SDK's multipart form ([`pprof`]).
+//!   or `lines` text ([`folded`]), pprof, bare or in the Go SDK's multipart form ([`pprof`]),
+//!   or a Java Flight Recorder recording, bare or in the Java agent's form ([`jfr`]).
 //! - `POST /push.v1.PusherService/Push`: Connect's unary push of pprof profiles, binary or
 //!   JSON ([`push`]).
 //!
@@ -23,6 +24,7 @@
 
 mod body;
 mod folded;
+mod jfr;
 mod params;
 mod pprof;
 mod push;
@@ -38,6 +40,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
+use smolder_common::jfr::JfrError;
 use smolder_common::{FoldedError, PprofError, Profile, SeriesError, TimeError};
 use tracing::debug;
 
@@ -164,18 +167,6 @@ pub(crate) enum IngestError {
         /// `trie`, `tree` or `speedscope`.
         format: String,
     },
-    /// `format=jfr`: what the Pyroscope Java agent sends by default
-    /// (`pyroscope-java:agent/src/main/java/io/pyroscope/javaagent/impl/PyroscopeExporter.java`).
-    /// Smolder has no JFR parser, so the message says what the agent can send instead: its
-    /// `collapsed` format where the agent version has one, which uploads folded stacks.
-    #[error(
-        "format jfr is not supported: Smolder does not read Java Flight Recorder data; \
-         supported formats: {SUPPORTED_FORMATS}. Configure the Pyroscope Java agent with \
-         PYROSCOPE_FORMAT=collapsed (agent versions that offer it send folded stacks, which \
-         Smolder reads); agents whose PYROSCOPE_FORMAT only accepts jfr or otlp cannot push to \
-         Smolder"
-    )]
-    JfrUnsupported,
     /// `Content-Encoding` is neither gzip nor identity.
     #[error("unsupported Content-Encoding {encoding:?}; only gzip is supported")]
     UnsupportedEncoding {
@@ -225,6 +216,20 @@ pub(crate) enum IngestError {
         part: String,
         /// What is wrong.
         source: PprofError,
+    },
+    /// A JFR recording does not parse.
+    #[error("invalid {part}: {source}")]
+    Jfr {
+        /// Which part: `jfr body` or `jfr field`.
+        part: &'static str,
+        /// What is wrong, with its offset in the gunzipped recording.
+        source: JfrError,
+    },
+    /// The Java agent's multipart form has no `jfr` field.
+    #[error("multipart form has no jfr field (fields sent: {fields})")]
+    MissingJfrField {
+        /// The names of the fields that were sent.
+        fields: String,
     },
     /// A pprof sample type's name suffix (its display name) makes an invalid app name.
     #[error("invalid profile name {name:?}: {source}")]
@@ -303,7 +308,6 @@ impl IngestError {
             | BadAggregation { .. }
             | UnknownFormat { .. }
             | UnsupportedFormat { .. }
-            | JfrUnsupported
             | BadGzip { .. }
             | BodyRead { .. }
             | PushBody { .. }
@@ -317,6 +321,8 @@ impl IngestError {
             | Pprof { .. }
             | Multipart { .. }
             | MissingProfileField { .. }
+            | Jfr { .. }
+            | MissingJfrField { .. }
             | BadLabel { .. }
             | SeriesLimit { .. }
             | BadProfileName { .. } => StatusCode::UNPROCESSABLE_ENTITY,
@@ -337,7 +343,7 @@ impl IngestError {
             | BadSampleRate { .. }
             | BadAggregation { .. }
             | UnknownFormat { .. } => "bad_param",
-            UnsupportedFormat { .. } | JfrUnsupported => "unsupported_format",
+            UnsupportedFormat { .. } => "unsupported_format",
             UnsupportedEncoding { .. } => "unsupported_encoding",
             UnsupportedMediaType { .. } => "unsupported_media_type",
             BodyTooLarge { .. } | DecompressedTooLarge { .. } => "body_too_large",
@@ -348,6 +354,8 @@ impl IngestError {
             | Pprof { .. }
             | Multipart { .. }
             | MissingProfileField { .. }
+            | Jfr { .. }
+            | MissingJfrField { .. }
             | PushBody { .. } => "bad_body",
             BadLabel { .. } | BadProfileName { .. } | MissingServiceName { .. } => "bad_labels",
             SeriesLimit { .. } => "series_limit",
@@ -611,6 +619,17 @@ async fn ingest_request(state: &AppState, request: Request) -> Result<Stored, In
             let limits = pprof::limits(config);
             let sent_bytes = body.sent_bytes;
             blocking(move || pprof::parse_form(&params, form, sent_bytes, &limits)).await?
+        }
+        BodyFormat::Jfr => {
+            let config = config.clone();
+            blocking(move || jfr::parse_body(&params, &body, &config)).await?
+        }
+        BodyFormat::JfrForm => {
+            let recording = jfr::read_form(parts, body.bytes.clone()).await?;
+            let config = config.clone();
+            let sent_bytes = body.sent_bytes;
+            blocking(move || jfr::parse(&params, &recording, "jfr field", sent_bytes, &config))
+                .await?
         }
     };
     batch.store(state).await

@@ -10,7 +10,7 @@ use smolder_common::{Aggregation, ProfileMeta, Series, timestamp};
 use super::IngestError;
 
 /// The formats `/ingest` reads, for error messages.
-pub(crate) const SUPPORTED_FORMATS: &str = "folded, lines, pprof";
+pub(crate) const SUPPORTED_FORMATS: &str = "folded, lines, pprof, jfr";
 
 /// What the body of an `/ingest` request holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +23,10 @@ pub(crate) enum BodyFormat {
     Pprof,
     /// The Go SDK's multipart form: `profile`, `prev_profile`, `sample_type_config`.
     PprofForm,
+    /// A Java Flight Recorder recording, gzipped or not.
+    Jfr,
+    /// The Java agent's multipart form: `jfr` and `labels`.
+    JfrForm,
 }
 
 impl BodyFormat {
@@ -33,6 +37,7 @@ impl BodyFormat {
             BodyFormat::Folded => "folded",
             BodyFormat::Lines => "lines",
             BodyFormat::Pprof | BodyFormat::PprofForm => "pprof",
+            BodyFormat::Jfr | BodyFormat::JfrForm => "jfr",
         }
     }
 
@@ -41,7 +46,8 @@ impl BodyFormat {
     ///
     /// Two departures, both so that a client mistake is an error rather than silently folded
     /// data: a `format` Smolder does not know is rejected, naming the ones it does, and
-    /// `format=pprof` with a multipart body reads the form (the body could not be a bare pprof).
+    /// `format=pprof` or `format=jfr` with a multipart body reads the form (the body could not
+    /// be a bare profile).
     fn select(format: Option<&str>, content_type: &str) -> Result<BodyFormat, IngestError> {
         let multipart = content_type
             .to_ascii_lowercase()
@@ -51,7 +57,8 @@ impl BodyFormat {
             Some("lines") => Ok(BodyFormat::Lines),
             Some("pprof") if multipart => Ok(BodyFormat::PprofForm),
             Some("pprof") => Ok(BodyFormat::Pprof),
-            Some("jfr") => Err(IngestError::JfrUnsupported),
+            Some("jfr") if multipart => Ok(BodyFormat::JfrForm),
+            Some("jfr") => Ok(BodyFormat::Jfr),
             Some(other @ ("trie" | "tree" | "speedscope")) => Err(IngestError::UnsupportedFormat {
                 format: other.to_owned(),
             }),
@@ -209,10 +216,8 @@ mod tests {
             Some(BodyFormat::PprofForm)
         );
         assert_eq!(format(Some(""), "").ok(), Some(BodyFormat::Folded));
-        assert!(matches!(
-            format(Some("jfr"), ""),
-            Err(IngestError::JfrUnsupported)
-        ));
+        assert_eq!(format(Some("jfr"), "").ok(), Some(BodyFormat::Jfr));
+        assert_eq!(format(Some("jfr"), form).ok(), Some(BodyFormat::JfrForm));
         assert!(matches!(
             format(None, "binary/octet-stream+trie"),
             Err(IngestError::UnsupportedFormat { .. })

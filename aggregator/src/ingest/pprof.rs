@@ -330,6 +330,12 @@ fn type_label(suffix: &str) -> &'static str {
         "block_count",
         "block_duration",
         "exceptions",
+        "alloc_in_new_tlab_objects",
+        "alloc_in_new_tlab_bytes",
+        "alloc_outside_tlab_objects",
+        "alloc_outside_tlab_bytes",
+        "lock_count",
+        "lock_duration",
     ];
     KNOWN
         .iter()

@@ -612,11 +612,11 @@ async fn bad_input_is_a_4xx_naming_the_problem_and_stores_nothing() {
             "unknown format \"groups\"; supported formats: folded, lines, pprof",
         ),
         bad(
-            "jfr",
+            "jfr that is not a recording",
             &[name, ("format", "jfr")],
             "a;b 1",
-            BAD_REQUEST,
-            "format jfr is not supported",
+            UNPROCESSABLE,
+            "invalid jfr body: not a JFR recording: no FLR magic at offset 0",
         ),
         bad(
             "trie",

@@ -310,21 +310,65 @@ async fn java_collapsed_upload_is_stored() {
     agg.stop().await;
 }
 
+/// A JDK flight recording of a program that spends about two seconds in `Burn.spin`, as the
+/// agent's async-profiler would send (the same event types and pools), recorded in a temp dir.
+fn record_burn() -> Vec<u8> {
+    const BURN: &str = "public class Burn {
+        static long spin(long n) {
+            long x = 0;
+            for (long i = 0; i < n; i++) { x += (i * 31) ^ (x >>> 3); }
+            return x;
+        }
+        public static void main(String[] args) {
+            long end = System.nanoTime() + 2_000_000_000L;
+            long sum = 0;
+            while (System.nanoTime() < end) { sum += spin(1_000_000); }
+            System.out.println(sum);
+        }
+    }";
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("Burn.java"), BURN).expect("write Burn.java");
+    let run = |program: &str, args: &[&str]| {
+        let output = std::process::Command::new(program)
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap_or_else(|err| {
+                panic!(
+                    "cannot run {program} ({err}): install openjdk-17-jdk-headless \
+                     (scripts/test installs it)"
+                )
+            });
+        assert!(
+            output.status.success(),
+            "{program} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    run("javac", &["Burn.java"]);
+    let recording = dir.path().join("rec.jfr");
+    let option = format!(
+        "-XX:StartFlightRecording=filename={},settings=profile",
+        recording.display()
+    );
+    run("java", &[&option, "Burn"]);
+    std::fs::read(&recording).expect("read rec.jfr")
+}
+
 /// The Java agent's default (`PyroscopeExporter.java`): `format=jfr`, a multipart form with a
 /// gzipped `jfr` part (filename `jfr`) and a `labels` part (filename `labels`,
-/// `application/x-protobuf`). Smolder has no JFR parser: the agent must get a 4xx (it retries
-/// only 429 and 5xx) whose message says what to configure instead.
+/// `application/x-protobuf`, here an empty `LabelsSnapshot`, which Smolder does not read yet).
+/// The recording's execution samples are stored under `<app>.cpu` with `name`'s labels.
 #[tokio::test]
-async fn java_jfr_default_gets_a_400_naming_the_setting() {
+async fn java_jfr_default_upload_is_stored() {
+    let recording = tokio::task::spawn_blocking(record_burn)
+        .await
+        .expect("recording task");
     let agg = Aggregator::start().await;
     let boundary = "5f0a4d2b-7c1e-4f3a-9b8d-0e6c2a1f3b4d";
     let mut body = Vec::new();
     for (name, ct, data) in [
-        (
-            "jfr",
-            "application/octet-stream",
-            gzip(b"FLR\0not really jfr"),
-        ),
+        ("jfr", "application/octet-stream", gzip(&recording)),
         ("labels", "application/x-protobuf", gzip(b"")),
     ] {
         body.extend_from_slice(
@@ -361,9 +405,18 @@ async fn java_jfr_default_gets_a_400_naming_the_setting() {
         .send()
         .await
         .expect("POST /ingest");
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    let text = response.text().await.expect("text");
-    assert!(text.contains("format jfr is not supported"), "{text}");
-    assert!(text.contains("PYROSCOPE_FORMAT=collapsed"), "{text}");
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let collapsed = agg.collapsed("java.shop.cpu{env=\"prod\"}").await;
+    let spin: u64 = collapsed
+        .lines()
+        .filter_map(|line| line.strip_prefix("Burn.main;Burn.spin "))
+        .filter_map(|count| count.parse::<u64>().ok())
+        .sum();
+    assert!(spin > 50, "Burn.spin has {spin} samples:\n{collapsed}");
+    let metadata = agg.metadata("java.shop.cpu{env=\"prod\"}").await;
+    assert_eq!(metadata["units"], "samples", "{metadata}");
+    assert_eq!(metadata["sampleRate"], 100, "{metadata}");
     agg.stop().await;
 }

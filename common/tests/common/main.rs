@@ -4,6 +4,9 @@
 mod flamebearer;
 /// Folded and lines text: round trips, totals, never panicking on arbitrary bytes.
 mod folded;
+/// JFR: the JDK's own recordings convert with the sample counts `jfr` reports; the parser
+/// never panics on arbitrary bytes.
+mod jfr;
 /// pprof: trees round-trip through pprof; the decoder never panics on arbitrary bytes.
 mod pprof;
 /// FlameQL selectors: print/parse round trips, matching a series by its own labels.

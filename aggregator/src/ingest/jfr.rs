@@ -1,0 +1,116 @@
+//! JFR bodies: `format=jfr`, as the Pyroscope Java agent sends by default.
+//!
+//! Input: checked [`IngestParams`] and the body read under the caps. The agent
+//! (`grafana/pyroscope-java`, `PyroscopeExporter`) sends a multipart form: field `jfr` (the
+//! gzipped recording from async-profiler) and, optionally, field `labels` (a gzipped
+//! `LabelsSnapshot` protobuf of the contextual labels set with `Pyroscope.LabelsWrapper`).
+//! A bare body (not multipart) is the recording itself. Parts and bare bodies are gunzipped
+//! when they start with the gzip magic, under `max_decompressed_bytes`.
+//!
+//! Output: a [`Batch`] with one profile per profile type the recording has samples for
+//! ([`smolder_common::jfr`] lists them), named `<name's app>.<suffix>{name's labels}`, with the
+//! type's units, summed, the sample rate from `sampleRate`.
+//!
+//! Not yet read: the `labels` field. Samples are stored under the `name` labels only, as if
+//! no contextual labels had been set; the field is accepted and ignored so that the agent's
+//! uploads are not rejected for it.
+
+use std::collections::HashMap;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Multipart, Request};
+use axum::http::request::Parts;
+use smolder_common::{ProfileSeries, jfr};
+
+use super::body::{self, RequestBody};
+use super::params::IngestParams;
+use super::pprof::to_profiles;
+use super::{Batch, IngestConfig, IngestError};
+
+/// Reads the agent's form from `body` (read under the caps) and returns the `jfr` field. Of a
+/// repeated field the first wins.
+///
+/// # Errors
+///
+/// [`IngestError::Multipart`] for a malformed form and [`IngestError::MissingJfrField`] when
+/// no field is named `jfr`.
+pub(crate) async fn read_form(parts: Parts, body: Bytes) -> Result<Bytes, IngestError> {
+    let request = Request::from_parts(parts, Body::from(body));
+    let multipart_error = |err: axum::extract::multipart::MultipartError| IngestError::Multipart {
+        reason: err.body_text(),
+    };
+    let mut multipart =
+        Multipart::from_request(request, &())
+            .await
+            .map_err(|err| IngestError::Multipart {
+                reason: err.body_text(),
+            })?;
+    let mut fields: HashMap<String, Bytes> = HashMap::new();
+    let mut names = Vec::new();
+    while let Some(field) = multipart.next_field().await.map_err(multipart_error)? {
+        let name = field.name().unwrap_or_default().to_owned();
+        let data = field.bytes().await.map_err(multipart_error)?;
+        names.push(name.clone());
+        fields.entry(name).or_insert(data);
+    }
+    fields
+        .remove("jfr")
+        .ok_or_else(|| IngestError::MissingJfrField {
+            fields: if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            },
+        })
+}
+
+/// Converts a recording (gzipped or not) to profiles.
+///
+/// # Errors
+///
+/// [`IngestError::BadGzip`] or [`IngestError::DecompressedTooLarge`] for a gzipped recording
+/// that does not inflate under the cap, [`IngestError::Jfr`] for one that does not parse, and
+/// [`IngestError::BadProfileName`] when a suffix makes an invalid app name.
+pub(crate) fn parse(
+    params: &IngestParams,
+    recording: &[u8],
+    part: &'static str,
+    sent_bytes: usize,
+    config: &IngestConfig,
+) -> Result<Batch, IngestError> {
+    let recording = body::gunzip_if_gzipped(recording, config)?;
+    let converted = jfr::parse(&recording).map_err(|source| IngestError::Jfr { part, source })?;
+    let series = converted
+        .into_iter()
+        .map(|s| ProfileSeries {
+            sample_type: s.name_suffix.to_owned(),
+            name_suffix: s.name_suffix.to_owned(),
+            units: s.units.to_owned(),
+            aggregation: s.aggregation,
+            cumulative: false,
+            // The agent's `sampleRate` (its sampling interval) applies to CPU samples.
+            sample_rate: None,
+            labels: Vec::new(),
+            tree: s.tree,
+        })
+        .collect();
+    Ok(Batch {
+        format: "jfr",
+        sent_bytes,
+        profiles: to_profiles(
+            &params.series,
+            &params.meta,
+            (params.from, params.until),
+            series,
+        )?,
+    })
+}
+
+/// The body to parse for a bare `format=jfr` request.
+pub(crate) fn parse_body(
+    params: &IngestParams,
+    body: &RequestBody,
+    config: &IngestConfig,
+) -> Result<Batch, IngestError> {
+    parse(params, &body.bytes, "jfr body", body.sent_bytes, config)
+}
