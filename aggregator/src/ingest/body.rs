@@ -3,9 +3,13 @@
 //! Input: the request's headers and body. Output: the body's bytes as the parsers need them.
 //! Nothing here allocates past [`IngestConfig`]'s caps, whatever the client claims or sends.
 
+use std::collections::HashMap;
+
 use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Multipart, Request};
 use axum::http::HeaderMap;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
+use axum::http::request::Parts;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use smolder_common::PprofError;
 use smolder_common::pprof::{self, Limits};
@@ -103,6 +107,59 @@ pub(crate) fn gunzip_if_gzipped<'a>(
         Ok(std::borrow::Cow::Owned(gunzip(bytes, config)?.to_vec()))
     } else {
         Ok(std::borrow::Cow::Borrowed(bytes))
+    }
+}
+
+/// The fields of a multipart form, by name (of a repeated name the first wins), and every name
+/// sent, for an error that says what the form held instead.
+pub(crate) struct FormFields {
+    fields: HashMap<String, Bytes>,
+    names: Vec<String>,
+}
+
+impl FormFields {
+    /// Reads the form in `body` (already read under the caps and gunzipped), with the request's
+    /// headers for its boundary.
+    ///
+    /// # Errors
+    ///
+    /// [`IngestError::Multipart`] for a malformed form (no boundary, broken parts).
+    pub(crate) async fn read(parts: Parts, body: Bytes) -> Result<FormFields, IngestError> {
+        let malformed = |err: axum::extract::multipart::MultipartError| IngestError::Multipart {
+            reason: err.body_text(),
+        };
+        let request = Request::from_parts(parts, Body::from(body));
+        let mut multipart =
+            Multipart::from_request(request, &())
+                .await
+                .map_err(|err| IngestError::Multipart {
+                    reason: err.body_text(),
+                })?;
+        let mut form = FormFields {
+            fields: HashMap::new(),
+            names: Vec::new(),
+        };
+        while let Some(field) = multipart.next_field().await.map_err(malformed)? {
+            let name = field.name().unwrap_or_default().to_owned();
+            let data = field.bytes().await.map_err(malformed)?;
+            form.names.push(name.clone());
+            form.fields.entry(name).or_insert(data);
+        }
+        Ok(form)
+    }
+
+    /// Takes the field `name` out of the form.
+    pub(crate) fn take(&mut self, name: &str) -> Option<Bytes> {
+        self.fields.remove(name)
+    }
+
+    /// The names of every field sent, in order, or `none`.
+    pub(crate) fn sent(&self) -> String {
+        if self.names.is_empty() {
+            "none".to_owned()
+        } else {
+            self.names.join(", ")
+        }
     }
 }
 

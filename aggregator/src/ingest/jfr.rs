@@ -15,14 +15,11 @@
 //! no contextual labels had been set; the field is accepted and ignored so that the agent's
 //! uploads are not rejected for it.
 
-use std::collections::HashMap;
-
-use axum::body::{Body, Bytes};
-use axum::extract::{FromRequest, Multipart, Request};
+use axum::body::Bytes;
 use axum::http::request::Parts;
 use smolder_common::{ProfileSeries, jfr};
 
-use super::body::{self, RequestBody};
+use super::body::{self, FormFields, RequestBody};
 use super::params::IngestParams;
 use super::pprof::to_profiles;
 use super::{Batch, IngestConfig, IngestError};
@@ -35,32 +32,10 @@ use super::{Batch, IngestConfig, IngestError};
 /// [`IngestError::Multipart`] for a malformed form and [`IngestError::MissingJfrField`] when
 /// no field is named `jfr`.
 pub(crate) async fn read_form(parts: Parts, body: Bytes) -> Result<Bytes, IngestError> {
-    let request = Request::from_parts(parts, Body::from(body));
-    let multipart_error = |err: axum::extract::multipart::MultipartError| IngestError::Multipart {
-        reason: err.body_text(),
-    };
-    let mut multipart =
-        Multipart::from_request(request, &())
-            .await
-            .map_err(|err| IngestError::Multipart {
-                reason: err.body_text(),
-            })?;
-    let mut fields: HashMap<String, Bytes> = HashMap::new();
-    let mut names = Vec::new();
-    while let Some(field) = multipart.next_field().await.map_err(multipart_error)? {
-        let name = field.name().unwrap_or_default().to_owned();
-        let data = field.bytes().await.map_err(multipart_error)?;
-        names.push(name.clone());
-        fields.entry(name).or_insert(data);
-    }
-    fields
-        .remove("jfr")
+    let mut form = FormFields::read(parts, body).await?;
+    form.take("jfr")
         .ok_or_else(|| IngestError::MissingJfrField {
-            fields: if names.is_empty() {
-                "none".to_owned()
-            } else {
-                names.join(", ")
-            },
+            fields: form.sent(),
         })
 }
 

@@ -9,13 +9,12 @@
 
 use std::collections::HashMap;
 
-use axum::body::{Body, Bytes};
-use axum::extract::{FromRequest, Multipart, Request};
+use axum::body::Bytes;
 use axum::http::request::Parts;
 use smolder_common::pprof::{self, Limits, SampleTypeConfig};
 use smolder_common::{Aggregation, Profile, ProfileMeta, ProfileSeries, SampleTypes, Series};
 
-use super::body::RequestBody;
+use super::body::{FormFields, RequestBody};
 use super::params::IngestParams;
 use super::{Batch, IngestConfig, IngestError};
 
@@ -73,43 +72,16 @@ pub(crate) struct Form {
 /// [`IngestError::Multipart`] for a malformed form (no boundary, broken parts) and
 /// [`IngestError::MissingProfileField`] when no field is named `profile`.
 pub(crate) async fn read_form(parts: Parts, body: Bytes) -> Result<Form, IngestError> {
-    let request = Request::from_parts(parts, Body::from(body));
-    let mut multipart =
-        Multipart::from_request(request, &())
-            .await
-            .map_err(|err| IngestError::Multipart {
-                reason: err.body_text(),
-            })?;
-    let mut fields: HashMap<String, Bytes> = HashMap::new();
-    let mut names = Vec::new();
-    loop {
-        let field = multipart
-            .next_field()
-            .await
-            .map_err(|err| IngestError::Multipart {
-                reason: err.body_text(),
-            })?;
-        let Some(field) = field else { break };
-        let name = field.name().unwrap_or_default().to_owned();
-        let data = field.bytes().await.map_err(|err| IngestError::Multipart {
-            reason: err.body_text(),
-        })?;
-        names.push(name.clone());
-        fields.entry(name).or_insert(data);
-    }
-    let profile = fields
-        .remove("profile")
-        .ok_or_else(|| IngestError::MissingProfileField {
-            fields: if names.is_empty() {
-                "none".to_owned()
-            } else {
-                names.join(", ")
-            },
-        })?;
+    let mut form = FormFields::read(parts, body).await?;
+    let Some(profile) = form.take("profile") else {
+        return Err(IngestError::MissingProfileField {
+            fields: form.sent(),
+        });
+    };
     Ok(Form {
         profile,
-        prev_profile: fields.remove("prev_profile"),
-        sample_type_config: fields.remove("sample_type_config"),
+        prev_profile: form.take("prev_profile"),
+        sample_type_config: form.take("sample_type_config"),
     })
 }
 
