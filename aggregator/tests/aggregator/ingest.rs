@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use smolder_aggregator::config::Config;
 use smolder_common::pprof::{self, EncodeOptions};
 
-use crate::util::{Aggregator, gzip, tree};
+use crate::util::{Aggregator, gzip, tree, wire};
 
 /// The value of the first sample line of `/metrics` that starts with `prefix` (name and labels),
 /// or 0 when there is none.
@@ -278,40 +278,6 @@ async fn go_sdk_form_subtracts_prev_profile_and_reads_sample_type_config() {
         2.0
     );
     agg.stop().await;
-}
-
-/// `push.v1` messages, written here from `api/push/v1/push.proto` so that the test speaks the
-/// wire format independently of the server's definitions.
-mod wire {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct PushRequest {
-        #[prost(message, repeated, tag = "1")]
-        pub(super) series: Vec<RawProfileSeries>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct RawProfileSeries {
-        #[prost(message, repeated, tag = "1")]
-        pub(super) labels: Vec<LabelPair>,
-        #[prost(message, repeated, tag = "2")]
-        pub(super) samples: Vec<RawSample>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct LabelPair {
-        #[prost(string, tag = "1")]
-        pub(super) name: String,
-        #[prost(string, tag = "2")]
-        pub(super) value: String,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct RawSample {
-        #[prost(bytes = "vec", tag = "1")]
-        pub(super) raw_profile: Vec<u8>,
-        #[prost(string, tag = "2")]
-        pub(super) id: String,
-    }
 }
 
 fn push_request(labels: &[(&str, &str)], profile: Vec<u8>) -> wire::PushRequest {

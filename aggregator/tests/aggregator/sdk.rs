@@ -8,45 +8,12 @@ use prost::Message;
 use reqwest::StatusCode;
 use smolder_common::pprof::{self, EncodeOptions, Period};
 
-use crate::util::{Aggregator, gzip, tree};
+use crate::util::{Aggregator, gzip, tree, wire};
 
 fn now() -> Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("after 1970")
-}
-
-/// `push.v1` as written in `grafana/pyroscope:api/push/v1/push.proto`.
-mod wire {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct PushRequest {
-        #[prost(message, repeated, tag = "1")]
-        pub(super) series: Vec<RawProfileSeries>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct RawProfileSeries {
-        #[prost(message, repeated, tag = "1")]
-        pub(super) labels: Vec<LabelPair>,
-        #[prost(message, repeated, tag = "2")]
-        pub(super) samples: Vec<RawSample>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct LabelPair {
-        #[prost(string, tag = "1")]
-        pub(super) name: String,
-        #[prost(string, tag = "2")]
-        pub(super) value: String,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct RawSample {
-        #[prost(bytes = "vec", tag = "1")]
-        pub(super) raw_profile: Vec<u8>,
-        #[prost(string, tag = "2")]
-        pub(super) id: String,
-    }
 }
 
 fn push_body(labels: &[(&str, &str)], raw_profile: Vec<u8>) -> Vec<u8> {

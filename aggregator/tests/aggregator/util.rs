@@ -112,3 +112,37 @@ pub(crate) fn tree(stacks: &[(&str, u64)]) -> Tree {
     }
     tree
 }
+
+/// `push.v1` messages, written here from `grafana/pyroscope:api/push/v1/push.proto` so that the
+/// tests speak the wire format independently of the server's definitions.
+pub(crate) mod wire {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct PushRequest {
+        #[prost(message, repeated, tag = "1")]
+        pub(crate) series: Vec<RawProfileSeries>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct RawProfileSeries {
+        #[prost(message, repeated, tag = "1")]
+        pub(crate) labels: Vec<LabelPair>,
+        #[prost(message, repeated, tag = "2")]
+        pub(crate) samples: Vec<RawSample>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct LabelPair {
+        #[prost(string, tag = "1")]
+        pub(crate) name: String,
+        #[prost(string, tag = "2")]
+        pub(crate) value: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct RawSample {
+        #[prost(bytes = "vec", tag = "1")]
+        pub(crate) raw_profile: Vec<u8>,
+        #[prost(string, tag = "2")]
+        pub(crate) id: String,
+    }
+}
