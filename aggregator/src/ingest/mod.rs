@@ -504,8 +504,7 @@ impl Batch {
         let profiles: Vec<Profile> = profiles
             .into_iter()
             .map(|(profile, kind)| {
-                let mut stacks = 0u64;
-                profile.tree.for_each_stack(|_, _| stacks += 1);
+                let stacks = profile.tree.stack_count() as u64;
                 samples.push((kind, stacks));
                 types.insert(kind);
                 stored.samples += stacks;

@@ -336,6 +336,12 @@ impl Tree {
         self.nodes.len() - 1
     }
 
+    /// How many stacks have a self value: what [`Tree::for_each_stack`] would visit, counted in
+    /// one pass over the nodes without ordering them.
+    pub fn stack_count(&self) -> usize {
+        self.nodes.iter().filter(|node| node.self_value > 0).count()
+    }
+
     /// Whether the tree has no nodes besides the root.
     pub fn is_empty(&self) -> bool {
         self.nodes.len() == 1
@@ -595,6 +601,7 @@ mod tests {
         let b = a.children().find(|n| n.name() == "b").unwrap();
         assert_eq!((b.self_value(), b.total()), (2, 5));
         assert_eq!(folded(&tree), ["a;b 2", "a;b;c 3", "a;d 1"]);
+        assert_eq!(tree.stack_count(), 3);
     }
 
     #[test]
