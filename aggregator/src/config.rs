@@ -16,7 +16,7 @@ pub use crate::store::StoreConfig;
 
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct Config {
     /// The HTTP listener: API, UI and `/metrics`.
     pub http: HttpConfig,
@@ -30,7 +30,7 @@ pub struct Config {
 
 /// The HTTP listener.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct HttpConfig {
     /// Address and port for the API, the UI and `/metrics`. Default `0.0.0.0:4040`.
     pub listen: SocketAddr,
@@ -60,31 +60,6 @@ impl Config {
     /// The defaults, as YAML.
     pub fn default_yaml() -> String {
         serde_norway::to_string(&Config::default()).expect("the default config serializes")
-    }
-}
-
-/// Durations in the file are written the way the query API writes offsets: `30d`, `1h30m`,
-/// `10s`.
-pub(crate) mod duration {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer, de::Error};
-
-    pub(crate) fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        let secs = value.as_secs();
-        let text = [(86_400, "d"), (3_600, "h"), (60, "m")]
-            .iter()
-            .find(|(unit, _)| secs > 0 && secs.is_multiple_of(*unit))
-            .map_or_else(
-                || format!("{secs}s"),
-                |(unit, name)| format!("{}{name}", secs / unit),
-            );
-        s.serialize_str(&text)
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        smolder_common::timestamp::parse_offset(&text).map_err(D::Error::custom)
     }
 }
 

@@ -339,6 +339,44 @@ fn from_unix_nanos(nanos: i128, position: usize) -> Result<SystemTime, TimeError
     time.ok_or(TimeError::OutOfRange { position })
 }
 
+/// Serde adapters for durations in config files, written the way the query API writes offsets:
+/// `30d`, `1h30m`, `10s`.
+///
+/// ```
+/// # use std::time::Duration;
+/// #[derive(serde::Deserialize)]
+/// struct Window {
+///     #[serde(with = "smolder_common::timestamp::serde_duration")]
+///     length: Duration,
+/// }
+/// let w: Window = serde_json::from_str(r#"{"length": "1m30s"}"#).unwrap();
+/// assert_eq!(w.length, Duration::from_secs(90));
+/// ```
+pub mod serde_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    /// Writes the largest whole unit: `30d`, `2h`, `5m`, else seconds.
+    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        let secs = value.as_secs();
+        let text = [(86_400, "d"), (3_600, "h"), (60, "m")]
+            .iter()
+            .find(|(unit, _)| secs > 0 && secs.is_multiple_of(*unit))
+            .map_or_else(
+                || format!("{secs}s"),
+                |(unit, name)| format!("{}{name}", secs / unit),
+            );
+        s.serialize_str(&text)
+    }
+
+    /// Reads an offset such as `10s` or `1h30m` ([`super::parse_offset`]).
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        super::parse_offset(&text).map_err(D::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

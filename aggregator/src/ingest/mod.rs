@@ -52,7 +52,7 @@ use self::params::{BodyFormat, IngestParams, SUPPORTED_FORMATS};
 
 /// Limits on what clients may send.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct IngestConfig {
     /// Largest request body accepted as sent, in bytes; larger ones get 413. Default 16 MiB.
     pub max_body_bytes: usize,
@@ -173,16 +173,16 @@ pub(crate) enum IngestError {
         /// The header as sent.
         encoding: String,
     },
-    /// The body is larger than `ingest.max_body_bytes`.
-    #[error("request body is larger than the limit of {limit} bytes (ingest.max_body_bytes)")]
+    /// The body is larger than `ingest.max-body-bytes`.
+    #[error("request body is larger than the limit of {limit} bytes (ingest.max-body-bytes)")]
     BodyTooLarge {
         /// The limit, in bytes.
         limit: usize,
     },
-    /// The body is larger than `ingest.max_decompressed_bytes` once gunzipped (either the
+    /// The body is larger than `ingest.max-decompressed-bytes` once gunzipped (either the
     /// `Content-Encoding` or a gzipped pprof).
     #[error(
-        "decompressed body is larger than the limit of {limit} bytes (ingest.max_decompressed_bytes)"
+        "decompressed body is larger than the limit of {limit} bytes (ingest.max-decompressed-bytes)"
     )]
     DecompressedTooLarge {
         /// The limit, in bytes.
@@ -402,7 +402,7 @@ fn check_series(
     if profiles.len() > config.max_series_per_request {
         return Err(IngestError::SeriesLimit {
             reason: format!(
-                "the request makes {} series, more than ingest.max_series_per_request ({})",
+                "the request makes {} series, more than ingest.max-series-per-request ({})",
                 profiles.len(),
                 config.max_series_per_request
             ),
@@ -413,7 +413,7 @@ fn check_series(
         if labels.len() > config.max_labels_per_series {
             return Err(IngestError::SeriesLimit {
                 reason: format!(
-                    "series {} has {} labels, more than ingest.max_labels_per_series ({})",
+                    "series {} has {} labels, more than ingest.max-labels-per-series ({})",
                     profile.series.app(),
                     labels.len(),
                     config.max_labels_per_series
@@ -426,7 +426,7 @@ fn check_series(
         {
             return Err(IngestError::SeriesLimit {
                 reason: format!(
-                    "label {:?} of series {} is longer than ingest.max_label_bytes ({})",
+                    "label {:?} of series {} is longer than ingest.max-label-bytes ({})",
                     name.chars().take(64).collect::<String>(),
                     profile.series.app(),
                     config.max_label_bytes

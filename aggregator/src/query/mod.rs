@@ -24,7 +24,7 @@
 //!   listings ignore time altogether. `until` before `from` is a 400.
 //! - An empty parameter (`from=`) is treated as absent, as Pyroscope does.
 //! - `maxNodes` (or `max-nodes`; `maxNodes` wins when both are given) is the node budget: a
-//!   positive integer, capped at `query.max_nodes_limit`; 0 or a negative number asks for no
+//!   positive integer, capped at `query.max-nodes-limit`; 0 or a negative number asks for no
 //!   truncation, which means the limit. Anything else is a 400.
 
 mod diff;
@@ -53,7 +53,7 @@ use crate::store::{Merged, SeriesInfo, Store, StoreError, TimeRange};
 
 /// Limits and defaults of the query API.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct QueryConfig {
     /// Node budget of a flame graph when the request names none (`maxNodes`). Default 8192, as
     /// Pyroscope.
@@ -170,8 +170,8 @@ pub(crate) enum QueryError {
         /// What was sent.
         value: String,
     },
-    /// `groupBy` has more distinct values than `query.max_groups` allows.
-    #[error("groupBy {label:?} has more than {limit} values (query.max_groups); narrow the query")]
+    /// `groupBy` has more distinct values than `query.max-groups` allows.
+    #[error("groupBy {label:?} has more than {limit} values (query.max-groups); narrow the query")]
     TooManyGroups {
         /// The label grouped by.
         label: String,

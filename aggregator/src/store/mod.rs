@@ -38,13 +38,13 @@ pub(crate) use read::{Merged, Timeline};
 
 /// Where profiles are kept and for how long.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct StoreConfig {
     /// Profiles older than this are deleted. Default `30d`.
-    #[serde(with = "crate::config::duration")]
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
     pub retention: Duration,
     /// How often retention runs. Default `1m`.
-    #[serde(with = "crate::config::duration")]
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
     pub retention_interval: Duration,
     /// When the store grows past this many bytes on disk, the oldest data is deleted as well,
     /// one 10 000 s bucket per retention pass. 0, the default, sets no limit.

@@ -516,7 +516,7 @@ async fn bad_input_is_a_4xx_naming_the_problem_and_stores_nothing() {
             )],
             "a;b 1",
             UNPROCESSABLE,
-            "more than ingest.max_labels_per_series (30)",
+            "more than ingest.max-labels-per-series (30)",
         ),
         bad(
             "label value too long",
@@ -526,7 +526,7 @@ async fn bad_input_is_a_4xx_naming_the_problem_and_stores_nothing() {
             )],
             "a;b 1",
             UNPROCESSABLE,
-            "longer than ingest.max_label_bytes (1024)",
+            "longer than ingest.max-label-bytes (1024)",
         ),
         bad(
             "profile from the future",
@@ -603,14 +603,14 @@ async fn bad_input_is_a_4xx_naming_the_problem_and_stores_nothing() {
             &[name],
             vec![b'x'; 5000],
             TOO_LARGE,
-            "limit of 4096 bytes (ingest.max_body_bytes)",
+            "limit of 4096 bytes (ingest.max-body-bytes)",
         ),
         bad(
             "gzip bomb",
             &[name],
             bomb,
             TOO_LARGE,
-            "limit of 65536 bytes (ingest.max_decompressed_bytes)",
+            "limit of 65536 bytes (ingest.max-decompressed-bytes)",
         )
         .header("content-encoding", "gzip"),
         bad(
@@ -816,7 +816,7 @@ async fn bad_input_is_a_4xx_naming_the_problem_and_stores_nothing() {
             &[],
             vec![b'x'; 5000],
             TOO_LARGE,
-            "ingest.max_body_bytes",
+            "ingest.max-body-bytes",
         )
         .push()
         .header("content-type", "application/proto"),

@@ -751,5 +751,5 @@ async fn group_by_past_max_groups_is_refused() {
         .collect();
     let (status, body) = get(&agg, "/render", &query).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(body.contains("query.max_groups"), "{body}");
+    assert!(body.contains("query.max-groups"), "{body}");
 }

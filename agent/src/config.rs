@@ -1,0 +1,93 @@
+//! The agent's configuration file: one section per stage, every field with its default.
+//!
+//! Keys are kebab-case, as in Pyroscope's agent config, so that its sections (`scrape-configs`,
+//! `metrics-export-rules`) paste in unchanged. `smolder-agent print-default-config` prints the
+//! defaults as YAML.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+pub use crate::window::WindowConfig;
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct Config {
+    /// The `hostname` label of every series; empty means the host's own name.
+    pub hostname: String,
+    /// The agent's HTTP port.
+    pub http: HttpConfig,
+    /// How stacks are grouped in time.
+    pub window: WindowConfig,
+}
+
+/// The agent's HTTP listener.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct HttpConfig {
+    /// Address and port for `/metrics` and `/healthz`. Default `127.0.0.1:4042`: the agent's
+    /// port is for the local Prometheus, not the world.
+    pub listen: SocketAddr,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 4042)),
+        }
+    }
+}
+
+impl Config {
+    /// Reads a YAML configuration file; keys it does not know are an error.
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be read or is not a valid configuration.
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        serde_norway::from_str(&text)
+            .with_context(|| format!("parsing config file {}", path.display()))
+    }
+
+    /// The defaults, as YAML.
+    pub fn default_yaml() -> String {
+        serde_norway::to_string(&Config::default()).expect("the default config serializes")
+    }
+
+    /// The `hostname` label: the configured one, else the kernel's.
+    ///
+    /// # Errors
+    ///
+    /// When none is configured and `/proc/sys/kernel/hostname` cannot be read.
+    pub fn hostname(&self) -> anyhow::Result<String> {
+        if !self.hostname.is_empty() {
+            return Ok(self.hostname.clone());
+        }
+        let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .context("reading /proc/sys/kernel/hostname")?;
+        Ok(name.trim().to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_round_trip_through_yaml() {
+        let yaml = Config::default_yaml();
+        let parsed: Config = serde_norway::from_str(&yaml).unwrap();
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let err = serde_norway::from_str::<Config>("http:\n  listne: 1.2.3.4:5\n").unwrap_err();
+        assert!(err.to_string().contains("unknown field `listne`"), "{err}");
+    }
+}

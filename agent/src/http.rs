@@ -1,0 +1,40 @@
+//! The agent's HTTP port: `/metrics` for Prometheus and `/healthz` for systemd and load checks.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::metrics::Metrics;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct HttpState {
+    /// The agent's metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Every route of the agent.
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(state)
+}
+
+async fn metrics(State(state): State<HttpState>) -> Response {
+    match state.metrics.render() {
+        Ok(text) => ([("content-type", prometheus::TEXT_FORMAT)], text).into_response(),
+        Err(err) => {
+            tracing::error!(error = %err, "encoding metrics failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "encoding metrics failed\n",
+            )
+                .into_response()
+        }
+    }
+}

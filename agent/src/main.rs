@@ -1,0 +1,79 @@
+//! `smolder-agent`: the per-host daemon. Parses flags, loads the config and hands over to
+//! [`smolder_agent::app`].
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use smolder_agent::{app, config::Config};
+
+/// Smolder's agent: profiles every process on this host and ships the stacks to an aggregator.
+#[derive(Parser)]
+#[command(version, about)]
+struct Flags {
+    /// YAML configuration file; without one, the built-in defaults apply.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Log filter, in `RUST_LOG` syntax.
+    #[arg(long, default_value = "info")]
+    log_level: String,
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    mode: Option<Mode>,
+}
+
+#[derive(Subcommand)]
+enum Mode {
+    /// Check the configuration file and exit.
+    CheckConfig,
+    /// Print the default configuration as YAML and exit.
+    PrintDefaultConfig,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    init_logs(&flags.log_level, flags.log_format);
+    match run(flags) {
+        Ok(code) => code,
+        Err(err) => {
+            tracing::error!("{err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(flags: Flags) -> anyhow::Result<ExitCode> {
+    let config = match &flags.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    match flags.mode {
+        None => app::run(config).map(|()| ExitCode::SUCCESS),
+        Some(Mode::CheckConfig) => {
+            println!("configuration is valid");
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Mode::PrintDefaultConfig) => {
+            print!("{}", Config::default_yaml());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn init_logs(filter: &str, format: LogFormat) {
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,29 @@
+//! The agent as a whole, over its real HTTP port.
+
+use smolder_agent::app;
+use smolder_agent::config::Config;
+
+fn local_config() -> Config {
+    let mut config = Config::default();
+    config.http.listen = "127.0.0.1:0".parse().unwrap();
+    config
+}
+
+#[tokio::test]
+async fn serves_health_and_metrics() {
+    let agent = app::start(local_config()).await.unwrap();
+    let base = format!("http://{}", agent.addr());
+    let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("smolder_agent_windows_closed_total"),
+        "{metrics}"
+    );
+    agent.stop().await.unwrap();
+}
