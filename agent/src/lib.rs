@@ -7,6 +7,8 @@
 //!   them per series into wall-clock-aligned windows (10 s by default) and hands each closed
 //!   [`Window`](window::Window) to its sinks.
 //! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics` and `/healthz`.
+//! - [`relabel`]: Prometheus-style relabelling of label sets, shared by the sources that
+//!   choose and name what they profile.
 //! - [`metrics`]: every metric the agent exports, in one catalogue.
 //! - [`config`]: the YAML file, one section per stage.
 //! - [`app`]: wires the stages together; [`app::start`] is what the binary and the tests run.
@@ -15,4 +17,5 @@ pub mod app;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod relabel;
 pub mod window;
