@@ -29,6 +29,7 @@ impl Aggregator {
     pub(crate) async fn with_config(mut config: Config) -> Aggregator {
         let dir = tempfile::tempdir().expect("temp dir");
         config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.ingest.quic.listen = SocketAddr::from(([127, 0, 0, 1], 0));
         let running = app::start(config, dir.path())
             .await
             .expect("aggregator starts");
