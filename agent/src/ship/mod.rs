@@ -159,10 +159,12 @@ pub enum ShipError {
 
 /// How long the aggregator has to answer a hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Keep-alives on an idle connection, well inside the aggregator's 30 s idle timeout.
-const KEEP_ALIVE: Duration = Duration::from_secs(10);
-/// How long a connection may be silent before it is taken as lost.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Keep-alives on an idle connection, well inside both sides' idle timeouts.
+const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// How long a connection may be silent before it is taken as lost. An aggregator that died
+/// cannot say so (a restarted one does not know the old connection), so this is how long a
+/// crash goes unnoticed when no batch is in flight.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The aggregator's answer to a batch.
 enum Answer {
@@ -245,7 +247,7 @@ async fn connect(
     transport
         .keep_alive_interval(Some(KEEP_ALIVE))
         .max_idle_timeout(Some(
-            quinn::IdleTimeout::try_from(IDLE_TIMEOUT).expect("30 s is a valid idle timeout"),
+            quinn::IdleTimeout::try_from(IDLE_TIMEOUT).expect("15 s is a valid idle timeout"),
         ));
     client.transport_config(Arc::new(transport));
     let connect_error = |reason: String| ShipError::Connect {

@@ -40,6 +40,16 @@ impl Aggregator {
         }
     }
 
+    /// The UDP address of QUIC ingest.
+    pub(crate) fn quic_addr(&self) -> SocketAddr {
+        self.running.as_ref().expect("running").quic_addr()
+    }
+
+    /// The data directory.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// The base URL, `http://127.0.0.1:<port>`.
     pub(crate) fn url(&self, path: &str) -> String {
         let addr = self.running.as_ref().expect("running").addr();
