@@ -180,53 +180,6 @@ async fn batches_from_an_agent_appear_in_render() {
     aggregator.stop().await;
 }
 
-#[tokio::test]
-async fn the_spool_and_agent_id_survive_an_agent_restart() {
-    // No aggregator: everything the agent produces stays in its spool.
-    let state = tempfile::tempdir().unwrap();
-    let nowhere = free_udp();
-    let missing = state.path().join("no-aggregator");
-    let config = agent_config(nowhere, &missing);
-    let agent = agent_app::start_in(config.clone(), state.path())
-        .await
-        .unwrap();
-    let id = agent.agent_id().to_owned();
-    let base = SystemTime::now() - Duration::from_secs(30);
-    for i in 0..3u64 {
-        agent
-            .submitter()
-            .submit(profile(
-                "kept.cpu",
-                "main",
-                1,
-                base + Duration::from_secs(i),
-            ))
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    eventually(Duration::from_secs(10), "three batches spooled", || async {
-        metric(
-            &agent_metrics(&agent).await,
-            "smolder_agent_spool_batches",
-            "",
-        ) == 3.0
-    })
-    .await;
-    agent.stop().await.unwrap();
-
-    let agent = agent_app::start_in(config, state.path()).await.unwrap();
-    assert_eq!(agent.agent_id(), id, "the agent id is kept with the spool");
-    let text = agent_metrics(&agent).await;
-    assert_eq!(
-        metric(&text, "smolder_agent_spool_batches", ""),
-        3.0,
-        "{text}"
-    );
-    assert!(metric(&text, "smolder_agent_ship_reconnects_total", "") >= 0.0);
-    agent.stop().await.unwrap();
-}
-
 /// A free loopback UDP port: bound, read, released.
 pub(crate) fn free_udp() -> SocketAddr {
     UdpSocket::bind("127.0.0.1:0")

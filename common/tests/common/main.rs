@@ -17,7 +17,7 @@ mod series;
 mod timestamp;
 /// The stack tree: encoding round trips, merge algebra, truncation.
 mod tree;
-/// The wire protocol: batches round-trip through frames; mangled frames only ever error.
-mod wire;
 /// Generators and helpers shared by the modules above.
 mod util;
+/// The wire protocol: batches round-trip through frames; mangled frames only ever error.
+mod wire;
