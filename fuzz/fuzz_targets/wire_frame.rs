@@ -41,10 +41,18 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(a.tree, b.tree);
             }
         }
-        FrameKind::Hello => drop(header.decode::<Hello>(body)),
-        FrameKind::Welcome => drop(header.decode::<Welcome>(body)),
-        FrameKind::Ack => drop(header.decode::<Ack>(body)),
-        FrameKind::Reject => drop(header.decode::<Reject>(body)),
+        FrameKind::Hello => {
+            let _ = header.decode::<Hello>(body);
+        }
+        FrameKind::Welcome => {
+            let _ = header.decode::<Welcome>(body);
+        }
+        FrameKind::Ack => {
+            let _ = header.decode::<Ack>(body);
+        }
+        FrameKind::Reject => {
+            let _ = header.decode::<Reject>(body);
+        }
         _ => {}
     }
 });

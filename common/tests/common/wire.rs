@@ -59,9 +59,15 @@ fn decode_any(bytes: &[u8]) -> Result<(), FrameError> {
             let message: BatchMessage = header.decode(body)?;
             let _ = message.into_profiles();
         }
-        FrameKind::Hello => drop(header.decode::<Hello>(body)?),
-        FrameKind::Ack => drop(header.decode::<Ack>(body)?),
-        FrameKind::Reject => drop(header.decode::<Reject>(body)?),
+        FrameKind::Hello => {
+            header.decode::<Hello>(body)?;
+        }
+        FrameKind::Ack => {
+            header.decode::<Ack>(body)?;
+        }
+        FrameKind::Reject => {
+            header.decode::<Reject>(body)?;
+        }
         _ => {}
     }
     Ok(())
