@@ -29,6 +29,8 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one batch stream may take from its first byte to its last: a stream that trickles
 /// slower than this holds a stream slot for nothing.
 const STREAM_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most a body buffer reserves before its bytes arrive.
+const BODY_CHUNK: usize = 1 << 20;
 /// How long a refusal waits for the agent to read it before the connection closes.
 const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 
@@ -270,8 +272,28 @@ async fn read_frame(
     let mut header = [0u8; HEADER_LEN];
     read_exact(recv, &mut header, "header").await?;
     let header = FrameHeader::parse(&header, limits)?;
-    let mut body = vec![0; header.compressed_len as usize];
-    read_exact(recv, &mut body, "body").await?;
+    // Grown as bytes arrive rather than allocated from the header: a client that declares a
+    // large body and sends nothing holds nothing.
+    let declared = header.compressed_len as usize;
+    let mut body = Vec::with_capacity(declared.min(BODY_CHUNK));
+    while body.len() < declared {
+        match recv.read_chunk(declared - body.len(), true).await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk.bytes),
+            Ok(None) => {
+                return Err(FrameError::Truncated {
+                    part: "body",
+                    expected: declared,
+                    actual: body.len(),
+                }
+                .into());
+            }
+            Err(err) => {
+                return Err(StreamError::Read {
+                    reason: err.to_string(),
+                });
+            }
+        }
+    }
     let mut extra = [0u8; 64];
     match recv.read(&mut extra).await {
         Ok(None) => Ok((header, body)),
