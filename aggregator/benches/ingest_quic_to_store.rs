@@ -79,7 +79,9 @@ async fn run(windows: usize) {
                     nodes += tree.len() as u64;
                     samples += tree.total();
                     Profile {
-                        series: format!("bench{s}.cpu{{hostname=bench-host}}").parse().unwrap(),
+                        series: format!("bench{s}.cpu{{hostname=bench-host}}")
+                            .parse()
+                            .unwrap(),
                         meta: ProfileMeta {
                             spy_name: "ebpfspy".to_owned(),
                             sample_rate: 100,
@@ -147,7 +149,14 @@ async fn run(windows: usize) {
     let agent = agent_app::start_in(agent, agent_dir.path()).await.unwrap();
     let metrics_url = format!("http://{}/metrics", agent.addr());
     let text = loop {
-        let text = http.get(&metrics_url).send().await.unwrap().text().await.unwrap();
+        let text = http
+            .get(&metrics_url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         if metric(&text, "smolder_agent_spool_batches") == 0.0 {
             break text;
         }
