@@ -10,6 +10,8 @@ use std::path::Path;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+pub use crate::ship::ShipConfig;
+pub use crate::spool::SpoolConfig;
 pub use crate::window::WindowConfig;
 
 /// The whole configuration file.
@@ -22,6 +24,10 @@ pub struct Config {
     pub http: HttpConfig,
     /// How stacks are grouped in time.
     pub window: WindowConfig,
+    /// Bounds of the on-disk spool of batches not yet acknowledged.
+    pub spool: SpoolConfig,
+    /// Where and how batches are shipped.
+    pub ship: ShipConfig,
 }
 
 /// The agent's HTTP listener.

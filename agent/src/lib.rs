@@ -6,6 +6,10 @@
 //! - [`window`]: sources submit [`Profile`](smolder_common::Profile)s; the window loop merges
 //!   them per series into wall-clock-aligned windows (10 s by default) and hands each closed
 //!   [`Window`](window::Window) to its sinks.
+//! - [`spool`]: every closed window becomes a batch in an on-disk sled queue, bounded by bytes
+//!   and age, until the aggregator acknowledges it.
+//! - [`ship`]: drains the spool to the aggregator over QUIC, oldest first, reconnecting with
+//!   backoff; a batch leaves the spool only on its ack.
 //! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics` and `/healthz`.
 //! - [`relabel`]: Prometheus-style relabelling of label sets, shared by the sources that
 //!   choose and name what they profile.
@@ -18,4 +22,6 @@ pub mod config;
 pub mod http;
 pub mod metrics;
 pub mod relabel;
+pub mod ship;
+pub mod spool;
 pub mod window;

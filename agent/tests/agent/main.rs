@@ -1,5 +1,8 @@
 //! The agent as a whole, over its real HTTP port.
 
+/// The spool on disk: restarts, the data directory lock, the age bound.
+mod spool;
+
 use smolder_agent::app;
 use smolder_agent::config::Config;
 
