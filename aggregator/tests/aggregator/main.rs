@@ -14,3 +14,6 @@ mod query;
 
 /// Every Pyroscope SDK's exact upload request, accepted or rejected with a useful message.
 mod sdk;
+
+/// The web UI's page and assets as served; the browser scenarios live in `aggregator/ui/e2e/`.
+mod ui;
