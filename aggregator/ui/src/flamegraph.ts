@@ -77,6 +77,18 @@ export function diffColor(percent: number): string {
   return `rgb(${c[0]},${c[1]},${c[2]})`;
 }
 
+/** Per-model caches by name id: colours and lower-cased names, computed once per answer. */
+const caches = new WeakMap<FlameModel, { colors: string[]; lower: string[] }>();
+
+function cacheOf(model: FlameModel) {
+  let cache = caches.get(model);
+  if (!cache) {
+    cache = { colors: model.names.map(hashColor), lower: model.names.map((n) => n.toLowerCase()) };
+    caches.set(model, cache);
+  }
+  return cache;
+}
+
 /** Draws `model` on `ctx` (already scaled for the device pixel ratio). */
 export function draw(ctx: CanvasRenderingContext2D, model: FlameModel, view: View): void {
   const levels = model.levelStart.length - 1;
@@ -92,6 +104,13 @@ export function draw(ctx: CanvasRenderingContext2D, model: FlameModel, view: Vie
   ctx.font = "12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace";
   ctx.textBaseline = "middle";
   const charWidth = ctx.measureText("M").width || 7;
+
+  const { colors, lower } = cacheOf(model);
+  const matches = view.search === "" ? null : lower.map((n) => n.includes(view.search));
+  // Labels are drawn after all bars, in two colours, so the canvas switches state rarely.
+  const labels: { text: string; x: number; y: number; dark: boolean }[] = [];
+  let lastFill = "";
+  let lastAlpha = 1;
 
   const ancestors = new Set<number>();
   for (let a = focus; a >= 0; a = model.parent[a]) ancestors.add(a);
@@ -116,32 +135,32 @@ export function draw(ctx: CanvasRenderingContext2D, model: FlameModel, view: Vie
         pw = model.total[n] * scale;
       }
       if (pw < MIN_WIDTH) continue;
-      const name = model.names[model.name[n]];
-      const matched = view.search !== "" && name.toLowerCase().includes(view.search);
-      let fill = model.diff ? diffColor(diffPercent(model, n, view.diffColor)) : hashColor(name);
-      if (view.search !== "" && !matched) fill = "#e4e4e7";
-      ctx.globalAlpha = faded ? 0.55 : 1;
-      ctx.fillStyle = fill;
+      const id = model.name[n];
+      const matched = matches !== null && matches[id];
+      let fill = model.diff ? diffColor(diffPercent(model, n, view.diffColor)) : colors[id];
+      if (matches !== null && !matched) fill = "#e4e4e7";
+      const alpha = faded ? 0.55 : 1;
+      if (alpha !== lastAlpha) ctx.globalAlpha = lastAlpha = alpha;
+      if (fill !== lastFill) ctx.fillStyle = lastFill = fill;
       ctx.fillRect(px, y, Math.max(pw - (pw > 2 ? 1 : 0), MIN_WIDTH), ROW - 1);
-      if (matched) {
-        ctx.strokeStyle = "#1d4ed8";
-        ctx.lineWidth = 2;
-        ctx.strokeRect(px + 1, y + 1, Math.max(pw - 3, 0), ROW - 3);
-      }
-      if (n === view.selected) {
-        ctx.strokeStyle = "#111827";
+      if (matched || n === view.selected) {
+        ctx.strokeStyle = matched && n !== view.selected ? "#1d4ed8" : "#111827";
         ctx.lineWidth = 2;
         ctx.strokeRect(px + 1, y + 1, Math.max(pw - 3, 0), ROW - 3);
       }
       const chars = Math.floor((pw - 6) / charWidth);
       if (chars >= 3) {
-        const label = name.length <= chars ? name : `${name.slice(0, chars - 1)}…`;
-        ctx.fillStyle = model.diff && !(view.search !== "" && !matched) ? "#fff" : "#1f2937";
-        ctx.fillText(label, px + 3, y + ROW / 2);
+        const name = model.names[id];
+        const text = name.length <= chars ? name : `${name.slice(0, chars - 1)}…`;
+        labels.push({ text, x: px + 3, y: y + ROW / 2, dark: !(model.diff && !(matches !== null && !matched)) });
       }
     }
   }
   ctx.globalAlpha = 1;
+  for (const dark of [true, false]) {
+    ctx.fillStyle = dark ? "#1f2937" : "#fff";
+    for (const label of labels) if (label.dark === dark) ctx.fillText(label.text, label.x, label.y);
+  }
 }
 
 /** The node under CSS pixel (`px`, `py`), or -1. */

@@ -287,21 +287,3 @@ export function sandwich(model: FlameModel, fn: string): { callers: FlameModel; 
   }
   return { callers: layout(callers), callees: layout(callees) };
 }
-
-/** A synthetic tree of about `nodes` nodes for the render benchmark (deterministic). */
-export function syntheticModel(nodes: number): FlameModel {
-  const root = treeNode("total");
-  let seed = 42;
-  const random = () => {
-    seed = (seed * 1103515245 + 12345) & 0x7fffffff;
-    return seed / 0x7fffffff;
-  };
-  let made = 0;
-  while (made < nodes) {
-    const depth = 3 + Math.floor(random() * 25);
-    const frames: string[] = [];
-    for (let d = 0; d < depth; d++) frames.push(`pkg${d % 7}.function_${Math.floor(random() * (3 + d))}`);
-    made += insert(root, frames, 1 + Math.floor(random() * 100));
-  }
-  return layout(root);
-}

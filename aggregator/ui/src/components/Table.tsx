@@ -33,6 +33,7 @@ export function Table(props: TableProps) {
     const key = (r: TableRow): number | string => {
       if (sort === "name") return r.name;
       if (sort === "change" && model.diff) return change(r, model);
+      if (model.diff && sort === "total") return r.totalL!;
       return sort === "self" ? r.self : r.total;
     };
     filtered.sort((a, b) => {
@@ -54,18 +55,48 @@ export function Table(props: TableProps) {
   );
 
   const d = model.diff;
+  const cells = (row: TableRow) =>
+    d ? (
+      <>
+        <td class="num">
+          {formatValue(row.totalL!, units)} <span class="muted">{formatPercent(row.totalL!, d.leftTicks)}</span>
+        </td>
+        <td class="num">
+          {formatValue(row.totalR!, units)} <span class="muted">{formatPercent(row.totalR!, d.rightTicks)}</span>
+        </td>
+        <td class="num">
+          {change(row, model) > 0 ? "+" : ""}
+          {change(row, model).toFixed(2)} pp
+        </td>
+      </>
+    ) : (
+      <>
+        <td class="num">
+          {formatValue(row.self, units)} <span class="muted">{formatPercent(row.self, model.numTicks)}</span>
+        </td>
+        <td class="num">
+          {formatValue(row.total, units)} <span class="muted">{formatPercent(row.total, model.numTicks)}</span>
+        </td>
+      </>
+    );
   return (
     <div class="table-wrap">
       <table class="top-table" data-testid="top-table">
         <thead>
-          <tr>
-            {header("name", "Function")}
-            {header("self", "Self")}
-            {header("total", "Total")}
-            {d && <th>Baseline</th>}
-            {d && <th>Comparison</th>}
-            {d && header("change", "Change of share")}
-          </tr>
+          {d ? (
+            <tr>
+              {header("name", "Function")}
+              {header("total", "Baseline total")}
+              <th>Comparison total</th>
+              {header("change", "Change of share")}
+            </tr>
+          ) : (
+            <tr>
+              {header("name", "Function")}
+              {header("self", "Self")}
+              {header("total", "Total")}
+            </tr>
+          )}
         </thead>
         <tbody>
           {rows.map((row) => (
@@ -76,25 +107,12 @@ export function Table(props: TableProps) {
                 </button>
                 {props.actions?.(row.name)}
               </td>
-              <td class="num">
-                {formatValue(row.self, units)} <span class="muted">{formatPercent(row.self, model.numTicks)}</span>
-              </td>
-              <td class="num">
-                {formatValue(row.total, units)} <span class="muted">{formatPercent(row.total, model.numTicks)}</span>
-              </td>
-              {d && <td class="num">{formatPercent(row.totalL!, d.leftTicks)}</td>}
-              {d && <td class="num">{formatPercent(row.totalR!, d.rightTicks)}</td>}
-              {d && (
-                <td class="num">
-                  {change(row, model) > 0 ? "+" : ""}
-                  {change(row, model).toFixed(2)} pp
-                </td>
-              )}
+              {cells(row)}
             </tr>
           ))}
           {rows.length === 0 && (
             <tr>
-              <td colSpan={d ? 6 : 3} class="muted">
+              <td colSpan={d ? 4 : 3} class="muted">
                 {search ? `No function matches “${search}”.` : "No functions."}
               </td>
             </tr>
