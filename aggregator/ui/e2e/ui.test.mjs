@@ -247,6 +247,27 @@ describe("web UI", () => {
     await page.close();
   });
 
+  test("default comparison halves a relative range and loads it once", async () => {
+    const page = await browser.context.newPage();
+    const diffs = [];
+    page.on("request", (request) => {
+      if (request.url().includes("/render-diff")) diffs.push(new URL(request.url()).searchParams);
+    });
+    await page.goto(`${aggregator.url}/?view=diff&query=${encodeURIComponent('shop.cpu{env="prod"}')}`);
+    await page.getByTestId("diff-flamegraph").locator("canvas").waitFor();
+    await page.mouse.move(10, 10);
+    await page.waitForTimeout(1500);
+    assert.equal(diffs.length, 1, "one diff request, not one per render");
+    const [request] = diffs;
+    assert.deepEqual(
+      ["leftFrom", "leftUntil", "rightFrom", "rightUntil"].map((k) => request.get(k)),
+      ["now-1h", "now-1800s", "now-1800s", "now"],
+    );
+    // T1 (40 min ago) is the baseline, T2 (10 min ago) the comparison.
+    assert.match((await frameAt(page, "diff-flamegraph", 0.5, 0)).text, /7\.00 s\s+13\.00 s/);
+    await page.close();
+  });
+
   test("comparison shows both selections side by side with their timelines", async () => {
     const prod = encodeURIComponent('shop.cpu{env="prod"}');
     const page = await open(

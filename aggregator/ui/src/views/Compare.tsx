@@ -23,13 +23,24 @@ interface Side {
   until: string;
 }
 
+/**
+ * The middle of the overall range, as a time expression: relative (`now-1800s`) when the range
+ * is `now-X` to `now`, so that defaults stay put between renders and follow a refresh.
+ */
+function middle(from: string, until: string): string | null {
+  const a = resolveTime(from);
+  const b = resolveTime(until);
+  if (!Number.isFinite(a) || !Number.isFinite(b)) return null;
+  const relative = /^now-\d+[A-Za-z]+$/.test(from) && (until === "now" || until === "");
+  if (relative) return `now-${Math.round((b - a) / 2)}s`;
+  return String(Math.floor((a + b) / 2));
+}
+
 /** The two sides, defaulting to the halves of the overall range. */
 export function sides(p: Params): { left: Side; right: Side; from: string; until: string } {
   const from = p.from || "now-1h";
   const until = p.until || "now";
-  const a = resolveTime(from);
-  const b = resolveTime(until);
-  const mid = String(Math.floor((a + b) / 2));
+  const mid = middle(from, until);
   const query = p.query ?? "";
   return {
     from,
@@ -39,16 +50,16 @@ export function sides(p: Params): { left: Side; right: Side; from: string; until
       title: "Baseline",
       color: "#16a34a",
       query: p.leftQuery || query,
-      from: p.leftFrom || (Number.isFinite(a) ? String(Math.floor(a)) : from),
-      until: p.leftUntil || (Number.isFinite(a) ? mid : until),
+      from: p.leftFrom || from,
+      until: p.leftUntil || (mid ?? until),
     },
     right: {
       key: "right",
       title: "Comparison",
       color: "#dc2626",
       query: p.rightQuery || query,
-      from: p.rightFrom || (Number.isFinite(b) ? mid : from),
-      until: p.rightUntil || (Number.isFinite(b) ? String(Math.floor(b)) : until),
+      from: p.rightFrom || (mid ?? from),
+      until: p.rightUntil || until,
     },
   };
 }

@@ -2,7 +2,7 @@
 // frame), and delete. Rules turn profiles into Prometheus counters served at /exported-metrics.
 
 import { useState } from "preact/hooks";
-import { type Rule, api } from "../api";
+import { ApiError, type Rule, api } from "../api";
 import { ErrorBox } from "../components/controls";
 import { useLoad } from "../hooks";
 import { parseSelector, splitApp } from "../query";
@@ -107,7 +107,14 @@ export function Rules(props: { params: Params; refresh: number }) {
         )}
       </form>
       {error !== null && <ErrorBox error={error} />}
-      {list.error !== null && <ErrorBox error={list.error} />}
+      {list.error instanceof ApiError && list.error.status === 404 ? (
+        <div class="error" role="alert" data-testid="error">
+          This aggregator has no recording-rules API (<code>/api/recording-rules</code> answered 404): it predates
+          metrics from profiles. Upgrade it to list and create rules here.
+        </div>
+      ) : (
+        list.error !== null && <ErrorBox error={list.error} />
+      )}
       <h2>Rules</h2>
       <table class="top-table" data-testid="rules-table">
         <thead>

@@ -155,6 +155,22 @@ export function Single(props: { params: Params; apps: App[]; refresh: number }) 
           value={p.search ?? ""}
           onInput={(e) => set({ search: e.currentTarget.value }, false)}
         />
+        <label for="max-nodes" class="muted">
+          Detail
+        </label>
+        <select
+          id="max-nodes"
+          data-testid="max-nodes"
+          title="Frames kept before the smallest are folded into “other”"
+          value={maxNodes ?? ""}
+          onChange={(e) => set({ maxNodes: e.currentTarget.value })}
+        >
+          <option value="1024">1 024 frames</option>
+          <option value="">8 192 frames (server default)</option>
+          <option value="65536">65 536 frames</option>
+          <option value="0">all frames</option>
+          {maxNodes && !["1024", "65536", "0"].includes(maxNodes) && <option value={maxNodes}>{maxNodes} frames</option>}
+        </select>
         {render.loading && <span class="muted">loading…</span>}
         {model && (
           <span class="muted" data-testid="summary">
