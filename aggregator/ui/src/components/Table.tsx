@@ -6,6 +6,9 @@ import { useMemo } from "preact/hooks";
 import { type Units, formatPercent, formatValue } from "../format";
 import { type FlameModel, type TableRow, topTable } from "../model";
 
+/** Rows rendered at most; the rest are reachable by search or sort. */
+const ROW_LIMIT = 500;
+
 export type SortKey = "self" | "total" | "name" | "change";
 
 export interface TableProps {
@@ -28,7 +31,7 @@ function change(row: TableRow, model: FlameModel): number {
 export function Table(props: TableProps) {
   const { model, units, search, sort } = props;
   const all = useMemo(() => topTable(model), [model]);
-  const rows = useMemo(() => {
+  const [rows, matching] = useMemo(() => {
     const filtered = search ? all.filter((r) => r.name.toLowerCase().includes(search)) : all.slice();
     const key = (r: TableRow): number | string => {
       if (sort === "name") return r.name;
@@ -42,7 +45,7 @@ export function Table(props: TableProps) {
       if (typeof ka === "string") return ka.localeCompare(kb as string);
       return (kb as number) - (ka as number) || a.name.localeCompare(b.name);
     });
-    return filtered.slice(0, 500);
+    return [filtered.slice(0, ROW_LIMIT), filtered.length] as const;
   }, [all, search, sort]);
 
   const header = (key: SortKey, label: string) => (
@@ -110,6 +113,13 @@ export function Table(props: TableProps) {
               {cells(row)}
             </tr>
           ))}
+          {matching > rows.length && (
+            <tr>
+              <td colSpan={d ? 4 : 3} class="muted">
+                {matching - rows.length} more functions; search to find one.
+              </td>
+            </tr>
+          )}
           {rows.length === 0 && (
             <tr>
               <td colSpan={d ? 4 : 3} class="muted">

@@ -91,7 +91,7 @@ export function Explore(props: { params: Params; apps: App[]; refresh: number })
                 <th>{groupBy}</th>
                 <th>Total</th>
                 <th>Share</th>
-                <th>Per second</th>
+                <th title="Total divided by the seconds in the range">Average per second</th>
               </tr>
             </thead>
             <tbody>
