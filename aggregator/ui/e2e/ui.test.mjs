@@ -268,6 +268,24 @@ describe("web UI", () => {
     await page.close();
   });
 
+  test("a single view opens as a diff against the period before it", async () => {
+    const page = await open(single());
+    await page.getByTestId("flamegraph").locator("canvas").waitFor();
+    await page.getByTestId("diff-previous").click();
+    await page.waitForURL(/view=diff/);
+    const span = Number(UNTIL) - Number(FROM);
+    assert.deepEqual(
+      ["leftFrom", "leftUntil", "rightFrom", "rightUntil"].map((k) => param(page, k)),
+      [String(Number(FROM) - span), FROM, FROM, UNTIL],
+    );
+    await page.getByTestId("diff-flamegraph").locator("canvas").waitFor();
+    // Nothing before: every frame is new, so red.
+    const tooltip = (await frameAt(page, "diff-flamegraph", 0.5, 1)).text;
+    assert.match(tooltip, /main/);
+    assert.match(tooltip, /\+100\.0%/);
+    await page.close();
+  });
+
   test("comparison shows both selections side by side with their timelines", async () => {
     const prod = encodeURIComponent('shop.cpu{env="prod"}');
     const page = await open(

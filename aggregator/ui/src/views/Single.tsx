@@ -69,6 +69,8 @@ export function Single(props: { params: Params; apps: App[]; refresh: number }) 
     </span>
   );
 
+  const previous = previousPeriod(from, until);
+
   const downloadJson = () => {
     if (!render.data) return;
     const blob = new Blob([JSON.stringify(render.data)], { type: "application/json" });
@@ -107,6 +109,30 @@ export function Single(props: { params: Params; apps: App[]; refresh: number }) 
       <div class="toolbar">
         <AppPicker apps={props.apps} query={query} onChange={(q) => set({ query: q, focus: undefined, fn: undefined })} />
         <TimeRange from={from} until={until} onChange={(f, u) => set({ from: f, until: u })} />
+        {previous && (
+          <a
+            class="button"
+            data-testid="diff-previous"
+            title="Diff this range against the one just before it"
+            href={href({ view: "diff", query, from: previous.from, until, leftFrom: previous.from, leftUntil: from, rightFrom: from, rightUntil: until })}
+            onClick={(e) => {
+              e.preventDefault();
+              navigate({
+                view: "diff",
+                from: previous.from,
+                leftFrom: previous.from,
+                leftUntil: from,
+                rightFrom: from,
+                rightUntil: until,
+                focus: undefined,
+                tab: undefined,
+                fn: undefined,
+              });
+            }}
+          >
+            Diff with previous period
+          </a>
+        )}
         <span class="exports" aria-label="Export">
           <span class="muted">Export</span>
           <a class="button" data-testid="export-pprof" href={renderUrl({ query, from, until, format: "pprof" })} download>
@@ -256,4 +282,17 @@ function Sandwich(props: {
       </div>
     </div>
   );
+}
+
+/**
+ * The range of the same length just before `from`..`until`, relative (`now-2h`..`now-1h` as
+ * `now-7200s`) when the range is, so that the diff link keeps following "now".
+ */
+export function previousPeriod(from: string, until: string): { from: string } | null {
+  const a = resolveTime(from);
+  const b = resolveTime(until);
+  if (!Number.isFinite(a) || !Number.isFinite(b) || b <= a) return null;
+  const span = Math.round(b - a);
+  if (/^now-\d+[A-Za-z]+$/.test(from) && (until === "now" || until === "")) return { from: `now-${2 * span}s` };
+  return { from: String(Math.floor(a) - span) };
 }
