@@ -188,6 +188,13 @@ describe("web UI", () => {
     await screenshot(page, "04-search");
     await page.getByTestId("search").fill("nothing-like-this");
     await page.getByText(/No function matches/).waitFor();
+    // Hovering a table row highlights that function's frames alone.
+    await page.getByTestId("search").fill("");
+    await page.getByTestId("top-table").locator("tr", { hasText: "gc" }).hover();
+    assert.deepEqual(await pixel(page, "flamegraph", 0.7, 4), [228, 228, 231], "json.Marshal dimmed");
+    assert.notDeepEqual(await pixel(page, "flamegraph", 0.05, 2), [228, 228, 231], "gc stays coloured");
+    await page.mouse.move(0, 0);
+    assert.notDeepEqual(await pixel(page, "flamegraph", 0.7, 4), [228, 228, 231], "back to normal");
     await page.close();
   });
 

@@ -18,6 +18,8 @@ export interface View {
   focus: number;
   /** Lower-cased search text; frames containing it are highlighted, the rest dimmed. */
   search: string;
+  /** A function to highlight exactly (hovered in the table), or "". */
+  highlight: string;
   /** Node with a keyboard or click selection, or -1. */
   selected: number;
   /** Callers' graphs grow upwards. */
@@ -106,7 +108,12 @@ export function draw(ctx: CanvasRenderingContext2D, model: FlameModel, view: Vie
   const charWidth = ctx.measureText("M").width || 7;
 
   const { colors, lower } = cacheOf(model);
-  const matches = view.search === "" ? null : lower.map((n) => n.includes(view.search));
+  const matches =
+    view.highlight !== ""
+      ? model.names.map((n) => n === view.highlight)
+      : view.search === ""
+        ? null
+        : lower.map((n) => n.includes(view.search));
   // Labels are drawn after all bars, in two colours, so the canvas switches state rarely.
   const labels: { text: string; x: number; y: number; dark: boolean }[] = [];
   let lastFill = "";

@@ -123,7 +123,7 @@ test("diff levels decode per side and colour by change of share or of value", ()
 
 test("hit-testing finds the bar under a point, zoomed or not", () => {
   const m = decode(REFERENCE);
-  const view: View = { width: 1000, focus: 0, search: "", selected: -1, inverted: false, diffColor: "relative" };
+  const view: View = { width: 1000, focus: 0, search: "", highlight: "", selected: -1, inverted: false, diffColor: "relative" };
   const name = (n: number) => (n < 0 ? null : m.names[m.name[n]]);
   assert.equal(name(hit(m, view, 50, 18 + 5)), "foo");
   assert.equal(name(hit(m, view, 650, 18 + 5)), "qux");

@@ -13,6 +13,8 @@ export interface FlameGraphProps {
   units: Units;
   /** Lower-cased search text. */
   search: string;
+  /** A function to highlight exactly, e.g. the table row under the pointer. */
+  highlight?: string | null;
   /** The zoomed node's stack, root first; empty for the whole graph. */
   focus: string[];
   onFocus: (stack: string[]) => void;
@@ -40,6 +42,7 @@ export function FlameGraph(props: FlameGraphProps) {
     width,
     focus,
     search: props.search,
+    highlight: props.highlight ?? "",
     selected,
     inverted: props.inverted ?? false,
     diffColor: props.diffColor ?? "relative",
@@ -74,7 +77,7 @@ export function FlameGraph(props: FlameGraphProps) {
       start: "smolder-flamegraph-draw-start",
       detail: { nodes: model.count },
     });
-  }, [model, width, focus, props.search, selected, props.inverted, props.diffColor]);
+  }, [model, width, focus, props.search, props.highlight, selected, props.inverted, props.diffColor]);
 
   const at = (event: MouseEvent) => {
     const rect = canvas.current!.getBoundingClientRect();

@@ -18,6 +18,8 @@ export interface TableProps {
   sort: SortKey;
   onSort: (key: SortKey) => void;
   onPick: (name: string) => void;
+  /** The function under the pointer or keyboard focus, or null when it leaves the table. */
+  onHover?: (name: string | null) => void;
   actions?: (name: string) => ComponentChildren;
 }
 
@@ -103,9 +105,16 @@ export function Table(props: TableProps) {
         </thead>
         <tbody>
           {rows.map((row) => (
-            <tr key={row.name}>
+            <tr key={row.name} onMouseEnter={() => props.onHover?.(row.name)} onMouseLeave={() => props.onHover?.(null)}>
               <td class="fn">
-                <button type="button" class="link" title={row.name} onClick={() => props.onPick(row.name)}>
+                <button
+                  type="button"
+                  class="link"
+                  title={row.name}
+                  onClick={() => props.onPick(row.name)}
+                  onFocus={() => props.onHover?.(row.name)}
+                  onBlur={() => props.onHover?.(null)}
+                >
                   {row.name}
                 </button>
                 {props.actions?.(row.name)}

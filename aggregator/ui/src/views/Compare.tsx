@@ -1,7 +1,7 @@
 // Comparison: a baseline and a comparison selection (query and time range each), shown side by
 // side or as one diff flame graph coloured by the change of each frame.
 
-import { useMemo } from "preact/hooks";
+import { useMemo, useState } from "preact/hooks";
 import { type App, api } from "../api";
 import { FlameGraph } from "../components/FlameGraph";
 import { type SortKey, Table } from "../components/Table";
@@ -102,6 +102,7 @@ export function Compare(props: { params: Params; apps: App[]; refresh: number; d
   const units: Units = meta ? { units: meta.units, sampleRate: meta.sampleRate } : { units: "", sampleRate: 0 };
 
   const set = (patch: Record<string, string | undefined>, push = true) => navigate(patch, push);
+  const [hovered, setHovered] = useState<string | null>(null);
 
   return (
     <section aria-label={props.diff ? "Diff view" : "Comparison view"}>
@@ -144,11 +145,13 @@ export function Compare(props: { params: Params; apps: App[]; refresh: number; d
                 sort={sort}
                 onSort={(key) => set({ sort: key }, false)}
                 onPick={(name) => set({ search: name }, false)}
+                onHover={setHovered}
               />
               <FlameGraph
                 model={diffModel}
                 units={units}
                 search={search}
+                highlight={hovered}
                 focus={focus}
                 onFocus={(stack) => set({ focus: stack.join(";") })}
                 diffColor={color}

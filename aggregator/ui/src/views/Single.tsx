@@ -70,6 +70,7 @@ export function Single(props: { params: Params; apps: App[]; refresh: number }) 
   );
 
   const previous = previousPeriod(from, until);
+  const [hovered, setHovered] = useState<string | null>(null);
 
   const downloadJson = () => {
     if (!render.data) return;
@@ -86,6 +87,7 @@ export function Single(props: { params: Params; apps: App[]; refresh: number }) 
       model={model}
       units={units}
       search={search}
+      highlight={hovered}
       focus={focus}
       onFocus={(stack) => set({ focus: stack.join(";") })}
       actions={actions}
@@ -101,6 +103,7 @@ export function Single(props: { params: Params; apps: App[]; refresh: number }) 
       sort={sort}
       onSort={(key) => set({ sort: key }, false)}
       onPick={(name) => set({ search: name }, false)}
+      onHover={setHovered}
     />
   );
 
