@@ -60,6 +60,12 @@ async function open(path, viewport) {
   return page;
 }
 
+/** Closes a page, failing the test if a script on it threw. */
+async function done(page) {
+  assert.deepEqual(page.errors ?? [], [], "uncaught errors in the page");
+  await page.close();
+}
+
 function single(extra = "") {
   return `/?query=${encodeURIComponent("shop.cpu{}")}&from=${FROM}&until=${UNTIL}${extra}`;
 }
@@ -118,7 +124,7 @@ describe("web UI", () => {
       assert.match(text, /\/ingest\?name=checkout\.cpu/);
       assert.match(text, new RegExp(`http://127\\.0\\.0\\.1:\\d+`));
       await screenshot(page, "01-empty-state");
-      await page.close();
+      await done(page);
     } finally {
       await empty.stop();
     }
@@ -147,9 +153,8 @@ describe("web UI", () => {
     assert.equal((await frameAt(page, "flamegraph", 0.99, 4)).name, "json.Marshal");
     // The timeline has the two pushes.
     await page.getByTestId("timeline").locator("path").first().waitFor();
-    assert.deepEqual(page.errors, []);
     await screenshot(page, "02-single-view");
-    await page.close();
+    await done(page);
   });
 
   test("clicking a frame zooms into it, the URL keeps the zoom, reset returns", async () => {
@@ -170,7 +175,7 @@ describe("web UI", () => {
     await page.waitForURL((url) => !url.searchParams.has("focus"));
     assert.equal((await frameAt(page, "flamegraph", 0.2, 4)).name, "db.Query");
     assert.equal((await frameAt(page, "flamegraph", 0.5, 4)).name, "json.Marshal");
-    await page.close();
+    await done(page);
   });
 
   test("search highlights matching frames and filters the table", async () => {
@@ -195,7 +200,7 @@ describe("web UI", () => {
     assert.notDeepEqual(await pixel(page, "flamegraph", 0.05, 2), [228, 228, 231], "gc stays coloured");
     await page.mouse.move(0, 0);
     assert.notDeepEqual(await pixel(page, "flamegraph", 0.7, 4), [228, 228, 231], "back to normal");
-    await page.close();
+    await done(page);
   });
 
   test("the top table sorts by self and by total", async () => {
@@ -209,7 +214,7 @@ describe("web UI", () => {
     await page.waitForURL(/sort=total/);
     assert.deepEqual((await tableNames(page)).slice(0, 4), ["main", "http.serve", "checkout.handler", "json.Marshal"]);
     await screenshot(page, "05-table-sorted-by-total");
-    await page.close();
+    await done(page);
   });
 
   test("a label filter narrows the flame graph and lives in the URL", async () => {
@@ -224,7 +229,7 @@ describe("web UI", () => {
     await page.getByText('env="prod"').waitFor();
     await expectRootTotal(page, /20\.00 s/);
     await screenshot(page, "06-label-filter");
-    await page.close();
+    await done(page);
   });
 
   test("the diff colours frames by change of share, or by absolute change", async () => {
@@ -251,7 +256,7 @@ describe("web UI", () => {
     assert.deepEqual(await pixel(page, "diff-flamegraph", 0.3, 4), [148, 142, 142], "db.Query unchanged in value: grey");
     assert.match(await page.getByTestId("diff-legend").innerText(), /absolute/);
     await screenshot(page, "08-diff-absolute");
-    await page.close();
+    await done(page);
   });
 
   test("default comparison halves a relative range and loads it once", async () => {
@@ -272,7 +277,7 @@ describe("web UI", () => {
     );
     // T1 (40 min ago) is the baseline, T2 (10 min ago) the comparison.
     assert.match((await frameAt(page, "diff-flamegraph", 0.5, 0)).text, /7\.00 s\s+13\.00 s/);
-    await page.close();
+    await done(page);
   });
 
   test("a single view opens as a diff against the period before it", async () => {
@@ -290,7 +295,7 @@ describe("web UI", () => {
     const tooltip = (await frameAt(page, "diff-flamegraph", 0.5, 1)).text;
     assert.match(tooltip, /main/);
     assert.match(tooltip, /\+100\.0%/);
-    await page.close();
+    await done(page);
   });
 
   test("comparison shows both selections side by side with their timelines", async () => {
@@ -318,7 +323,7 @@ describe("web UI", () => {
     await page.mouse.move(0, 0);
     assert.match((await frameAt(page, "right-flamegraph", 0.5, 0)).text, /13\.00 s/);
     await screenshot(page, "09-comparison");
-    await page.close();
+    await done(page);
   });
 
   test("the label explorer breaks a profile type down by a label, and a value opens the single view", async () => {
@@ -335,7 +340,7 @@ describe("web UI", () => {
     await page.waitForURL((url) => !url.searchParams.has("view"));
     assert.equal(param(page, "query"), 'shop.cpu{env="staging"}');
     await expectRootTotal(page, /1\.00 s/);
-    await page.close();
+    await done(page);
   });
 
   test("the sandwich view shows a function's callers and callees", async () => {
@@ -353,7 +358,7 @@ describe("web UI", () => {
     assert.equal((await frameAt(page, "sandwich-callers", 0.6, 4, { inverted: true })).name, "main");
     assert.match((await frameAt(page, "sandwich-callees", 0.5, 1)).text, /6\.00 s/);
     await screenshot(page, "11-sandwich");
-    await page.close();
+    await done(page);
   });
 
   test("keyboard: arrows move the selection, Enter zooms, Escape resets", async () => {
@@ -374,7 +379,7 @@ describe("web UI", () => {
     await screenshot(page, "12-keyboard");
     await page.keyboard.press("Escape");
     await page.waitForURL((url) => !url.searchParams.has("focus"));
-    await page.close();
+    await done(page);
   });
 
   test("exports download pprof, collapsed and JSON of the selection", async () => {
@@ -394,7 +399,7 @@ describe("web UI", () => {
     const json = JSON.parse(await streamText(await download.createReadStream()));
     assert.equal(json.flamebearer.numTicks, 2100);
     await screenshot(page, "13-exports");
-    await page.close();
+    await done(page);
   });
 
   test("time range: presets, custom ranges and drag-to-zoom on the timeline", async () => {
@@ -421,7 +426,7 @@ describe("web UI", () => {
     await page.waitForURL((url) => /^\d+$/.test(url.searchParams.get("from") ?? ""));
     assert.equal(Number(param(page, "until")) - Number(param(page, "from")), 3600);
     await page.getByTestId("no-samples").waitFor();
-    await page.close();
+    await done(page);
   });
 
   test("API errors are shown in words", async () => {
@@ -432,7 +437,7 @@ describe("web UI", () => {
     assert.match(text, /could not answer/);
     assert.match(text, /400 from \/render: invalid `query`/);
     await screenshot(page, "15-api-error");
-    await page.close();
+    await done(page);
   });
 
   test("usable at 1280×800 and 1920×1080: nothing overflows sideways", async () => {
@@ -446,7 +451,7 @@ describe("web UI", () => {
         const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
         assert.ok(overflow <= 0, `${path} at ${viewport.width}×${viewport.height} overflows by ${overflow}px`);
         if (path === single()) await screenshot(page, `16-single-${viewport.width}x${viewport.height}`);
-        await page.close();
+        await done(page);
       }
     }
   });
@@ -487,7 +492,7 @@ describe("web UI", () => {
     assert.match(await page.getByTestId("error").innerText(), /409/);
     await row.getByRole("button", { name: /Delete/ }).click();
     await row.waitFor({ state: "detached" });
-    await page.close();
+    await done(page);
   });
 });
 
