@@ -241,6 +241,7 @@ describe("web UI", () => {
     await page.getByTestId("diff-flamegraph").locator("canvas").waitFor();
     await page.getByTestId("diff-legend").waitFor();
     assert.match(await page.getByTestId("diff-legend").innerText(), /share/);
+    assert.equal(await page.title(), 'shop.cpu{env="prod"} · Diff · Smolder');
     // Widths are baseline + comparison: db.Query 200+200 at [0.2, 0.4), json.Marshal 300+900.
     const marshal = await frameAt(page, "diff-flamegraph", 0.7, 4);
     assert.equal(marshal.name, "json.Marshal");
@@ -250,6 +251,9 @@ describe("web UI", () => {
     assert.ok(r > g + 60, `json.Marshal's share grew: red, got ${r},${g}`);
     const query = await pixel(page, "diff-flamegraph", 0.3, 4);
     assert.ok(query[1] > query[0] + 30, `db.Query's share shrank: green, got ${query}`);
+    await clickFrame(page, "diff-flamegraph", 0.7, 4);
+    assert.match(await page.getByTestId("selection").innerText(), /baseline 3\.00 s \(42\.86%\), comparison 9\.00 s \(69\.23%\)/);
+    await clickFrame(page, "diff-flamegraph", 0.5, 0);
     await screenshot(page, "07-diff-share");
     await page.getByTestId("color-absolute").click();
     await page.waitForURL(/color=absolute/);

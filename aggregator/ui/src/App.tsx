@@ -49,6 +49,12 @@ export function App() {
   }, [params.query, apps.data]);
 
   useEffect(() => {
+    const label = VIEWS.find((v) => v.id === view)?.label ?? "";
+    const subject = view === "rules" ? "" : (params.query ?? "").replace(/\{\}$/, "");
+    document.title = [subject, label, "Smolder"].filter(Boolean).join(" · ");
+  }, [view, params.query]);
+
+  useEffect(() => {
     const onKey = (event: KeyboardEvent) => {
       const target = event.target as HTMLElement;
       const typing = target.tagName === "INPUT" || target.tagName === "SELECT" || target.tagName === "TEXTAREA";

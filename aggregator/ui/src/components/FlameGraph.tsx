@@ -192,6 +192,10 @@ export function FlameGraph(props: FlameGraphProps) {
 }
 
 function describe(model: FlameModel, node: number, units: Units): string {
+  const d = model.diff;
+  if (d) {
+    return `baseline ${formatValue(d.totalL[node], units)} (${formatPercent(d.totalL[node], d.leftTicks)}), comparison ${formatValue(d.totalR[node], units)} (${formatPercent(d.totalR[node], d.rightTicks)})`;
+  }
   return `total ${formatValue(model.total[node], units)} (${formatPercent(model.total[node], model.numTicks)}), self ${formatValue(model.self[node], units)}`;
 }
 
