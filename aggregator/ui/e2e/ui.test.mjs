@@ -214,6 +214,15 @@ describe("web UI", () => {
     await page.waitForURL(/sort=total/);
     assert.deepEqual((await tableNames(page)).slice(0, 4), ["main", "http.serve", "checkout.handler", "json.Marshal"]);
     await screenshot(page, "05-table-sorted-by-total");
+    // The frame budget: with 4 frames kept, the smallest fold into "other".
+    await page.goto(`${aggregator.url}${single("&tab=table&maxNodes=4&sort=total")}`);
+    await page.getByTestId("top-table").waitFor();
+    assert.equal(await page.getByTestId("max-nodes").inputValue(), "4");
+    assert.ok((await tableNames(page)).includes("other"), "truncated frames fold into other");
+    await page.getByTestId("max-nodes").selectOption("65536");
+    await page.waitForURL(/maxNodes=65536/);
+    await page.getByTestId("top-table").locator("tbody tr", { hasText: "json.Marshal" }).waitFor();
+    assert.ok(!(await tableNames(page)).includes("other"));
     await done(page);
   });
 

@@ -8,6 +8,9 @@ import { type DiffColor, ROW, type View, diffPercent, draw, height, hit } from "
 import { type Units, formatPercent, formatValue } from "../format";
 import { type FlameModel, findStack, stackOf } from "../model";
 
+/** The tallest canvas, in device pixels, that Chromium and Firefox still draw. */
+const MAX_CANVAS_PIXELS = 32_000;
+
 export interface FlameGraphProps {
   model: FlameModel;
   units: Units;
@@ -62,8 +65,9 @@ export function FlameGraph(props: FlameGraphProps) {
   useLayoutEffect(() => {
     const c = canvas.current;
     if (!c) return;
-    const ratio = window.devicePixelRatio || 1;
     const h = height(model);
+    // Browsers refuse canvases taller than about 32k device pixels: trade sharpness for depth.
+    const ratio = Math.min(window.devicePixelRatio || 1, MAX_CANVAS_PIXELS / Math.max(h, 1));
     c.width = Math.floor(width * ratio);
     c.height = Math.floor(h * ratio);
     c.style.width = `${width}px`;

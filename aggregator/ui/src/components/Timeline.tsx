@@ -32,10 +32,13 @@ export function Timeline(props: TimelineProps) {
   const svg = useRef<SVGSVGElement>(null);
   const [drag, setDrag] = useState<{ start: number; end: number } | null>(null);
   const span = Math.max(until - from, 1);
-  const max = Math.max(
-    1,
-    ...series.flatMap((s) => s.timeline.samples.map((v, i) => (inRange(s.timeline, i, from, until) ? v : 0))),
-  );
+  // A loop, not Math.max(...all): a groupBy of many values has millions of points.
+  let max = 1;
+  for (const s of series) {
+    s.timeline.samples.forEach((v, i) => {
+      if (v > max && inRange(s.timeline, i, from, until)) max = v;
+    });
+  }
   const x = (t: number) => ((t - from) / span) * WIDTH;
   const y = (v: number) => PAD_TOP + (1 - v / max) * (H - PAD_TOP - PAD_BOTTOM);
 
