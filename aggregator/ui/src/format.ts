@@ -59,11 +59,3 @@ export function formatTime(unix: number): string {
   const pad = (n: number) => String(n).padStart(2, "0");
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
-
-/** The profile type's noun for the unit of the value column headers. */
-export function unitLabel(u: Units): string {
-  if (u.units === "samples" && u.sampleRate > 0) return "CPU time";
-  if (u.units === "bytes") return "bytes";
-  if (u.units.endsWith("nanoseconds")) return "time";
-  return u.units || "value";
-}

@@ -37,7 +37,7 @@ function middle(from: string, until: string): string | null {
 }
 
 /** The two sides, defaulting to the halves of the overall range. */
-export function sides(p: Params): { left: Side; right: Side; from: string; until: string } {
+function sides(p: Params): { left: Side; right: Side; from: string; until: string } {
   const from = p.from || "now-1h";
   const until = p.until || "now";
   const mid = middle(from, until);

@@ -9,7 +9,7 @@ import { parseSelector, splitApp } from "../query";
 import { type Params, navigate } from "../url";
 
 /** A Prometheus metric name suggested for counting `fn` of the query's app. */
-export function suggestName(expr: string, fn: string): string {
+function suggestName(expr: string, fn: string): string {
   const { service, type } = splitApp(parseSelector(expr).app);
   const base = [service, fn.split(/[./:]+/).filter(Boolean).slice(-2).join("_"), type].filter(Boolean).join("_");
   const clean = base.replace(/[^A-Za-z0-9_]+/g, "_").replace(/_+/g, "_").replace(/^_|_$/g, "").toLowerCase();

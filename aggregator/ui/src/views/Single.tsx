@@ -13,7 +13,7 @@ import { decode, sandwich } from "../model";
 import { parseSelector, resolveTime } from "../query";
 import { type Params, href, navigate } from "../url";
 
-export type Tab = "both" | "flame" | "table" | "sandwich";
+type Tab = "both" | "flame" | "table" | "sandwich";
 
 const TABS: { id: Tab; label: string }[] = [
   { id: "both", label: "Table and flame graph" },
@@ -291,7 +291,7 @@ function Sandwich(props: {
  * The range of the same length just before `from`..`until`, relative (`now-2h`..`now-1h` as
  * `now-7200s`) when the range is, so that the diff link keeps following "now".
  */
-export function previousPeriod(from: string, until: string): { from: string } | null {
+function previousPeriod(from: string, until: string): { from: string } | null {
   const a = resolveTime(from);
   const b = resolveTime(until);
   if (!Number.isFinite(a) || !Number.isFinite(b) || b <= a) return null;
