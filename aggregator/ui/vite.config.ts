@@ -1,9 +1,10 @@
 import { defineConfig } from "vite";
 
 // The aggregator embeds dist/ in its binary (aggregator/build.rs) and serves index.html at `/`
-// and the hashed files under `/assets/`, a prefix no API route uses.
+// and the hashed files under `/assets/`, a prefix no API route uses. Relative asset URLs let a
+// reverse proxy serve it all under a prefix.
 export default defineConfig({
-  base: "/",
+  base: "./",
   esbuild: { jsx: "automatic", jsxImportSource: "preact" },
   build: {
     outDir: "dist",

@@ -12,11 +12,12 @@ use reqwest::header::{ACCEPT_ENCODING, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_
 
 use crate::util::Aggregator;
 
-/// The `/assets/...` paths the page loads.
+/// The `/assets/...` paths the page loads (it names them relative to itself, `./assets/...`, so
+/// that a reverse proxy may serve the UI under a prefix).
 fn asset_paths(page: &str) -> Vec<String> {
     page.split('"')
-        .filter(|part| part.starts_with("/assets/"))
-        .map(str::to_owned)
+        .filter_map(|part| part.strip_prefix("./assets/"))
+        .map(|name| format!("/assets/{name}"))
         .collect()
 }
 

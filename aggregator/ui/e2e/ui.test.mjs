@@ -6,6 +6,7 @@
 // found just inside its expected edges, and its neighbour just outside, pins its width.
 
 import assert from "node:assert/strict";
+import { createServer, request as httpRequest } from "node:http";
 import { after, before, describe, test } from "node:test";
 import { ago, launchBrowser, screenshot, startAggregator } from "./harness.mjs";
 
@@ -451,6 +452,39 @@ describe("web UI", () => {
     assert.match(text, /400 from \/render: invalid `query`/);
     await screenshot(page, "15-api-error");
     await done(page);
+  });
+
+  test("behind a reverse proxy that serves the aggregator under a prefix", async () => {
+    // A minimal proxy: /smolder/<path> goes to the aggregator's /<path>, the way nginx's
+    // `location /smolder/ { proxy_pass http://aggregator/; }` forwards it.
+    const upstream = new URL(aggregator.url);
+    const proxy = createServer((req, res) => {
+      if (!req.url.startsWith("/smolder/")) {
+        res.writeHead(404).end("outside the prefix\n");
+        return;
+      }
+      const forward = httpRequest(
+        { host: upstream.hostname, port: upstream.port, path: req.url.slice("/smolder".length), method: req.method, headers: req.headers },
+        (answer) => {
+          res.writeHead(answer.statusCode, answer.headers);
+          answer.pipe(res);
+        },
+      );
+      req.pipe(forward);
+    });
+    await new Promise((ok) => proxy.listen(0, "127.0.0.1", () => ok(undefined)));
+    try {
+      const page = await browser.context.newPage();
+      const { port } = /** @type {import("node:net").AddressInfo} */ (proxy.address());
+      await page.goto(`http://127.0.0.1:${port}/smolder/?query=${encodeURIComponent("shop.cpu{}")}&from=${FROM}&until=${UNTIL}`);
+      await page.getByTestId("flamegraph").locator("canvas").waitFor();
+      assert.equal((await frameAt(page, "flamegraph", 0.42, 4)).name, "json.Marshal");
+      await clickFrame(page, "flamegraph", 0.5, 3);
+      await page.waitForURL((url) => url.pathname === "/smolder/" && url.searchParams.has("focus"));
+      await done(page);
+    } finally {
+      proxy.close();
+    }
   });
 
   test("usable at 1280×800 and 1920×1080: nothing overflows sideways", async () => {

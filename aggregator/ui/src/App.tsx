@@ -83,7 +83,7 @@ export function App() {
   return (
     <>
       <header>
-        <a class="brand" href="/" aria-label="Smolder home">
+        <a class="brand" href={window.location.pathname} aria-label="Smolder home">
           <span class="logo" aria-hidden="true" />
           Smolder
         </a>

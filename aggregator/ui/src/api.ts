@@ -1,5 +1,8 @@
 // The aggregator's public HTTP API, typed. Every failure becomes an ApiError whose message is
 // what the aggregator said (its 4xx bodies name the problem), so views can show it in words.
+//
+// Paths are relative to the page, so the UI also works behind a reverse proxy that serves the
+// aggregator under a prefix (`https://tools.example/smolder/`).
 
 export interface Timeline {
   startTime: number;
@@ -68,12 +71,12 @@ async function request(path: string, init?: RequestInit): Promise<Response> {
   try {
     response = await fetch(path, init);
   } catch (err) {
-    throw new ApiError(0, path, `the aggregator did not answer ${path}: ${String(err)}`);
+    throw new ApiError(0, path, `the aggregator did not answer /${path.split("?")[0]}: ${String(err)}`);
   }
   if (!response.ok) {
     const body = (await response.text()).trim();
     const reason = body || response.statusText || "no message";
-    throw new ApiError(response.status, path, `${response.status} from ${path.split("?")[0]}: ${reason}`);
+    throw new ApiError(response.status, path, `${response.status} from /${path.split("?")[0]}: ${reason}`);
   }
   return response;
 }
@@ -99,15 +102,15 @@ export interface RenderParams {
 }
 
 export function renderUrl(params: RenderParams & { format?: string }): string {
-  return `/render?${qs({ ...params })}`;
+  return `render?${qs({ ...params })}`;
 }
 
 export const api = {
-  apps: () => json<App[]>("/api/apps"),
+  apps: () => json<App[]>("api/apps"),
   labelNames: (query: string, from: string, until: string) =>
-    json<string[]>(`/labels?${qs({ query, from, until })}`),
+    json<string[]>(`labels?${qs({ query, from, until })}`),
   labelValues: (label: string, query: string, from: string, until: string) =>
-    json<string[]>(`/label-values?${qs({ label, query, from, until })}`),
+    json<string[]>(`label-values?${qs({ label, query, from, until })}`),
   render: (params: RenderParams, signal?: AbortSignal) =>
     json<RenderResponse>(renderUrl(params), { signal }),
   renderDiff: (
@@ -121,15 +124,15 @@ export const api = {
       maxNodes?: string;
     },
     signal?: AbortSignal,
-  ) => json<RenderResponse>(`/render-diff?${qs(params)}`, { signal }),
-  rules: () => json<{ rules: Rule[] }>("/api/recording-rules"),
+  ) => json<RenderResponse>(`render-diff?${qs(params)}`, { signal }),
+  rules: () => json<{ rules: Rule[] }>("api/recording-rules"),
   createRule: (rule: Rule) =>
-    json<Rule>("/api/recording-rules", {
+    json<Rule>("api/recording-rules", {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify(rule),
     }),
   deleteRule: async (name: string) => {
-    await request(`/api/recording-rules/${encodeURIComponent(name)}`, { method: "DELETE" });
+    await request(`api/recording-rules/${encodeURIComponent(name)}`, { method: "DELETE" });
   },
 };

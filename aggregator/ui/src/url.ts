@@ -41,12 +41,12 @@ export function useUrl(): Params {
   return params;
 }
 
-/** A link to the UI with exactly `params`. */
+/** A link to the UI with exactly `params` (on the page's own path, whatever prefix it has). */
 export function href(params: Record<string, string | undefined>): string {
   const search = new URLSearchParams();
   for (const [key, value] of Object.entries(params)) {
     if (value !== undefined && value !== "") search.set(key, value);
   }
   const s = search.toString();
-  return `/${s ? `?${s}` : ""}`;
+  return `${window.location.pathname}${s ? `?${s}` : ""}`;
 }

@@ -251,7 +251,8 @@ export function ErrorBox(props: { error: unknown }) {
 
 /** What to do when the aggregator holds no profiles at all. */
 export function NoData() {
-  const host = window.location.host;
+  // Where this page is served from, prefix included: what SDKs and curl should talk to.
+  const base = `${window.location.origin}${window.location.pathname.replace(/[^/]*$/, "")}`;
   return (
     <div class="empty" data-testid="no-data">
       <h2>No profiles yet</h2>
@@ -263,12 +264,12 @@ export function NoData() {
         </li>
         <li>
           <strong>Pyroscope SDKs</strong> (Go, Python, Ruby, Java, .NET, Node.js, Rust): set the server address
-          to <code>http://{host}</code>.
+          to <code>{base.replace(/\/$/, "")}</code>.
         </li>
         <li>
           <strong>By hand</strong>, a folded profile:
           <pre>{`printf 'main;handler;json.Marshal 37\\nmain;gc 5\\n' |
-  curl -g --data-binary @- 'http://${host}/ingest?name=checkout.cpu{env=prod}&sampleRate=100'`}</pre>
+  curl -g --data-binary @- '${base}ingest?name=checkout.cpu{env=prod}&sampleRate=100'`}</pre>
         </li>
       </ul>
       <p>Then reload this page.</p>

@@ -72,7 +72,7 @@ export function Rules(props: { params: Params; refresh: number }) {
     <section aria-label="Recording rules" class="rules">
       <p class="muted">
         A recording rule counts, as it is ingested, what the profiles matching a selector spend in a frame, and serves the
-        counter at <a href="/exported-metrics">/exported-metrics</a> for Prometheus to scrape and alert on. CPU counts in
+        counter at <a href="exported-metrics">/exported-metrics</a> for Prometheus to scrape and alert on. CPU counts in
         seconds.
       </p>
       <form class="rule-form" onSubmit={create} data-testid="rule-form">
@@ -102,7 +102,7 @@ export function Rules(props: { params: Params; refresh: number }) {
         </button>
         {done && (
           <span class="ok" role="status">
-            Created {done}; see <a href="/exported-metrics">/exported-metrics</a>.
+            Created {done}; see <a href="exported-metrics">/exported-metrics</a>.
           </span>
         )}
       </form>
