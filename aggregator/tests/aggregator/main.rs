@@ -22,3 +22,5 @@ mod transport;
 /// QUIC ingest against hostile or mistaken clients: authentication, protocol versions,
 /// truncated, oversized, garbage and decompression-bomb streams.
 mod quic;
+/// The web UI's page and assets as served; the browser scenarios live in `aggregator/ui/e2e/`.
+mod ui;
