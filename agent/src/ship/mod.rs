@@ -328,6 +328,7 @@ async fn connect(
             info!(
                 %addr,
                 aggregator_version = %welcome.aggregator_version,
+                max_batch_bytes = welcome.max_batch_bytes,
                 agent_id = %spool.agent_id(),
                 "connected to the aggregator"
             );
