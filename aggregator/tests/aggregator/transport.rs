@@ -181,6 +181,30 @@ async fn batches_from_an_agent_appear_in_render() {
 }
 
 #[tokio::test]
+async fn a_stopping_agent_ships_its_last_window_first() {
+    let aggregator = Aggregator::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let mut config = agent_config(aggregator.quic_addr(), aggregator.dir());
+    // A window longer than the test (yet short enough that its end is not refused as being
+    // from the future): only stopping closes it.
+    config.window.length = Duration::from_secs(60);
+    let agent = agent_app::start_in(config, state.path()).await.unwrap();
+    agent
+        .submitter()
+        .submit(profile("last.cpu", "main;exit", 9, SystemTime::now()))
+        .await
+        .unwrap();
+    agent.stop().await.unwrap();
+    let base = aggregator.url("");
+    assert_eq!(
+        ticks(&aggregator.http, &base, "last.cpu").await,
+        9,
+        "shipped before the agent returned"
+    );
+    aggregator.stop().await;
+}
+
+#[tokio::test]
 async fn a_rate_limited_agent_is_paced_and_loses_nothing() {
     let mut config = smolder_aggregator::config::Config::default();
     config.ingest.quic.max_batches_per_second = 2;
