@@ -229,6 +229,10 @@ pub async fn run(
                 }
                 Err(err) => warn!(error = %err, "cannot reach the aggregator; batches stay in the spool"),
             }
+            if stop.requested() {
+                // The grace period is for a link that works; this one just failed.
+                return;
+            }
             metrics.reconnects.inc();
             let delay = backoff.next(rand::random());
             debug!(delay_ms = delay.as_millis() as u64, "reconnecting after a backoff");
