@@ -70,8 +70,9 @@ impl Running {
         self.submitter.clone()
     }
 
-    /// Stops the sources, spools the open windows, closes the connection to the aggregator
-    /// and returns. Batches not yet acknowledged stay in the spool for the next start.
+    /// Stops the sources, spools the open windows, gives the shipper up to 5 s to deliver them,
+    /// closes the connection to the aggregator and returns. Batches not yet acknowledged stay
+    /// in the spool for the next start.
     ///
     /// # Errors
     ///
