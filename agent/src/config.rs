@@ -10,6 +10,8 @@ use std::path::Path;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+pub use crate::ebpf::EbpfConfig;
+pub use crate::symbolize::SymbolizeConfig;
 pub use crate::window::WindowConfig;
 
 /// The whole configuration file.
@@ -22,6 +24,10 @@ pub struct Config {
     pub http: HttpConfig,
     /// How stacks are grouped in time.
     pub window: WindowConfig,
+    /// The eBPF CPU sampler.
+    pub ebpf: EbpfConfig,
+    /// How sampled addresses become function names.
+    pub symbolize: SymbolizeConfig,
 }
 
 /// The agent's HTTP listener.

@@ -6,6 +6,10 @@
 //! - [`window`]: sources submit [`Profile`](smolder_common::Profile)s; the window loop merges
 //!   them per series into wall-clock-aligned windows (10 s by default) and hands each closed
 //!   [`Window`](window::Window) to its sinks.
+//! - [`cpu`]: the eBPF CPU source. [`ebpf`] loads the kernel sampler and drains plain samples,
+//!   [`process`] names each process's series (systemd unit, container, relabel rules),
+//!   [`symbolize`] turns addresses into function names on its own thread; `cpu` submits one
+//!   `<service_name>.cpu` profile per series and window.
 //! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics` and `/healthz`.
 //! - [`relabel`]: Prometheus-style relabelling of label sets, shared by the sources that
 //!   choose and name what they profile.
@@ -15,7 +19,11 @@
 
 pub mod app;
 pub mod config;
+pub mod cpu;
+pub mod ebpf;
 pub mod http;
 pub mod metrics;
+pub mod process;
 pub mod relabel;
+pub mod symbolize;
 pub mod window;
