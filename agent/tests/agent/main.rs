@@ -1,5 +1,8 @@
 //! The agent as a whole, over its real HTTP port.
 
+/// The eBPF CPU source: the real sampler, loaded as root, sampling workloads the tests build.
+mod ebpf;
+
 use smolder_agent::app;
 use smolder_agent::config::Config;
 
