@@ -75,6 +75,13 @@ impl Processes {
         self.known.contains_key(&pid)
     }
 
+    /// Whether `pid` is known and has not exited.
+    pub fn is_alive(&self, pid: u32) -> bool {
+        self.known
+            .get(&pid)
+            .is_some_and(|known| known.exited.is_none())
+    }
+
     /// The series of `pid`: `None` if unknown, `Some(None)` if dropped by relabelling.
     pub fn series(&self, pid: u32) -> Option<Option<&Series>> {
         self.known.get(&pid).map(|known| known.series.as_ref())
@@ -172,7 +179,9 @@ impl Collector {
         let now = Instant::now();
         for event in events.drain(..) {
             match event.kind {
-                ProcessEventKind::FirstSight if self.processes.contains(event.pid) => {}
+                // Announced again after the kernel's LRU forgot it; a pid that exited and is
+                // announced again has been reused by a new process.
+                ProcessEventKind::FirstSight if self.processes.is_alive(event.pid) => {}
                 ProcessEventKind::FirstSight | ProcessEventKind::Exec => self.learn(event.pid)?,
                 ProcessEventKind::Exit => self.processes.exited(event.pid, now, self.drained),
             }
@@ -498,6 +507,7 @@ mod tests {
         assert_eq!(processes.purge(t0 + grace, 4, grace), vec![7]);
         assert_eq!(processes.series(7), None);
         assert_eq!(processes.series(8), Some(None));
+        assert!(processes.is_alive(8));
         // The pid comes back: it is alive again and stays.
         processes.seen(8, Some(series));
         processes.exited(8, t0, 0);

@@ -192,6 +192,11 @@ impl Files {
         }
     }
 
+    /// Whether `key` is open.
+    pub(crate) fn is_open(&self, key: FileKey) -> bool {
+        self.open.contains_key(&key)
+    }
+
     /// The path to read `key` through, marking it used.
     pub(crate) fn path(&mut self, key: FileKey, now: u64) -> Option<&Path> {
         let open = self.open.get_mut(&key)?;

@@ -206,6 +206,14 @@ impl State {
                 }
             }
         }
+        if by_file.keys().any(|&file| !self.files.is_open(file)) {
+            // Closed to stay within max-open-files since capture: reopen from the live process.
+            if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+                let mut evicted = Vec::new();
+                self.files.open_for(pid, &text, self.tick, &mut evicted);
+                self.evict_files(evicted);
+            }
+        }
         let mut resolved = 0u64;
         let mut unresolved = 0u64;
         for (file, mut offsets) in by_file {
@@ -414,5 +422,84 @@ fn call_site(addr: u64, depth: usize) -> u64 {
         addr
     } else {
         addr.saturating_sub(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+
+    const MAPS: &str = "\
+55d0c0a01000-55d0c0a02000 r-xp 00001000 fd:01 1234                       /usr/bin/work
+7f0000000000-7f0000100000 r-xp 00028000 fd:01 99                         /usr/lib/x86_64-linux-gnu/libc.so.6
+";
+
+    fn state() -> State {
+        let mut state = State {
+            config: SymbolizeConfig::default(),
+            metrics: Metrics::new().symbolize.clone(),
+            blaze: Blaze::new(),
+            processes: HashMap::from([(7, ProcessMap::parse(MAPS))]),
+            files: Files::new(4),
+            frames: FrameCache::new(64),
+            tick: 0,
+        };
+        let work = FileKey {
+            dev: (0xfd << 32) | 1,
+            inode: 1234,
+        };
+        let libc = FileKey {
+            dev: (0xfd << 32) | 1,
+            inode: 99,
+        };
+        // Callers are looked up one byte before their return address.
+        state
+            .frames
+            .insert(FrameKey::File(work, 0x1100), Arc::from("leaf"));
+        state
+            .frames
+            .insert(FrameKey::File(work, 0x11ff), Arc::from("main"));
+        state.frames.insert(
+            FrameKey::File(libc, 0x28010 - 1),
+            Arc::from("__libc_start_call_main"),
+        );
+        state
+    }
+
+    #[test]
+    fn frames_are_root_first_and_cut_at_the_thread_entry() {
+        let mut state = state();
+        let sample = Sample {
+            pid: 7,
+            user: Stack::Frames(Arc::from(
+                [0x55d0c0a01100, 0x55d0c0a01200, 0x7f0000000010, 0xdead].as_slice(),
+            )),
+            kernel: Stack::None,
+            count: 3,
+        };
+        let named = state.name(&sample);
+        let frames: Vec<&str> = named.frames.iter().map(|f| &**f).collect();
+        assert_eq!(frames, ["__libc_start_call_main", "main", "leaf"]);
+        assert!(!named.truncated);
+    }
+
+    #[test]
+    fn unknown_frames_show_their_module_and_truncation_is_counted() {
+        let mut state = state();
+        let sample = Sample {
+            pid: 7,
+            user: Stack::Frames(Arc::from([0x55d0c0a01100, 0x55d0c0a01801, 0x10].as_slice())),
+            kernel: Stack::Lost,
+            count: 2,
+        };
+        let named = state.name(&sample);
+        let frames: Vec<&str> = named.frames.iter().map(|f| &**f).collect();
+        assert_eq!(
+            frames,
+            ["[unknown]", "work+0x1800", "leaf", "[kernel stack lost]"]
+        );
+        assert!(named.truncated);
+        assert_eq!(state.metrics.truncated_stacks.get(), 2);
     }
 }
