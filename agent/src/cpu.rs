@@ -203,12 +203,7 @@ impl Collector {
     }
 
     /// Drains the sampler and returns one profile per series over `[from, until)`.
-    fn drain(
-        &mut self,
-        from: SystemTime,
-        until: SystemTime,
-        stop: &AtomicBool,
-    ) -> anyhow::Result<Vec<Profile>> {
+    fn drain(&mut self, from: SystemTime, until: SystemTime) -> anyhow::Result<Vec<Profile>> {
         let _span = info_span!("drain").entered();
         self.poll()?;
         let started = Instant::now();
@@ -246,11 +241,10 @@ impl Collector {
 
         let pending = self.symbolizer.submit(kept)?;
         let symbolized = loop {
-            if let Some(answer) = pending.try_take()? {
+            if let Some(answer) = pending.wait_for(POLL_INTERVAL)? {
                 break answer;
             }
-            let deadline = Instant::now() + POLL_INTERVAL;
-            self.poll_until(deadline, stop)?;
+            self.poll()?;
         };
         self.drained += 1;
         let profiles = self.profiles(symbolized, from, until);
@@ -405,7 +399,7 @@ fn sample_windows(
         } else {
             boundary
         };
-        match collector.drain(from, until, stop) {
+        match collector.drain(from, until) {
             Ok(profiles) => {
                 for profile in profiles {
                     if submitter.blocking_submit(profile).is_err() {
@@ -438,7 +432,7 @@ pub fn record(config: &Config, duration: Duration) -> anyhow::Result<Vec<Profile
     let never = AtomicBool::new(false);
     let from = SystemTime::now();
     collector.poll_until(Instant::now() + duration, &never)?;
-    collector.drain(from, SystemTime::now(), &never)
+    collector.drain(from, SystemTime::now())
 }
 
 /// What `smolder-agent record` prints.

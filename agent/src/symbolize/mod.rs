@@ -105,26 +105,20 @@ enum Request {
 pub struct Pending(mpsc::Receiver<Vec<SymbolizedSample>>);
 
 impl Pending {
-    /// The answer, if it is ready.
+    /// The answer, waiting at most `timeout` for it.
     ///
     /// # Errors
     ///
     /// [`SymbolizeError::Stopped`] when the thread stopped without answering.
-    pub fn try_take(&self) -> Result<Option<Vec<SymbolizedSample>>, SymbolizeError> {
-        match self.0.try_recv() {
+    pub fn wait_for(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Vec<SymbolizedSample>>, SymbolizeError> {
+        match self.0.recv_timeout(timeout) {
             Ok(answer) => Ok(Some(answer)),
-            Err(mpsc::TryRecvError::Empty) => Ok(None),
-            Err(mpsc::TryRecvError::Disconnected) => Err(SymbolizeError::Stopped),
+            Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(SymbolizeError::Stopped),
         }
-    }
-
-    /// Waits for the answer.
-    ///
-    /// # Errors
-    ///
-    /// [`SymbolizeError::Stopped`] when the thread stopped without answering.
-    pub fn wait(self) -> Result<Vec<SymbolizedSample>, SymbolizeError> {
-        self.0.recv().map_err(|_| SymbolizeError::Stopped)
     }
 }
 
