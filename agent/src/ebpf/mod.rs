@@ -123,7 +123,7 @@ fn missing_hint(missing: &[&'static str]) -> String {
         String::new()
     } else {
         format!(
-            " (the agent lacks {}; run it as root or grant them, as systemd/smolder-agent.service does)",
+            " (the agent lacks {}; run it as root or grant them, with systemd's AmbientCapabilities= for instance)",
             missing.join(", ")
         )
     }

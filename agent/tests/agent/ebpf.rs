@@ -422,3 +422,21 @@ fn the_daemon_drains_the_sampler_every_window() {
     assert!(metric(&text, "smolder_agent_window_profiles_submitted_total") > 0.0);
     assert!(metric(&text, "smolder_agent_symbolize_captures_total") > 0.0);
 }
+
+#[test]
+fn loading_without_cap_bpf_names_the_missing_capabilities() {
+    // setpriv (util-linux) starts the agent with CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN gone
+    // from its bounding set, so even root lacks them.
+    let output = Command::new("setpriv")
+        .args(["--bounding-set", "-bpf,-perfmon,-sys_admin", "--"])
+        .arg(env!("CARGO_BIN_EXE_smolder-agent"))
+        .args(["record", "--duration", "1s"])
+        .output()
+        .expect("setpriv runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("CAP_BPF") && stderr.contains("CAP_PERFMON"),
+        "{stderr}"
+    );
+}
