@@ -5,8 +5,10 @@
 //! under `perf record -F 99 -a -g`, interleaved round by round. The workload's own CPU time
 //! (user + system, from `wait4`) is the measure: interrupt and BPF time are charged to the task
 //! they interrupt, and CPU time is less disturbed than wall time by other load on the machine.
-//! With `kernel.bpf_stats_enabled`, the run time per invocation of the `on_sample` program is
-//! read from the kernel in the same rounds.
+//! The agent starts afresh each round and the workload waits for its first drain (which
+//! symbolizes every binary on the host once), so rounds measure the steady state. With
+//! `kernel.bpf_stats_enabled`, the run time per invocation of the `on_sample` program is read
+//! from the kernel in the same rounds.
 //!
 //! `footprint`: the daemon runs with 200 processes (ten distinct binaries, each process waking
 //! every 100 ms for a short burst); the agent's CPU time over a minute and its RSS are read from
@@ -171,8 +173,14 @@ fn slowdown() {
     for round in 0..rounds {
         let base = run_workload(&exe, work);
 
-        let (daemon, _) = start_agent(&dir);
-        sleep(Duration::from_secs(3));
+        // Steady state: after the first drain, which symbolizes every binary on the host once.
+        let (daemon, port) = start_agent(&dir);
+        let warm = Instant::now();
+        while metric(&scrape(port), "smolder_agent_ebpf_drains_total") < 1.0
+            && warm.elapsed() < Duration::from_secs(30)
+        {
+            sleep(Duration::from_millis(200));
+        }
         let before = on_sample_stats();
         let sampled = run_workload(&exe, work);
         let after = on_sample_stats();
@@ -311,6 +319,8 @@ fn footprint() {
     let load_cpu: f64 = processes.iter().map(|p| cpu_seconds(p.id())).sum::<f64>() - load_before;
     let rss = status_kib(pid, "VmRSS:");
     let hwm = status_kib(pid, "VmHWM:");
+    let anon = status_kib(pid, "RssAnon:");
+    let file = status_kib(pid, "RssFile:");
     let metrics = scrape(port);
     stop(daemon, libc::SIGTERM);
     for process in &mut processes {
@@ -326,9 +336,11 @@ fn footprint() {
         agent_cpu / load_cpu.max(f64::EPSILON)
     );
     println!(
-        "  agent RSS {:.1} MiB (peak {:.1} MiB)",
+        "  agent RSS {:.1} MiB (peak {:.1} MiB): anonymous {:.1} MiB, file-backed {:.1} MiB (mapped binaries, shared with the page cache)",
         rss as f64 / 1024.0,
-        hwm as f64 / 1024.0
+        hwm as f64 / 1024.0,
+        anon as f64 / 1024.0,
+        file as f64 / 1024.0
     );
     println!(
         "  samples {:.0}, drains {:.0}, processes tracked {:.0}, open files {:.0}, cached frames {:.0}, truncated stacks {:.0}",
