@@ -28,8 +28,8 @@ use crate::ebpf::Sample;
 use crate::metrics::SymbolizeMetrics;
 
 /// Frames a complete user stack starts from: the entry points of processes and threads in glibc,
-/// musl and Go. A user stack without one of them was cut short by a frame without a frame
-/// pointer.
+/// musl and Go. A user stack without one of them, and without `main`, was cut short by a frame
+/// without a frame pointer.
 pub const TRUNCATION_ROOTS: &[&str] = &[
     "_start",
     "__libc_start_main",
@@ -80,7 +80,7 @@ pub struct SymbolizedSample {
     pub frames: Vec<Arc<str>>,
     /// How many times the stack was sampled.
     pub count: u64,
-    /// Whether the user stack was cut short (no [`TRUNCATION_ROOTS`] frame).
+    /// Whether the user stack was cut short (no [`TRUNCATION_ROOTS`] frame, no `main`).
     pub truncated: bool,
 }
 

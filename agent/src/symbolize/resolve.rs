@@ -350,13 +350,15 @@ impl State {
                     .enumerate()
                     .map(|(depth, &addr)| self.user_frame(sample.pid, call_site(addr, depth)))
                     .collect();
-                // Leaf first; frames beyond a thread's entry point are unwinding garbage.
+                // Leaf first; frames beyond a thread's entry point are unwinding garbage. A
+                // stack that reaches `main` is complete too: only the C runtime's start frames,
+                // unnamed where libc is stripped to its dynamic symbols (Debian), lie above it.
                 match user
                     .iter()
                     .position(|name| TRUNCATION_ROOTS.contains(&&**name))
                 {
                     Some(root) => user.truncate(root + 1),
-                    None => truncated = true,
+                    None => truncated = !user.iter().any(|name| &**name == "main"),
                 }
                 frames.extend(user.into_iter().rev());
             }
@@ -501,5 +503,23 @@ mod tests {
         );
         assert!(named.truncated);
         assert_eq!(state.metrics.truncated_stacks.get(), 2);
+    }
+
+    #[test]
+    fn a_stack_that_reaches_main_is_complete_without_named_libc_frames() {
+        let mut state = state();
+        let sample = Sample {
+            pid: 7,
+            // leaf, main, then libc's start frame at an offset with no cached name.
+            user: Stack::Frames(Arc::from(
+                [0x55d0c0a01100, 0x55d0c0a01200, 0x7f0000000500].as_slice(),
+            )),
+            kernel: Stack::None,
+            count: 1,
+        };
+        let named = state.name(&sample);
+        let frames: Vec<&str> = named.frames.iter().map(|f| &**f).collect();
+        assert_eq!(frames, ["libc.so.6+0x284ff", "main", "leaf"]);
+        assert!(!named.truncated);
     }
 }

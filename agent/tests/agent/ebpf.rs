@@ -473,3 +473,43 @@ fn loading_without_cap_bpf_names_the_missing_capabilities() {
         "{stderr}"
     );
 }
+
+/// Runs machine code it wrote into anonymous memory and names it in `/tmp/perf-PID.map`, as a
+/// JIT (the JVM with `-XX:+DumpPerfMapAtExit`, node with `--perf-basic-prof`) does.
+const JIT: &str = r#"
+#include <string.h>
+#include <sys/mman.h>
+int main(int argc, char **argv) {
+    /* mov rcx, 0x1000000; 1: dec rcx; jnz 1b; ret */
+    static const unsigned char code[] = {0x48, 0xc7, 0xc1, 0x00, 0x00, 0x00, 0x01,
+                                         0x48, 0xff, 0xc9, 0x75, 0xfb, 0xc3};
+    void *mem = mmap(0, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    memcpy(mem, code, sizeof code);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/perf-%d.map", getpid());
+    FILE *map = fopen(path, "w");
+    fprintf(map, "%lx %zx jitted_spin\n", (unsigned long)mem, sizeof code);
+    fclose(map);
+    double end = start_gate(argc, argv);
+    void (*spin)(void) = (void (*)(void))mem;
+    while (now() < end) spin();
+    return 0;
+}
+"#;
+
+#[test]
+fn jit_frames_are_named_from_the_perf_map() {
+    let _host = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "smolder-jit", JIT);
+    // Perf maps are read from the live process, so it outlives the recording.
+    let mut child = spawn(&exe, 6.0);
+    let profiles = record_during(Config::default(), 3, || release(&mut child));
+    child.wait().unwrap();
+    std::fs::remove_file(format!("/tmp/perf-{}.map", child.id())).unwrap();
+    let stacks = stacks(&profiles, "smolder-jit");
+    assert!(
+        samples_with(&stacks, "jitted_spin") > 0,
+        "no JIT frame named: {stacks:?}"
+    );
+}
