@@ -105,12 +105,17 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// Builds `source` with frame pointers into `dir/name`.
+/// Builds C `source` with frame pointers into `dir/name`.
 fn build(dir: &Path, name: &str, source: &str) -> PathBuf {
-    let c = dir.join(format!("{name}.c"));
+    build_with("gcc", "c", dir, name, source)
+}
+
+/// Builds `source` with `compiler` and frame pointers into `dir/name`.
+fn build_with(compiler: &str, extension: &str, dir: &Path, name: &str, source: &str) -> PathBuf {
+    let c = dir.join(format!("{name}.{extension}"));
     std::fs::write(&c, format!("{PRELUDE}{source}")).unwrap();
     let exe = dir.join(name);
-    let status = Command::new("gcc")
+    let status = Command::new(compiler)
         .args(["-O0", "-fno-omit-frame-pointer", "-o"])
         .arg(&exe)
         .arg(&c)
@@ -511,5 +516,39 @@ fn jit_frames_are_named_from_the_perf_map() {
     assert!(
         samples_with(&stacks, "jitted_spin") > 0,
         "no JIT frame named: {stacks:?}"
+    );
+}
+
+/// A C++ method in a namespace: its symbol is mangled (`_ZN7smolder6Worker4spinEd`).
+const CPP: &str = r#"
+namespace smolder {
+struct Worker {
+    void spin(double end);
+};
+__attribute__((noinline)) void Worker::spin(double end) {
+    while (now() < end)
+        for (unsigned long i = 0; i < 100000UL; i++) sink += i;
+}
+}
+int main(int argc, char **argv) {
+    double end = start_gate(argc, argv);
+    smolder::Worker worker;
+    worker.spin(end);
+    return 0;
+}
+"#;
+
+#[test]
+fn cpp_frames_are_demangled() {
+    let _host = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_with("g++", "cpp", dir.path(), "smolder-cpp", CPP);
+    let mut child = spawn(&exe, 2.0);
+    let profiles = record_during(Config::default(), 3, || release(&mut child));
+    child.wait().unwrap();
+    let stacks = stacks(&profiles, "smolder-cpp");
+    assert!(
+        samples_with(&stacks, "main;smolder::Worker::spin(double)") > 0,
+        "{stacks:?}"
     );
 }
