@@ -11,6 +11,8 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub use crate::ebpf::EbpfConfig;
+pub use crate::ship::ShipConfig;
+pub use crate::spool::SpoolConfig;
 pub use crate::symbolize::SymbolizeConfig;
 pub use crate::window::WindowConfig;
 
@@ -28,6 +30,10 @@ pub struct Config {
     pub ebpf: EbpfConfig,
     /// How sampled addresses become function names.
     pub symbolize: SymbolizeConfig,
+    /// Bounds of the on-disk spool of batches not yet acknowledged.
+    pub spool: SpoolConfig,
+    /// Where and how batches are shipped.
+    pub ship: ShipConfig,
 }
 
 /// The agent's HTTP listener.

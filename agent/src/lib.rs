@@ -10,6 +10,10 @@
 //!   [`process`] names each process's series (systemd unit, container, relabel rules),
 //!   [`symbolize`] turns addresses into function names on its own thread; `cpu` submits one
 //!   `<service_name>.cpu` profile per series and window.
+//! - [`spool`]: every closed window becomes a batch in an on-disk sled queue, bounded by bytes
+//!   and age, until the aggregator acknowledges it.
+//! - [`ship`]: drains the spool to the aggregator over QUIC, oldest first, reconnecting with
+//!   backoff; a batch leaves the spool only on its ack.
 //! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics` and `/healthz`.
 //! - [`relabel`]: Prometheus-style relabelling of label sets, shared by the sources that
 //!   choose and name what they profile.
@@ -25,5 +29,7 @@ pub mod http;
 pub mod metrics;
 pub mod process;
 pub mod relabel;
+pub mod ship;
+pub mod spool;
 pub mod symbolize;
 pub mod window;

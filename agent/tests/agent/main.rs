@@ -2,6 +2,8 @@
 
 /// The eBPF CPU source: the real sampler, loaded as root, sampling workloads the tests build.
 mod ebpf;
+/// The spool on disk: restarts, the data directory lock, the age bound.
+mod spool;
 
 use smolder_agent::app;
 use smolder_agent::config::Config;
