@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tracing::info;
 
 use crate::config::Config;
+use crate::cpu::{self, CpuSource};
 use crate::http::{self, HttpState};
 use crate::metrics::Metrics;
 use crate::ship;
@@ -52,6 +53,8 @@ pub struct Running {
     submitter: Submitter,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<()>>,
+    /// The eBPF CPU source, when `ebpf.enabled`.
+    cpu: Option<CpuSource>,
 }
 
 impl Running {
@@ -78,6 +81,12 @@ impl Running {
     ///
     /// When serving failed.
     pub async fn stop(self) -> anyhow::Result<()> {
+        if let Some(cpu) = self.cpu {
+            // Its last drain submits the partial window before the window loop closes.
+            tokio::task::spawn_blocking(move || cpu.stop())
+                .await
+                .context("stopping the eBPF sampler")?;
+        }
         let _ = self.stop.send(());
         drop(self.submitter);
         self.task.await.context("the agent task panicked")?
@@ -145,6 +154,22 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         vec![spool_sink],
         metrics.window.clone(),
     ));
+    let cpu = if config.ebpf.enabled {
+        let (config, hostname, submitter, metrics) = (
+            config.clone(),
+            hostname.clone(),
+            submitter.clone(),
+            Arc::clone(&metrics),
+        );
+        // Loading attaches to every CPU and reads /proc: blocking work.
+        let source =
+            tokio::task::spawn_blocking(move || cpu::start(&config, hostname, submitter, &metrics))
+                .await
+                .context("starting the eBPF sampler")??;
+        Some(source)
+    } else {
+        None
+    };
     let state = HttpState { metrics };
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -166,6 +191,7 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         submitter,
         stop,
         task,
+        cpu,
     })
 }
 

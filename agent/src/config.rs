@@ -10,8 +10,10 @@ use std::path::Path;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+pub use crate::ebpf::EbpfConfig;
 pub use crate::ship::ShipConfig;
 pub use crate::spool::SpoolConfig;
+pub use crate::symbolize::SymbolizeConfig;
 pub use crate::window::WindowConfig;
 
 /// The whole configuration file.
@@ -24,6 +26,10 @@ pub struct Config {
     pub http: HttpConfig,
     /// How stacks are grouped in time.
     pub window: WindowConfig,
+    /// The eBPF CPU sampler.
+    pub ebpf: EbpfConfig,
+    /// How sampled addresses become function names.
+    pub symbolize: SymbolizeConfig,
     /// Bounds of the on-disk spool of batches not yet acknowledged.
     pub spool: SpoolConfig,
     /// Where and how batches are shipped.
