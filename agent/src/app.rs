@@ -15,7 +15,8 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::http::{self, HttpState};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ScrapeMetrics};
+use crate::scrape::{self, Scraper};
 use crate::window::{self, Submitter};
 
 /// Runs the agent until SIGTERM or SIGINT, then hands on the open windows and returns.
@@ -42,6 +43,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 pub struct Running {
     addr: SocketAddr,
     submitter: Submitter,
+    scraper: Scraper,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<()>>,
 }
@@ -63,6 +65,7 @@ impl Running {
     ///
     /// When serving failed.
     pub async fn stop(self) -> anyhow::Result<()> {
+        self.scraper.stop().await;
         let _ = self.stop.send(());
         drop(self.submitter);
         self.task.await.context("the agent task panicked")?
@@ -90,7 +93,16 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         Vec::new(),
         metrics.window.clone(),
     ));
-    let state = HttpState { metrics };
+    let scraper = scrape::start(
+        &config.scrape_configs,
+        &submitter,
+        &ScrapeMetrics::new(metrics.registry()),
+    )
+    .context("starting the pprof scraper")?;
+    let state = HttpState {
+        metrics,
+        targets: scraper.status(),
+    };
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, http::router(state))
@@ -105,6 +117,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     Ok(Running {
         addr,
         submitter,
+        scraper,
         stop,
         task,
     })

@@ -6,6 +6,8 @@
 //! - [`window`]: sources submit [`Profile`](smolder_common::Profile)s; the window loop merges
 //!   them per series into wall-clock-aligned windows (10 s by default) and hands each closed
 //!   [`Window`](window::Window) to its sinks.
+//! - [`scrape`]: pull mode: pprof scraped from HTTP targets (Pyroscope's `scrape-configs`),
+//!   submitted to the windows like any source.
 //! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics` and `/healthz`.
 //! - [`relabel`]: Prometheus-style relabelling of label sets, shared by the sources that
 //!   choose and name what they profile.
@@ -18,4 +20,5 @@ pub mod config;
 pub mod http;
 pub mod metrics;
 pub mod relabel;
+pub mod scrape;
 pub mod window;
