@@ -97,8 +97,8 @@ pub async fn run(job: Job, mut stop: watch::Receiver<bool>) {
     sync(&job, &groups, &mut running);
     loop {
         tokio::select! {
-            update = updates.recv() => {
-                let Some(update) = update else { break };
+            // Without file or HTTP sources the channel closes at once; the targets stay.
+            Some(update) = updates.recv() => {
                 for error in &update.errors {
                     warn!(target: "smolder_agent::scrape", job = %name, error = %error,
                         "discovery document refused");

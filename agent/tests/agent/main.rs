@@ -1,5 +1,8 @@
 //! The agent as a whole, over its real HTTP port.
 
+// Pull mode: scraping real pprof targets, bad targets, file and HTTP discovery.
+mod scrape;
+
 use smolder_agent::app;
 use smolder_agent::config::Config;
 
