@@ -220,6 +220,51 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
     text
 }
 
+/// Rereads the files of `patterns` that changed (all of them when `full`); returns whether the
+/// set of groups or errors changed.
+fn scan(
+    files: &mut BTreeMap<PathBuf, FileState>,
+    patterns: &[String],
+    full: bool,
+    job: &str,
+    metrics: &ScrapeMetrics,
+) -> bool {
+    let mut present: Vec<PathBuf> = patterns.iter().flat_map(|p| expand(p)).collect();
+    present.sort();
+    present.dedup();
+    let mut changed = files.keys().ne(present.iter());
+    files.retain(|path, _| present.contains(path));
+    for path in present {
+        let now = signature(&path);
+        let state = files.entry(path.clone()).or_insert(FileState {
+            signature: None,
+            groups: Vec::new(),
+            error: None,
+        });
+        if !full && state.signature.is_some() && state.signature == now {
+            continue;
+        }
+        metrics.discovery_refresh(job, "file");
+        match read_file(&path) {
+            Ok(groups) => {
+                changed |= state.groups != groups || state.error.is_some();
+                state.groups = groups;
+                state.error = None;
+            }
+            Err(err) => {
+                metrics.discovery_failure(job, "file");
+                let message = format!("{}: {err}", path.display());
+                warn!(target: "smolder_agent::scrape", job, error = %message,
+                    "discovery file refused; keeping its previous targets");
+                changed |= state.error.as_ref() != Some(&message);
+                state.error = Some(message);
+            }
+        }
+        state.signature = now;
+    }
+    changed
+}
+
 /// Runs one `file-sd-configs` entry until the pool stops listening.
 pub async fn run_file(
     job: String,
@@ -236,45 +281,25 @@ pub async fn run_file(
         if full {
             last_full = Instant::now();
         }
-        let mut present: Vec<PathBuf> = config.files.iter().flat_map(|p| expand(p)).collect();
-        present.dedup();
-        let mut changed = files.len() != present.len() || files.keys().ne(present.iter());
-        files.retain(|path, _| present.contains(path));
-        for path in present {
-            let now = signature(&path);
-            let state = files.entry(path.clone()).or_insert(FileState {
-                signature: None,
-                groups: Vec::new(),
-                error: None,
-            });
-            if !full && state.signature.is_some() && state.signature == now {
-                continue;
-            }
-            metrics.discovery_refresh(&job, "file");
-            match read_file(&path) {
-                Ok(groups) => {
-                    changed |= state.groups != groups || state.error.is_some();
-                    state.groups = groups;
-                    state.error = None;
-                }
-                Err(err) => {
-                    metrics.discovery_failure(&job, "file");
-                    let message = format!("{}: {err}", path.display());
-                    warn!(target: "smolder_agent::scrape", job, error = %message,
-                        "discovery file refused; keeping its previous targets");
-                    changed |= state.error.as_ref() != Some(&message);
-                    state.error = Some(message);
-                }
-            }
-            state.signature = now;
-        }
+        let (patterns, name, handles) = (config.files.clone(), job.clone(), metrics.clone());
+        // Globbing, stat and reading files block; keep them off the async workers.
+        let scanned = tokio::task::spawn_blocking(move || {
+            let changed = scan(&mut files, &patterns, full, &name, &handles);
+            (files, changed)
+        })
+        .await;
+        let Ok((scanned_files, changed)) = scanned else {
+            return;
+        };
+        files = scanned_files;
         if changed || first {
             let update = Update {
                 source,
                 groups: files.values().flat_map(|f| f.groups.clone()).collect(),
                 errors: files.values().filter_map(|f| f.error.clone()).collect(),
             };
-            debug!(target: "smolder_agent::scrape", job, groups = update.groups.len(), "file discovery update");
+            debug!(target: "smolder_agent::scrape", job, groups = update.groups.len(),
+                "file discovery update");
             if updates.send(update).await.is_err() {
                 return;
             }

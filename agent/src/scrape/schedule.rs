@@ -32,6 +32,29 @@ pub fn next_tick(after: SystemTime, interval: Duration, phase: Duration) -> Syst
     UNIX_EPOCH + Duration::from_nanos(u64::try_from(next).unwrap_or(u64::MAX))
 }
 
+/// The tick to scrape at after a scrape at `previous` ended at `now`.
+///
+/// That is the tick following `previous`, even when `now` has just passed it: a duration
+/// profile (`cpu`, `seconds` equal to the interval) always ends a little after the next tick,
+/// and skipping that tick would halve its rate. A scrape that overran by more than half an
+/// interval (a slow target with a timeout longer than the interval) skips to the first tick
+/// after `now` instead of scraping back to back to catch up.
+pub fn following_tick(
+    previous: Option<SystemTime>,
+    now: SystemTime,
+    interval: Duration,
+    phase: Duration,
+) -> SystemTime {
+    let Some(previous) = previous else {
+        return next_tick(now, interval, phase);
+    };
+    let candidate = next_tick(previous, interval, phase);
+    match now.duration_since(candidate) {
+        Ok(late) if late > interval / 2 => next_tick(now, interval, phase),
+        _ => candidate,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,6 +72,29 @@ mod tests {
         assert_eq!(next_tick(at(109, 999), interval, phase), at(113, 500));
         // A scrape that overran its interval skips the ticks it missed.
         assert_eq!(next_tick(at(125, 0), interval, phase), at(133, 500));
+    }
+
+    #[test]
+    fn duration_profiles_keep_every_tick_and_overruns_skip() {
+        let interval = Duration::from_secs(10);
+        let phase = Duration::from_millis(3_500);
+        let first = following_tick(None, at(100, 0), interval, phase);
+        assert_eq!(first, at(103, 500));
+        // A 10 s profile taken at 103.5 s returns at 113.6 s: the 113.5 s tick is still taken.
+        assert_eq!(
+            following_tick(Some(first), at(113, 600), interval, phase),
+            at(113, 500)
+        );
+        // A scrape that ran 15 s skips to the next tick after now.
+        assert_eq!(
+            following_tick(Some(first), at(118, 600), interval, phase),
+            at(123, 500)
+        );
+        // A quick scrape waits for the next tick.
+        assert_eq!(
+            following_tick(Some(first), at(103, 700), interval, phase),
+            at(113, 500)
+        );
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! the target goes away; it owns the target's [`Deltas`].
 //!
 //! A scrape that fails leaves the delta state as it was: the next successful scrape subtracts
-//! the last good one and its profiles span the whole gap. A scrape that outlasts the interval
-//! (the timeout may be longer, as in Pyroscope) skips the ticks it missed.
+//! the last good one and its profiles span the whole gap. A duration profile, which returns just
+//! after the next tick, still takes that tick; a scrape that outlasts the interval by more than
+//! half of it (the timeout may be longer, as in Pyroscope) skips the ticks it missed
+//! ([`schedule::following_tick`]).
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -119,8 +121,11 @@ impl ScrapeLoop {
         let mut gauge = HealthGauge::new(self.metrics.clone(), target.job.clone());
         let mut deltas = Deltas::new();
         let mut last_ok: Option<SystemTime> = None;
+        let mut previous: Option<SystemTime> = None;
         loop {
-            let tick = schedule::next_tick(SystemTime::now(), target.interval, phase);
+            let tick =
+                schedule::following_tick(previous, SystemTime::now(), target.interval, phase);
+            previous = Some(tick);
             let wait = tick.duration_since(SystemTime::now()).unwrap_or_default();
             tokio::time::sleep(wait).await;
             let started = Instant::now();
