@@ -8,7 +8,6 @@
 
 use std::error::Error as _;
 use std::path::{Path, PathBuf};
-use std::sync::Once;
 use std::time::Duration;
 
 use reqwest::header::{ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE};
@@ -173,17 +172,6 @@ pub struct ClientSettings<'c> {
     pub body_limit: u64,
 }
 
-/// Installs ring as rustls' process-wide crypto provider, once. reqwest is built without a
-/// provider of its own so that aws-lc-rs stays out of the build.
-fn install_crypto_provider() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // Another part of the agent (the QUIC shipper) may have installed ring already; either
-        // way ring is what is used.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
-
 impl Fetcher {
     /// A client for `settings`.
     ///
@@ -191,7 +179,6 @@ impl Fetcher {
     ///
     /// A [`ClientError`] when a TLS file cannot be read or parsed.
     pub fn new(settings: &ClientSettings<'_>) -> Result<Fetcher, ClientError> {
-        install_crypto_provider();
         let mut builder = Client::builder()
             .user_agent(concat!("smolder-agent/", env!("CARGO_PKG_VERSION")))
             .redirect(if settings.follow_redirects {
@@ -200,7 +187,7 @@ impl Fetcher {
                 redirect::Policy::none()
             })
             .pool_idle_timeout(Duration::from_secs(300))
-            .tls_danger_accept_invalid_certs(settings.tls.insecure_skip_verify);
+            .danger_accept_invalid_certs(settings.tls.insecure_skip_verify);
         if let Some(path) = &settings.tls.ca_file {
             let pem = read(path, "ca-file")?;
             let certs = Certificate::from_pem_bundle(&pem).map_err(|source| ClientError::Pem {
@@ -208,7 +195,10 @@ impl Fetcher {
                 path: path.clone(),
                 source,
             })?;
-            builder = builder.tls_certs_only(certs);
+            builder = builder.tls_built_in_root_certs(false);
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
         }
         if let (Some(cert), Some(key)) = (&settings.tls.cert_file, &settings.tls.key_file) {
             let mut pem = read(cert, "cert-file")?;
