@@ -116,6 +116,8 @@ impl Drop for Agent {
 
 struct Measured {
     cpu_percent: f64,
+    /// RSS halfway through the measured span, to show whether it still grows.
+    rss_half: f64,
     rss: f64,
     hwm: f64,
     metrics: String,
@@ -136,7 +138,9 @@ async fn measure(config: &str, measured: Duration) -> Measured {
     let pid = agent.0.id();
     tokio::time::sleep(WARM_UP).await;
     let (start_cpu, start) = (cpu_seconds(pid), Instant::now());
-    tokio::time::sleep(measured).await;
+    tokio::time::sleep(measured / 2).await;
+    let (rss_half, _) = rss_mib(pid);
+    tokio::time::sleep(measured - measured / 2).await;
     let used = cpu_seconds(pid) - start_cpu;
     let elapsed = start.elapsed().as_secs_f64();
     let (rss, hwm) = rss_mib(pid);
@@ -148,6 +152,7 @@ async fn measure(config: &str, measured: Duration) -> Measured {
         .unwrap();
     Measured {
         cpu_percent: 100.0 * used / elapsed,
+        rss_half,
         rss,
         hwm,
         metrics,
@@ -159,7 +164,9 @@ fn metric_sum(metrics: &str, prefix: &str) -> f64 {
         .lines()
         .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        // An empty f64 sum is -0.0; print it as 0.
+        .sum::<f64>()
+        + 0.0
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -206,15 +213,17 @@ async fn main() {
         "smolder_agent_scrape_profiles_submitted_total",
     );
     let samples = metric_sum(&busy.metrics, "smolder_agent_scrape_samples_total");
-    println!("| agent | CPU (% of one core) | RSS MiB | peak RSS MiB |");
-    println!("|---|---|---|---|");
     println!(
-        "| no targets (baseline) | {:.2} | {:.1} | {:.1} |",
-        idle.cpu_percent, idle.rss, idle.hwm
+        "| agent | CPU (% of one core) | RSS MiB at half time | RSS MiB at end | peak RSS MiB |"
+    );
+    println!("|---|---|---|---|---|");
+    println!(
+        "| no targets (baseline) | {:.2} | {:.1} | {:.1} | {:.1} |",
+        idle.cpu_percent, idle.rss_half, idle.rss, idle.hwm
     );
     println!(
-        "| 100 targets x [cpu, mem] @ 10s | {:.2} | {:.1} | {:.1} |",
-        busy.cpu_percent, busy.rss, busy.hwm
+        "| 100 targets x [cpu, mem] @ 10s | {:.2} | {:.1} | {:.1} | {:.1} |",
+        busy.cpu_percent, busy.rss_half, busy.rss, busy.hwm
     );
     println!(
         "same-run ratio: CPU {:.1}x, RSS {:.1}x; scrapes {scrapes}, failures {failures}, \

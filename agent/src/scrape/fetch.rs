@@ -5,6 +5,9 @@
 //! whether it is gzip-encoded. Callers: the scrape loops and HTTP discovery. Bodies are
 //! untrusted: a `Content-Length` over the cap is refused before anything is read, and a body
 //! without one is read chunk by chunk and abandoned one byte past the cap.
+//!
+//! TLS is rustls with ring; targets are verified against the system's roots unless
+//! `tls-config.ca-file` names the CAs to trust instead.
 
 use std::error::Error as _;
 use std::path::{Path, PathBuf};

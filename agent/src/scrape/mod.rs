@@ -18,8 +18,9 @@
 //!   ([`convert`], [`delta`]), and submits.
 //! - [`status`]: every target's health, last scrape and last error, for `/targets`.
 //!
-//! Tasks owned: one pool per job, one per file or HTTP discovery source, one per target and
-//! profile. Metrics: `smolder_agent_scrape_*` ([`ScrapeMetrics`]).
+//! Tasks owned: one pool per job (span `scrape_job`), one per file or HTTP discovery source
+//! (`scrape_discovery`), one per target and profile (`scrape_target`). Logs use the tracing
+//! target `smolder_agent::scrape`. Metrics: `smolder_agent_scrape_*` ([`ScrapeMetrics`]).
 
 pub mod config;
 pub mod convert;
@@ -156,7 +157,13 @@ pub fn start(
     let (stop, stopped) = watch::channel(false);
     let jobs = jobs
         .into_iter()
-        .map(|job| tokio::spawn(pool::run(job, stopped.clone())))
+        .map(|job| {
+            let span = tracing::info_span!("scrape_job", job = %job.config.job_name);
+            tokio::spawn(tracing::Instrument::instrument(
+                pool::run(job, stopped.clone()),
+                span,
+            ))
+        })
         .collect();
     Ok(Scraper { status, stop, jobs })
 }

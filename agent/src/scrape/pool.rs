@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use smolder_common::pprof::Limits;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, info_span, warn};
 
 use super::config::{ScrapeConfig, TargetGroup};
 use super::discovery::{self, Update};
@@ -67,13 +67,17 @@ pub async fn run(job: Job, mut stop: watch::Receiver<bool>) {
             source: format!("file:{}", file_sd.files.join(",")),
             ..SourceStatus::default()
         });
-        discovery_tasks.push(tokio::spawn(discovery::run_file(
-            name.clone(),
-            index,
-            file_sd.clone(),
-            updates_tx.clone(),
-            job.metrics.clone(),
-        )));
+        let span = info_span!("scrape_discovery", job = %name, mechanism = "file");
+        discovery_tasks.push(tokio::spawn(
+            discovery::run_file(
+                name.clone(),
+                index,
+                file_sd.clone(),
+                updates_tx.clone(),
+                job.metrics.clone(),
+            )
+            .instrument(span),
+        ));
     }
     for http_sd in &job.config.http_sd_configs {
         let index = groups.len();
@@ -82,13 +86,17 @@ pub async fn run(job: Job, mut stop: watch::Receiver<bool>) {
             source: format!("http:{}", http_sd.url),
             ..SourceStatus::default()
         });
-        discovery_tasks.push(tokio::spawn(discovery::run_http(
-            name.clone(),
-            index,
-            http_sd.clone(),
-            updates_tx.clone(),
-            job.metrics.clone(),
-        )));
+        let span = info_span!("scrape_discovery", job = %name, mechanism = "http");
+        discovery_tasks.push(tokio::spawn(
+            discovery::run_http(
+                name.clone(),
+                index,
+                http_sd.clone(),
+                updates_tx.clone(),
+                job.metrics.clone(),
+            )
+            .instrument(span),
+        ));
     }
     drop(updates_tx);
 
@@ -138,12 +146,16 @@ fn sync(job: &Job, groups: &[Vec<TargetGroup>], running: &mut HashMap<String, Ru
     let mut wanted: HashMap<String, Target> =
         targets.active.into_iter().map(|t| (t.key(), t)).collect();
     let before = running.len();
-    running.retain(|key, run| {
-        let keep = wanted.remove(key).is_some();
-        if !keep {
-            run.task.abort();
+    running.retain(|key, run| match wanted.remove(key) {
+        // Same key, same loop; the discovered labels may have changed.
+        Some(target) => {
+            run.target = target;
+            true
         }
-        keep
+        None => {
+            run.task.abort();
+            false
+        }
     });
     let stopped = before - running.len();
     let started = wanted.len();
@@ -161,7 +173,9 @@ fn sync(job: &Job, groups: &[Vec<TargetGroup>], running: &mut HashMap<String, Ru
             shared: Arc::clone(&shared),
             limits,
         };
-        let task = tokio::spawn(scrape.run());
+        let span = info_span!("scrape_target", job = %name, profile = %target.profile,
+            url = %target.url);
+        let task = tokio::spawn(scrape.run().instrument(span));
         running.insert(
             key,
             Running {
