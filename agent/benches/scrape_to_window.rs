@@ -131,6 +131,8 @@ async fn measure(config: &str, measured: Duration) -> Measured {
     let child = Command::new(env!("CARGO_BIN_EXE_smolder-agent"))
         .args(["--log-level", "warn", "--config"])
         .arg(&path)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
         .stdout(Stdio::null())
         .spawn()
         .unwrap();

@@ -11,6 +11,8 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub use crate::scrape::ScrapeConfig;
+pub use crate::ship::ShipConfig;
+pub use crate::spool::SpoolConfig;
 pub use crate::window::WindowConfig;
 
 /// The whole configuration file.
@@ -23,6 +25,10 @@ pub struct Config {
     pub http: HttpConfig,
     /// How stacks are grouped in time.
     pub window: WindowConfig,
+    /// Bounds of the on-disk spool of batches not yet acknowledged.
+    pub spool: SpoolConfig,
+    /// Where and how batches are shipped.
+    pub ship: ShipConfig,
     /// Pull mode: pprof targets to scrape, in Pyroscope's `scrape-configs` format.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scrape_configs: Vec<ScrapeConfig>,

@@ -6,6 +6,10 @@
 //! - [`window`]: sources submit [`Profile`](smolder_common::Profile)s; the window loop merges
 //!   them per series into wall-clock-aligned windows (10 s by default) and hands each closed
 //!   [`Window`](window::Window) to its sinks.
+//! - [`spool`]: every closed window becomes a batch in an on-disk sled queue, bounded by bytes
+//!   and age, until the aggregator acknowledges it.
+//! - [`ship`]: drains the spool to the aggregator over QUIC, oldest first, reconnecting with
+//!   backoff; a batch leaves the spool only on its ack.
 //! - [`scrape`]: pull mode: pprof scraped from HTTP targets (Pyroscope's `scrape-configs`),
 //!   submitted to the windows like any source.
 //! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics` and `/healthz`.
@@ -21,4 +25,6 @@ pub mod http;
 pub mod metrics;
 pub mod relabel;
 pub mod scrape;
+pub mod ship;
+pub mod spool;
 pub mod window;

@@ -11,13 +11,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::app::AppState;
-use crate::{ingest, query};
+use crate::{ingest, query, ui};
 
 /// Every route of the aggregator.
 pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .merge(ingest::routes())
         .merge(query::routes())
+        .merge(ui::routes())
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .layer(middleware::from_fn_with_state(state.clone(), track))

@@ -13,6 +13,9 @@
 //! [`app`] wires them together behind one HTTP listener (`http`), which also serves `/metrics`
 //! (`metrics`) and `/healthz`; [`config`] is the configuration file, one section per stage.
 //! `main.rs` only parses flags and calls [`app::run`].
+//!
+//! - `ui`: the web UI at `/`, embedded in the binary when `aggregator/ui` was built first; it
+//!   reads everything through the query API above.
 
 pub mod app;
 pub mod config;
@@ -21,3 +24,4 @@ mod ingest;
 mod metrics;
 mod query;
 mod store;
+mod ui;

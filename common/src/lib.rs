@@ -29,6 +29,9 @@
 //! - [`jfr`]: Java Flight Recorder recordings as the Pyroscope Java agent pushes them, converted
 //!   to one [`Tree`] per profile type (`cpu`, allocations, locks) the way Pyroscope converts
 //!   them; untrusted input, bounded work, typed errors.
+//! - [`wire`]: the agent → aggregator protocol: framed, lz4-compressed protobuf messages
+//!   (hello, batch, ack, reject) with a protocol version, size caps checked before anything is
+//!   allocated, and the conversion between a window's profiles and a batch.
 //! - [`corpus`]: a seeded synthetic profile generator for tests and benchmarks: unique stacks
 //!   that share prefixes like real call trees, drawn Zipf-distributed by rank.
 //!
@@ -46,6 +49,7 @@ pub mod selector;
 pub mod series;
 pub mod timestamp;
 pub mod tree;
+pub mod wire;
 
 pub use corpus::{Corpus, CorpusConfig, Sampler};
 pub use folded::{

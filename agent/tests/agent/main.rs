@@ -1,7 +1,9 @@
 //! The agent as a whole, over its real HTTP port.
 
-// Pull mode: scraping real pprof targets, bad targets, file and HTTP discovery.
+/// Pull mode: scraping real pprof targets, bad targets, TLS and auth, file and HTTP discovery.
 mod scrape;
+/// The spool on disk: restarts, the data directory lock, the age bound.
+mod spool;
 
 use smolder_agent::app;
 use smolder_agent::config::Config;

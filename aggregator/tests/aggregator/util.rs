@@ -29,6 +29,7 @@ impl Aggregator {
     pub(crate) async fn with_config(mut config: Config) -> Aggregator {
         let dir = tempfile::tempdir().expect("temp dir");
         config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.ingest.quic.listen = SocketAddr::from(([127, 0, 0, 1], 0));
         let running = app::start(config, dir.path())
             .await
             .expect("aggregator starts");
@@ -37,6 +38,16 @@ impl Aggregator {
             dir,
             http: reqwest::Client::new(),
         }
+    }
+
+    /// The UDP address of QUIC ingest.
+    pub(crate) fn quic_addr(&self) -> SocketAddr {
+        self.running.as_ref().expect("running").quic_addr()
+    }
+
+    /// The data directory.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// The base URL, `http://127.0.0.1:<port>`.
