@@ -19,7 +19,8 @@ use tracing::info;
 use crate::config::Config;
 use crate::cpu::{self, CpuSource};
 use crate::http::{self, HttpState};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ScrapeMetrics};
+use crate::scrape::{self, Scraper};
 use crate::ship;
 use crate::spool::{self, Spool};
 use crate::window::{self, Submitter};
@@ -51,6 +52,7 @@ pub struct Running {
     addr: SocketAddr,
     agent_id: String,
     submitter: Submitter,
+    scraper: Scraper,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<()>>,
     /// The eBPF CPU source, when `ebpf.enabled`.
@@ -81,6 +83,7 @@ impl Running {
     ///
     /// When serving failed.
     pub async fn stop(self) -> anyhow::Result<()> {
+        self.scraper.stop().await;
         if let Some(cpu) = self.cpu {
             // Its last drain submits the partial window before the window loop closes.
             tokio::task::spawn_blocking(move || cpu.stop())
@@ -170,7 +173,16 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
     } else {
         None
     };
-    let state = HttpState { metrics };
+    let scraper = scrape::start(
+        &config.scrape_configs,
+        &submitter,
+        &ScrapeMetrics::new(metrics.registry()),
+    )
+    .context("starting the pprof scraper")?;
+    let state = HttpState {
+        metrics,
+        targets: scraper.status(),
+    };
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, http::router(state))
@@ -189,6 +201,7 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         addr,
         agent_id,
         submitter,
+        scraper,
         stop,
         task,
         cpu,

@@ -11,6 +11,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub use crate::ebpf::EbpfConfig;
+pub use crate::scrape::ScrapeConfig;
 pub use crate::ship::ShipConfig;
 pub use crate::spool::SpoolConfig;
 pub use crate::symbolize::SymbolizeConfig;
@@ -34,6 +35,9 @@ pub struct Config {
     pub spool: SpoolConfig,
     /// Where and how batches are shipped.
     pub ship: ShipConfig,
+    /// Pull mode: pprof targets to scrape, in Pyroscope's `scrape-configs` format.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scrape_configs: Vec<ScrapeConfig>,
 }
 
 /// The agent's HTTP listener.
@@ -62,8 +66,11 @@ impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config file {}", path.display()))?;
-        serde_norway::from_str(&text)
-            .with_context(|| format!("parsing config file {}", path.display()))
+        let config: Config = serde_norway::from_str(&text)
+            .with_context(|| format!("parsing config file {}", path.display()))?;
+        crate::scrape::validate(&config.scrape_configs)
+            .with_context(|| format!("checking config file {}", path.display()))?;
+        Ok(config)
     }
 
     /// The defaults, as YAML.

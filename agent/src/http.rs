@@ -1,4 +1,5 @@
-//! The agent's HTTP port: `/metrics` for Prometheus and `/healthz` for systemd and load checks.
+//! The agent's HTTP port: `/metrics` for Prometheus and `/healthz` for systemd and load checks;
+//! `/targets` for the pprof scraper's targets and their health.
 
 use std::sync::Arc;
 
@@ -15,6 +16,8 @@ use crate::metrics::Metrics;
 pub struct HttpState {
     /// The agent's metrics.
     pub metrics: Arc<Metrics>,
+    /// The pprof scraper's targets, for `/targets`.
+    pub targets: crate::scrape::Status,
 }
 
 /// Every route of the agent.
@@ -22,6 +25,7 @@ pub fn router(state: HttpState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/targets", get(targets))
         .with_state(state)
 }
 
@@ -37,4 +41,12 @@ async fn metrics(State(state): State<HttpState>) -> Response {
                 .into_response()
         }
     }
+}
+
+/// Every scrape target with its labels, health, last scrape and last error; dropped targets
+/// with why; each discovery source's last refresh.
+async fn targets(
+    State(state): State<HttpState>,
+) -> axum::Json<crate::scrape::status::TargetsDocument> {
+    axum::Json(state.targets.snapshot())
 }

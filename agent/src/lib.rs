@@ -14,6 +14,8 @@
 //!   and age, until the aggregator acknowledges it.
 //! - [`ship`]: drains the spool to the aggregator over QUIC, oldest first, reconnecting with
 //!   backoff; a batch leaves the spool only on its ack.
+//! - [`scrape`]: pull mode: pprof scraped from HTTP targets (Pyroscope's `scrape-configs`),
+//!   submitted to the windows like any source.
 //! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics` and `/healthz`.
 //! - [`relabel`]: Prometheus-style relabelling of label sets, shared by the sources that
 //!   choose and name what they profile.
@@ -29,6 +31,7 @@ pub mod http;
 pub mod metrics;
 pub mod process;
 pub mod relabel;
+pub mod scrape;
 pub mod ship;
 pub mod spool;
 pub mod symbolize;

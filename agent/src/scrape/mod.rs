@@ -1,0 +1,189 @@
+//! Pull mode: scraping pprof from HTTP targets, configured as Pyroscope's `scrape-configs`.
+//!
+//! Input: the agent config's [`ScrapeConfig`]s. Output: [`Profile`](smolder_common::Profile)s
+//! submitted to the window loop through a [`Submitter`], like every source; and a [`Status`]
+//! that `GET /targets` renders. Caller: [`crate::app`], which [`start`]s the scraper and
+//! [`stop`](Scraper::stop)s it before the window loop.
+//!
+//! Per job, in data-path order:
+//!
+//! - [`discovery`]: static groups, files (reread on change) and HTTP endpoints (refreshed on an
+//!   interval) yield target groups; a bad document is reported and the previous groups kept.
+//! - [`target`]: labels are set, relabelled and validated; each enabled profile of each target
+//!   becomes a [`Target`](target::Target).
+//! - [`pool`]: one task per job keeps one scrape loop per target, starting and aborting loops
+//!   as the target set changes.
+//! - [`scraper`]: each loop waits for its target's tick ([`schedule`]), fetches with a timeout
+//!   and a body cap ([`fetch`]), decodes and subtracts the previous scrape of cumulative types
+//!   ([`convert`], [`delta`]), and submits.
+//! - [`status`]: every target's health, last scrape and last error, for `/targets`.
+//!
+//! Tasks owned: one pool per job (span `scrape_job`), one per file or HTTP discovery source
+//! (`scrape_discovery`), one per target and profile (`scrape_target`). Logs use the tracing
+//! target `smolder_agent::scrape`. Metrics: `smolder_agent_scrape_*` ([`ScrapeMetrics`]).
+
+pub mod config;
+pub mod convert;
+pub mod delta;
+pub mod discovery;
+pub mod fetch;
+pub mod pool;
+pub mod schedule;
+pub mod scraper;
+pub mod status;
+pub mod target;
+
+use std::collections::HashSet;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use config::ScrapeConfig;
+pub use status::Status;
+
+use crate::metrics::ScrapeMetrics;
+use crate::relabel::RelabelError;
+use crate::window::Submitter;
+
+/// Why `scrape-configs` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeConfigError {
+    /// A key has an unusable value.
+    #[error("scrape-configs job {job:?}: {key}: {reason}")]
+    Invalid {
+        /// The job.
+        job: String,
+        /// The key, as written in the config.
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A profile under `profiles` is unusable.
+    #[error("scrape-configs job {job:?}: profile {profile:?}: {reason}")]
+    Profile {
+        /// The job.
+        job: String,
+        /// The profile's name.
+        profile: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A `relabel-configs` rule is unusable.
+    #[error("scrape-configs job {job:?}: relabel-configs")]
+    Relabel {
+        /// The job.
+        job: String,
+        /// The relabeller's error.
+        source: RelabelError,
+    },
+    /// Two jobs have the same `job-name`.
+    #[error("scrape-configs job {job:?}: job-name is used twice")]
+    DuplicateJob {
+        /// The job.
+        job: String,
+    },
+    /// The job's HTTP client cannot be built (`tls-config`).
+    #[error("scrape-configs job {job:?}: http client")]
+    Client {
+        /// The job.
+        job: String,
+        /// Why.
+        source: fetch::ClientError,
+    },
+}
+
+/// Checks every job; see [`ScrapeConfig::validate`].
+///
+/// # Errors
+///
+/// The first [`ScrapeConfigError`] found.
+pub fn validate(configs: &[ScrapeConfig]) -> Result<(), ScrapeConfigError> {
+    let mut names = HashSet::new();
+    for config in configs {
+        config.validate()?;
+        if !names.insert(config.job_name.as_str()) {
+            return Err(ScrapeConfigError::DuplicateJob {
+                job: config.job_name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The running scraper.
+pub struct Scraper {
+    status: Status,
+    stop: watch::Sender<bool>,
+    jobs: Vec<JoinHandle<()>>,
+}
+
+/// Starts one pool per job on the current runtime.
+///
+/// # Errors
+///
+/// A [`ScrapeConfigError`] when a job is invalid or its TLS files are unusable.
+pub fn start(
+    configs: &[ScrapeConfig],
+    submitter: &Submitter,
+    metrics: &ScrapeMetrics,
+) -> Result<Scraper, ScrapeConfigError> {
+    validate(configs)?;
+    let status = Status::default();
+    let mut jobs = Vec::new();
+    for config in configs {
+        let builder = target::Builder::new(config)?;
+        let fetcher = fetch::Fetcher::new(&fetch::ClientSettings {
+            basic_auth: &config.basic_auth,
+            authorization: &config.authorization,
+            bearer_token: &config.bearer_token,
+            bearer_token_file: &config.bearer_token_file,
+            tls: &config.tls_config,
+            follow_redirects: config.follow_redirects,
+            body_limit: config.body_size_limit,
+        })
+        .map_err(|source| ScrapeConfigError::Client {
+            job: config.job_name.clone(),
+            source,
+        })?;
+        jobs.push(pool::Job {
+            config: config.clone(),
+            builder,
+            fetcher,
+            submitter: submitter.clone(),
+            metrics: metrics.clone(),
+            status: status.clone(),
+        });
+    }
+    let (stop, stopped) = watch::channel(false);
+    let jobs = jobs
+        .into_iter()
+        .map(|job| {
+            let span = tracing::info_span!("scrape_job", job = %job.config.job_name);
+            tokio::spawn(tracing::Instrument::instrument(
+                pool::run(job, stopped.clone()),
+                span,
+            ))
+        })
+        .collect();
+    Ok(Scraper { status, stop, jobs })
+}
+
+impl Scraper {
+    /// What `/targets` shows.
+    pub fn status(&self) -> Status {
+        self.status.clone()
+    }
+
+    /// Stops every job, discovery task and scrape loop, and waits until they have dropped
+    /// their submitters.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: cancelled, some loops may still be running.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for job in self.jobs {
+            let _ = job.await;
+        }
+    }
+}
