@@ -29,6 +29,10 @@
 //! - [`jfr`]: Java Flight Recorder recordings as the Pyroscope Java agent pushes them, converted
 //!   to one [`Tree`] per profile type (`cpu`, allocations, locks) the way Pyroscope converts
 //!   them; untrusted input, bounded work, typed errors.
+//! - [`rules`]: metrics from profiles. A [`RuleSet`](rules::RuleSet) of Pyroscope-style
+//!   `metrics-export-rules` (selector, node regex or function, `group_by`) evaluates each
+//!   [`Profile`] into counter increments, which [`Counters`](rules::Counters) add up and write
+//!   out in Prometheus' text format.
 //! - [`corpus`]: a seeded synthetic profile generator for tests and benchmarks: unique stacks
 //!   that share prefixes like real call trees, drawn Zipf-distributed by rank.
 //!
@@ -42,6 +46,7 @@ pub mod folded;
 pub mod jfr;
 pub mod pprof;
 pub mod profile;
+pub mod rules;
 pub mod selector;
 pub mod series;
 pub mod timestamp;

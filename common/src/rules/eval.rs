@@ -1,0 +1,317 @@
+//! Evaluating a rule set over one profile: one walk of the tree, one regex-set match per stack.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::counters::Increment;
+use super::{Increments, RuleSet};
+use crate::tree::{FrameId, NodeRef};
+use crate::{Profile, Tree};
+
+/// A rule that looks at stacks one by one (it has a node regex or a function), by its position
+/// among the rules that select the profile.
+struct PerStack {
+    /// Index into the sums.
+    sum: usize,
+    /// Index of its regex in the rule set's [`regex::RegexSet`].
+    node: Option<usize>,
+    /// Index of its function in the walk's frame counts.
+    function: Option<usize>,
+}
+
+impl RuleSet {
+    /// What `profile` adds to the counters of the rules that select its series.
+    ///
+    /// Every selecting rule yields an increment, zero if no stack matched, so that its labelled
+    /// counter exists from the first profile on (Prometheus' `rate()` needs a first sample).
+    pub fn evaluate(&self, profile: &Profile) -> Increments {
+        let mut out = Increments::default();
+        self.evaluate_into(profile, &mut out);
+        out
+    }
+
+    /// [`RuleSet::evaluate`], adding to `out`.
+    pub fn evaluate_into(&self, profile: &Profile, out: &mut Increments) {
+        let selecting: Vec<usize> = (0..self.rules.len())
+            .filter(|&i| self.rules[i].selects(&profile.series))
+            .collect();
+        if selecting.is_empty() {
+            return;
+        }
+        let tree = &profile.tree;
+        let mut sums = vec![0u64; selecting.len()];
+        let mut per_stack = Vec::new();
+        let mut functions: HashMap<FrameId, usize> = HashMap::new();
+        for (sum, &i) in selecting.iter().enumerate() {
+            let function = &self.rules[i].spec.function;
+            let function = if function.is_empty() {
+                None
+            } else {
+                match tree.frames().get(function) {
+                    Some(frame) => {
+                        let next = functions.len();
+                        Some(*functions.entry(frame).or_insert(next))
+                    }
+                    // No frame of that name: no stack can count.
+                    None => continue,
+                }
+            };
+            let node = self.node_index[i];
+            if node.is_none() && function.is_none() {
+                sums[sum] = tree.total();
+            } else {
+                per_stack.push(PerStack {
+                    sum,
+                    node,
+                    function,
+                });
+            }
+        }
+        if !per_stack.is_empty() {
+            self.walk(tree, &per_stack, &functions, &mut sums);
+        }
+        let meta = &profile.meta;
+        let rate = (meta.units == "samples" && meta.sample_rate > 0).then_some(meta.sample_rate);
+        for (sum, &i) in selecting.iter().enumerate() {
+            let rule = &self.rules[i];
+            let labels = rule
+                .group_by()
+                .iter()
+                .map(|name| profile.series.labels().get(name).unwrap_or("").to_owned())
+                .collect();
+            let value = match rate {
+                Some(rate) => sums[sum] as f64 / f64::from(rate),
+                None => sums[sum] as f64,
+            };
+            out.push(Increment {
+                rule: Arc::clone(rule),
+                labels,
+                value,
+            });
+        }
+    }
+
+    /// Adds every stack's self value to the sums of the per-stack rules it satisfies.
+    fn walk(
+        &self,
+        tree: &Tree,
+        per_stack: &[PerStack],
+        functions: &HashMap<FrameId, usize>,
+        sums: &mut [u64],
+    ) {
+        enum Step<'t> {
+            Enter(NodeRef<'t>),
+            Exit(NodeRef<'t>),
+        }
+        let needs_regex = per_stack.iter().any(|r| r.node.is_some());
+        // The current stack as text, and where it ended before each frame was pushed.
+        let mut path = String::new();
+        let mut ends: Vec<usize> = Vec::new();
+        // How many frames of each rule function are on the current stack.
+        let mut on_stack = vec![0u32; functions.len()];
+        let mut pending = vec![Step::Enter(tree.root())];
+        while let Some(step) = pending.pop() {
+            let node = match step {
+                Step::Exit(node) => {
+                    if let Some(slot) = node.frame().and_then(|f| functions.get(&f)) {
+                        on_stack[*slot] -= 1;
+                    }
+                    if let Some(end) = ends.pop() {
+                        path.truncate(end);
+                    }
+                    continue;
+                }
+                Step::Enter(node) => node,
+            };
+            if let Some(frame) = node.frame() {
+                let end = path.len();
+                if !ends.is_empty() {
+                    path.push(';');
+                }
+                ends.push(end);
+                path.push_str(node.name());
+                if let Some(slot) = functions.get(&frame) {
+                    on_stack[*slot] += 1;
+                }
+                pending.push(Step::Exit(node));
+            }
+            let value = node.self_value();
+            if value > 0 {
+                let matched = needs_regex.then(|| self.nodes.matches(&path));
+                for rule in per_stack {
+                    let node_ok = rule
+                        .node
+                        .is_none_or(|j| matched.as_ref().is_some_and(|m| m.matched(j)));
+                    let function_ok = rule.function.is_none_or(|slot| on_stack[slot] > 0);
+                    if node_ok && function_ok {
+                        sums[rule.sum] = sums[rule.sum].saturating_add(value);
+                    }
+                }
+            }
+            pending.extend(node.children().map(Step::Enter));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+    use crate::ProfileMeta;
+    use crate::rules::{Counters, Rule, RuleSpec};
+
+    fn rule(name: &str, expr: &str, node: &str, function: &str, group_by: &[&str]) -> Arc<Rule> {
+        let spec = RuleSpec {
+            expr: expr.to_owned(),
+            node: node.to_owned(),
+            function: function.to_owned(),
+            group_by: group_by.iter().map(|s| s.to_string()).collect(),
+        };
+        Arc::new(Rule::new(name, spec).unwrap())
+    }
+
+    fn profile(series: &str, rate: u32, units: &str, stacks: &[(&str, u64)]) -> Profile {
+        let mut tree = Tree::new();
+        for (stack, value) in stacks {
+            tree.insert_names(stack.split(';'), *value);
+        }
+        Profile {
+            series: series.parse().unwrap(),
+            meta: ProfileMeta {
+                sample_rate: rate,
+                units: units.to_owned(),
+                ..ProfileMeta::default()
+            },
+            from: UNIX_EPOCH,
+            until: UNIX_EPOCH,
+            tree,
+        }
+    }
+
+    const STACKS: &[(&str, u64)] = &[
+        ("main;slowFunction;work", 300),
+        ("main;slowFunction", 100),
+        ("main;fastFunction;work", 50),
+        ("main;handler;slowFunction;slowFunction", 7),
+        ("other;mainly", 3),
+    ];
+
+    #[test]
+    fn node_regexes_are_unanchored_and_count_each_stack_once() {
+        let set = RuleSet::new([
+            rule("all", "", "total", "", &[]),
+            rule("slow", "", "slowFunction", "", &[]),
+            rule("call", "", "main;slowFunction", "", &[]),
+            rule("anchored", "", "^main;slowFunction$", "", &[]),
+            rule("leaf_work", "", "work$", "", &[]),
+        ])
+        .unwrap();
+        let inc = set.evaluate(&profile("app.cpu{}", 100, "samples", STACKS));
+        assert_eq!(inc.total("all"), 4.6);
+        assert_eq!(inc.total("slow"), 4.07);
+        assert_eq!(inc.total("call"), 4.0);
+        assert_eq!(inc.total("anchored"), 1.0);
+        assert_eq!(inc.total("leaf_work"), 3.5);
+    }
+
+    #[test]
+    fn functions_match_exact_frames_once_per_stack() {
+        let set = RuleSet::new([
+            rule("slow", "", "", "slowFunction", &[]),
+            rule("slow_in_handler", "", "handler", "slowFunction", &[]),
+            rule("missing", "", "", "nowhere", &[]),
+            rule("prefix_is_not_enough", "", "", "main", &[]),
+        ])
+        .unwrap();
+        let inc = set.evaluate(&profile("app.alloc_space{}", 0, "bytes", STACKS));
+        assert_eq!(
+            inc.total("slow"),
+            407.0,
+            "raw bytes, the recursive stack once"
+        );
+        assert_eq!(inc.total("slow_in_handler"), 7.0);
+        assert_eq!(inc.total("missing"), 0.0);
+        assert_eq!(
+            inc.total("prefix_is_not_enough"),
+            457.0,
+            "mainly is not main"
+        );
+    }
+
+    #[test]
+    fn selectors_pick_series_and_group_by_keeps_labels() {
+        let set = RuleSet::new([
+            rule("prod", "app.cpu{env=\"prod\"}", "slowFunction", "", &[]),
+            rule("by_env", "app.cpu", "slowFunction", "", &["env", "region"]),
+        ])
+        .unwrap();
+        let mut counters = Counters::new(&set);
+        for series in [
+            "app.cpu{env=prod}",
+            "app.cpu{env=staging}",
+            "other.cpu{env=prod}",
+        ] {
+            counters.apply(set.evaluate(&profile(series, 100, "samples", STACKS)));
+        }
+        assert_eq!(counters.get("prod", &[]), Some(4.07));
+        assert_eq!(counters.get("by_env", &["prod", ""]), Some(4.07));
+        assert_eq!(counters.get("by_env", &["staging", ""]), Some(4.07));
+        assert_eq!(
+            counters.render(),
+            "# HELP by_env Recorded from profiles: expr app.cpu, node slowFunction\n\
+             # TYPE by_env counter\n\
+             by_env{env=\"prod\"} 4.07\n\
+             by_env{env=\"staging\"} 4.07\n\
+             # HELP prod Recorded from profiles: expr app.cpu{env=\"prod\"}, node slowFunction\n\
+             # TYPE prod counter\n\
+             prod 4.07\n"
+        );
+    }
+
+    #[test]
+    fn changed_rules_restart_and_stale_increments_are_dropped() {
+        let old = RuleSet::new([rule("a", "", "", "", &[]), rule("b", "", "", "", &[])]).unwrap();
+        let mut counters = Counters::new(&old);
+        let p = profile("app.cpu{}", 100, "samples", STACKS);
+        counters.apply(old.evaluate(&p));
+        let pending = old.evaluate(&p);
+        let kept = old.get("a").unwrap().clone();
+        let new = RuleSet::new([kept, rule("b", "", "slow", "", &[])]).unwrap();
+        counters.sync(&new);
+        assert_eq!(counters.get("b", &[]), Some(0.0));
+        let applied = counters.apply(pending);
+        assert_eq!((applied.added, applied.stale), (1, 1));
+        assert_eq!(counters.get("a", &[]), Some(9.2));
+    }
+
+    #[test]
+    fn label_values_are_escaped_and_series_are_capped() {
+        let set = RuleSet::new([rule("a", "", "", "", &["v"])]).unwrap();
+        let mut counters = Counters::new(&set);
+        counters.apply(set.evaluate(&profile(
+            "app.cpu{v=\"x\\\"y\\\\z\"}",
+            0,
+            "objects",
+            &[("f", 2)],
+        )));
+        assert!(
+            counters.render().contains("a{v=\"x\\\"y\\\\z\"} 2\n"),
+            "{}",
+            counters.render()
+        );
+        for i in 0..crate::rules::MAX_SERIES_PER_RULE + 5 {
+            let applied = counters.apply(set.evaluate(&profile(
+                &format!("app.cpu{{v=n{i}}}"),
+                0,
+                "objects",
+                &[("f", 1)],
+            )));
+            assert_eq!(
+                applied.over_limit,
+                usize::from(i + 1 >= crate::rules::MAX_SERIES_PER_RULE)
+            );
+        }
+        assert_eq!(counters.series(), crate::rules::MAX_SERIES_PER_RULE);
+    }
+}
