@@ -515,11 +515,25 @@ impl Batch {
         if profiles.is_empty() {
             return Ok(stored);
         }
+        // Rules are evaluated before the write, which takes the profiles, and counted only
+        // once it is acknowledged, so that a rejected write counts nowhere.
+        let rules = state.rules.current();
+        let (profiles, increments) = if rules.is_empty() {
+            (profiles, Default::default())
+        } else {
+            let engine = state.rules.clone();
+            blocking(move || {
+                let increments = engine.evaluate(&rules, &profiles);
+                Ok((profiles, increments))
+            })
+            .await?
+        };
         state
             .store
             .write(profiles)
             .await
             .map_err(|source| IngestError::Store { source })?;
+        state.rules.apply(increments);
         let metrics = &state.metrics;
         metrics
             .ingest_profiles

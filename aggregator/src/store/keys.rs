@@ -12,6 +12,7 @@
 //! | `T` | level, series id, bucket start | encoded tree |
 //! | `N` | level, series id, bucket start | total and write count |
 //! | `D` | level, series id, bucket start | empty: this rollup must be rebuilt from its children |
+//! | `R` | recording rule name | the rule as JSON (`rules.rs`) |
 //!
 //! Integers in keys are big-endian so that sled's byte order is numeric order; strings are
 //! length-prefixed so that one label's entries never run into another's. Values, all but the
@@ -26,6 +27,7 @@ pub(crate) const LABEL: u8 = b'L';
 pub(crate) const TREE: u8 = b'T';
 pub(crate) const TOTAL: u8 = b'N';
 pub(crate) const DIRTY: u8 = b'D';
+pub(crate) const RULE: u8 = b'R';
 
 /// Bucket sizes in seconds, finest first: 10 s, and rollups of 10^k of them (Pyroscope's
 /// segment levels). A range is read as the fewest whole buckets that cover it, so a query of any
@@ -55,6 +57,13 @@ pub(crate) fn series_by_key(normalized: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(1 + normalized.len());
     key.push(SERIES_BY_KEY);
     key.extend_from_slice(normalized.as_bytes());
+    key
+}
+
+pub(crate) fn rule(name: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + name.len());
+    key.push(RULE);
+    key.extend_from_slice(name.as_bytes());
     key
 }
 
