@@ -16,6 +16,7 @@ use tracing::info;
 use crate::config::Config;
 use crate::http::{self, HttpState};
 use crate::metrics::Metrics;
+use crate::rules;
 use crate::window::{self, Submitter};
 
 /// Runs the agent until SIGTERM or SIGINT, then hands on the open windows and returns.
@@ -83,14 +84,23 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let addr = listener.local_addr().context("reading the bound address")?;
     info!(%addr, %hostname, "listening");
 
+    let rule_set = rules::compile(&config.metrics_export_rules).context("checking the rules")?;
+    let (rules_sink, exported, rules_windows) = rules::channel(&rule_set);
+    let rules_task = tokio::spawn(rules::run(
+        rule_set,
+        rules_windows,
+        exported.clone(),
+        metrics.rules.clone(),
+    ));
+
     let (submitter, profiles) = window::channel();
     let windows = tokio::spawn(window::run(
         config.window.clone(),
         profiles,
-        Vec::new(),
+        vec![rules_sink],
         metrics.window.clone(),
     ));
-    let state = HttpState { metrics };
+    let state = HttpState { metrics, exported };
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, http::router(state))
@@ -100,6 +110,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             .await
             .context("serving HTTP");
         windows.await.context("the window loop panicked")?;
+        rules_task.await.context("the rules task panicked")?;
         served
     });
     Ok(Running {

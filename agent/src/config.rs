@@ -4,6 +4,7 @@
 //! `metrics-export-rules`) paste in unchanged. `smolder-agent print-default-config` prints the
 //! defaults as YAML.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -11,6 +12,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub use crate::window::WindowConfig;
+pub use smolder_common::rules::RuleSpec;
 
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -22,6 +24,9 @@ pub struct Config {
     pub http: HttpConfig,
     /// How stacks are grouped in time.
     pub window: WindowConfig,
+    /// Pyroscope's metrics-export rules, keyed by metric name: counters of every window's
+    /// values, served on `/exported-metrics`. Default none.
+    pub metrics_export_rules: BTreeMap<String, RuleSpec>,
 }
 
 /// The agent's HTTP listener.
@@ -50,8 +55,11 @@ impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config file {}", path.display()))?;
-        serde_norway::from_str(&text)
-            .with_context(|| format!("parsing config file {}", path.display()))
+        let config: Config = serde_norway::from_str(&text)
+            .with_context(|| format!("parsing config file {}", path.display()))?;
+        crate::rules::compile(&config.metrics_export_rules)
+            .with_context(|| format!("checking config file {}", path.display()))?;
+        Ok(config)
     }
 
     /// The defaults, as YAML.

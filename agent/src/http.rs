@@ -1,4 +1,5 @@
-//! The agent's HTTP port: `/metrics` for Prometheus and `/healthz` for systemd and load checks.
+//! The agent's HTTP port: `/metrics` for Prometheus, `/exported-metrics` for the rules' counters
+//! and `/healthz` for systemd and load checks.
 
 use std::sync::Arc;
 
@@ -9,12 +10,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::metrics::Metrics;
+use crate::rules::Exported;
 
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct HttpState {
     /// The agent's metrics.
     pub metrics: Arc<Metrics>,
+    /// The counters of the rules, for `/exported-metrics`.
+    pub exported: Arc<Exported>,
 }
 
 /// Every route of the agent.
@@ -22,6 +26,7 @@ pub fn router(state: HttpState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/exported-metrics", get(exported_metrics))
         .with_state(state)
 }
 
@@ -37,4 +42,12 @@ async fn metrics(State(state): State<HttpState>) -> Response {
                 .into_response()
         }
     }
+}
+
+async fn exported_metrics(State(state): State<HttpState>) -> Response {
+    (
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        state.exported.render(),
+    )
+        .into_response()
 }

@@ -12,5 +12,9 @@ mod ingest;
 /// `/render`, `/render-diff`, label and app listings: exact Pyroscope answers over HTTP.
 mod query;
 
+/// Rules: `/exported-metrics` for Pyroscope's documented example over every ingest format, the
+/// recording-rules API, persistence and invalid input.
+mod rules;
+
 /// Every Pyroscope SDK's exact upload request, accepted or rejected with a useful message.
 mod sdk;
