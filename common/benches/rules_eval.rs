@@ -54,7 +54,7 @@ fn rules(names: &[String]) -> RuleSet {
 
 fn evaluate(c: &mut Criterion) {
     let corpus = Corpus::generate(&CorpusConfig {
-        unique_stacks: 4_000,
+        unique_stacks: 1_750,
         ..CorpusConfig::default()
     });
     let body = corpus.folded(200_000, 0);

@@ -3,10 +3,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use regex::RegexSet;
+use regex_automata::hybrid::LazyStateID;
+
+use super::automaton::{Automaton, GaveUp};
 use super::counters::Increment;
 use super::{Increments, RuleSet};
 use crate::tree::{FrameId, NodeRef};
 use crate::{Profile, Tree};
+
+/// For each frame that some rule's `function` names, its slot in the walk's frame counts.
+type FunctionSlots = HashMap<FrameId, usize, foldhash::fast::RandomState>;
 
 /// A rule that looks at stacks one by one (it has a node regex or a function), by its position
 /// among the rules that select the profile.
@@ -41,7 +48,7 @@ impl RuleSet {
         let tree = &profile.tree;
         let mut sums = vec![0u64; selecting.len()];
         let mut per_stack = Vec::new();
-        let mut functions: HashMap<FrameId, usize> = HashMap::new();
+        let mut functions = FunctionSlots::default();
         for (sum, &i) in selecting.iter().enumerate() {
             let function = &self.rules[i].spec.function;
             let function = if function.is_empty() {
@@ -91,66 +98,237 @@ impl RuleSet {
         }
     }
 
-    /// Adds every stack's self value to the sums of the per-stack rules it satisfies.
+    /// Adds every stack's self value to the sums of the per-stack rules it satisfies: with the
+    /// lazy DFA fed frame by frame when it can, else with the regex set on each stack's text.
     fn walk(
         &self,
         tree: &Tree,
         per_stack: &[PerStack],
-        functions: &HashMap<FrameId, usize>,
+        functions: &FunctionSlots,
         sums: &mut [u64],
     ) {
-        enum Step<'t> {
-            Enter(NodeRef<'t>),
-            Exit(NodeRef<'t>),
-        }
         let needs_regex = per_stack.iter().any(|r| r.node.is_some());
-        // The current stack as text, and where it ended before each frame was pushed.
-        let mut path = String::new();
-        let mut ends: Vec<usize> = Vec::new();
-        // How many frames of each rule function are on the current stack.
-        let mut on_stack = vec![0u32; functions.len()];
-        let mut pending = vec![Step::Enter(tree.root())];
-        while let Some(step) = pending.pop() {
-            let node = match step {
-                Step::Exit(node) => {
-                    if let Some(slot) = node.frame().and_then(|f| functions.get(&f)) {
-                        on_stack[*slot] -= 1;
-                    }
-                    if let Some(end) = ends.pop() {
-                        path.truncate(end);
-                    }
-                    continue;
-                }
-                Step::Enter(node) => node,
-            };
-            if let Some(frame) = node.frame() {
-                let end = path.len();
-                if !ends.is_empty() {
-                    path.push(';');
-                }
-                ends.push(end);
-                path.push_str(node.name());
-                if let Some(slot) = functions.get(&frame) {
-                    on_stack[*slot] += 1;
-                }
-                pending.push(Step::Exit(node));
+        if needs_regex && let Some(automaton) = &self.automaton {
+            let mut cache = automaton.take_cache();
+            let walked = DfaMatcher::new(automaton, &mut cache)
+                .and_then(|mut matcher| walk(tree, &mut matcher, per_stack, functions, sums));
+            automaton.put_back(cache);
+            if walked.is_ok() {
+                return;
             }
-            let value = node.self_value();
-            if value > 0 {
-                let matched = needs_regex.then(|| self.nodes.matches(&path));
-                for rule in per_stack {
-                    let node_ok = rule
-                        .node
-                        .is_none_or(|j| matched.as_ref().is_some_and(|m| m.matched(j)));
-                    let function_ok = rule.function.is_none_or(|slot| on_stack[slot] > 0);
-                    if node_ok && function_ok {
-                        sums[rule.sum] = sums[rule.sum].saturating_add(value);
-                    }
-                }
+            for rule in per_stack {
+                sums[rule.sum] = 0;
             }
-            pending.extend(node.children().map(Step::Enter));
+        }
+        let mut matcher = SetMatcher {
+            set: needs_regex.then_some(&self.nodes),
+            path: String::new(),
+            ends: Vec::new(),
+        };
+        walk(tree, &mut matcher, per_stack, functions, sums)
+            .expect("matching with a regex set never gives up");
+    }
+}
+
+/// What a tree walk asks of a node-regex matcher: follow the stack as frames are pushed and
+/// popped, and say which patterns match the current stack.
+trait StackMatcher {
+    /// Frame `frame`, named `name`, was pushed onto the stack.
+    fn push(&mut self, frame: FrameId, name: &str) -> Result<(), GaveUp>;
+    /// The top frame was popped.
+    fn pop(&mut self);
+    /// Sets in `hits` the bits of the patterns that match the current stack.
+    fn matches(&mut self, hits: &mut Vec<u64>) -> Result<(), GaveUp>;
+}
+
+/// Matches each stack's `;`-joined text against the regex set.
+struct SetMatcher<'s> {
+    set: Option<&'s RegexSet>,
+    path: String,
+    /// Where `path` ended before each frame was pushed.
+    ends: Vec<usize>,
+}
+
+impl StackMatcher for SetMatcher<'_> {
+    fn push(&mut self, _frame: FrameId, name: &str) -> Result<(), GaveUp> {
+        let end = self.path.len();
+        if !self.ends.is_empty() {
+            self.path.push(';');
+        }
+        self.ends.push(end);
+        self.path.push_str(name);
+        Ok(())
+    }
+
+    fn pop(&mut self) {
+        if let Some(end) = self.ends.pop() {
+            self.path.truncate(end);
         }
     }
+
+    fn matches(&mut self, hits: &mut Vec<u64>) -> Result<(), GaveUp> {
+        hits.clear();
+        if let Some(set) = self.set {
+            hits.resize(set.len().div_ceil(64), 0);
+            for pattern in set.matches(&self.path).iter() {
+                hits[pattern / 64] |= 1 << (pattern % 64);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Feeds the lazy DFA one frame per push, keeping its state and the patterns matched so far per
+/// depth (see [`automaton`](super::automaton)).
+///
+/// A frame pushed onto the same DFA state always leads to the same state and matches, and a
+/// tree repeats (state, frame) pairs a lot (a function called from many places, with the DFA
+/// back in the same state after each `;`), so each pair's outcome is remembered for the walk:
+/// most nodes cost one hash lookup instead of a transition per byte of their name.
+struct DfaMatcher<'a> {
+    automaton: &'a Automaton,
+    cache: &'a mut regex_automata::hybrid::dfa::Cache,
+    /// The state after each depth's frame; `[0]` is the start.
+    states: Vec<LazyStateID>,
+    /// Patterns matched before the end of the stack, `words` per depth.
+    hits: Vec<u64>,
+    /// (state after the `;`, frame, whether it is a root frame, which has no `;`) → the state
+    /// after the frame's name and where its matches start in `memo_hits` (`u32::MAX`: none).
+    memo: HashMap<(LazyStateID, FrameId, bool), (LazyStateID, u32), foldhash::fast::RandomState>,
+    memo_hits: Vec<u64>,
+}
+
+impl<'a> DfaMatcher<'a> {
+    fn new(
+        automaton: &'a Automaton,
+        cache: &'a mut regex_automata::hybrid::dfa::Cache,
+    ) -> Result<DfaMatcher<'a>, GaveUp> {
+        let start = automaton.start(cache)?;
+        Ok(DfaMatcher {
+            automaton,
+            cache,
+            states: vec![start],
+            hits: vec![0; automaton.words()],
+            memo: HashMap::default(),
+            memo_hits: Vec::new(),
+        })
+    }
+}
+
+impl StackMatcher for DfaMatcher<'_> {
+    fn push(&mut self, frame: FrameId, name: &str) -> Result<(), GaveUp> {
+        let words = self.automaton.words();
+        let depth = self.states.len() - 1;
+        let mut sid = *self.states.last().expect("the start state is never popped");
+        self.hits
+            .extend_from_within(depth * words..(depth + 1) * words);
+        let hits = &mut self.hits[(depth + 1) * words..];
+        // The separator is fed first: after it, the DFA is in one of few states whatever the
+        // frame before, which is what makes (state, frame) pairs repeat.
+        if depth > 0 {
+            sid = self.automaton.feed(self.cache, sid, b";", hits)?;
+        }
+        let key = (sid, frame, depth == 0);
+        let (sid, matched) = match self.memo.get(&key) {
+            Some(&outcome) => outcome,
+            None => {
+                let mut found = vec![0u64; words];
+                let next = self
+                    .automaton
+                    .feed(self.cache, sid, name.as_bytes(), &mut found)?;
+                let matched = if found.iter().any(|&w| w != 0) {
+                    let at = u32::try_from(self.memo_hits.len()).map_err(|_| GaveUp)?;
+                    self.memo_hits.extend_from_slice(&found);
+                    at
+                } else {
+                    u32::MAX
+                };
+                self.memo.insert(key, (next, matched));
+                (next, matched)
+            }
+        };
+        if matched != u32::MAX {
+            let found = &self.memo_hits[matched as usize..matched as usize + words];
+            for (hit, new) in hits.iter_mut().zip(found) {
+                *hit |= new;
+            }
+        }
+        self.states.push(sid);
+        Ok(())
+    }
+
+    fn pop(&mut self) {
+        if self.states.len() > 1 {
+            self.states.pop();
+            self.hits
+                .truncate(self.states.len() * self.automaton.words());
+        }
+    }
+
+    fn matches(&mut self, hits: &mut Vec<u64>) -> Result<(), GaveUp> {
+        let words = self.automaton.words();
+        let depth = self.states.len() - 1;
+        hits.clear();
+        hits.extend_from_slice(&self.hits[depth * words..]);
+        let sid = *self.states.last().expect("the start state is never popped");
+        self.automaton.finish(self.cache, sid, hits)
+    }
+}
+
+/// Walks `tree` depth first, telling `matcher` each push and pop, and adds each stack's self
+/// value to the sums of the per-stack rules it satisfies.
+fn walk(
+    tree: &Tree,
+    matcher: &mut impl StackMatcher,
+    per_stack: &[PerStack],
+    functions: &FunctionSlots,
+    sums: &mut [u64],
+) -> Result<(), GaveUp> {
+    enum Step<'t> {
+        Enter(NodeRef<'t>),
+        Exit(NodeRef<'t>),
+    }
+    let needs_regex = per_stack.iter().any(|r| r.node.is_some());
+    // How many frames of each rule function are on the current stack.
+    let mut on_stack = vec![0u32; functions.len()];
+    let mut hits = Vec::new();
+    let mut pending = vec![Step::Enter(tree.root())];
+    while let Some(step) = pending.pop() {
+        let node = match step {
+            Step::Exit(node) => {
+                if let Some(slot) = node.frame().and_then(|f| functions.get(&f)) {
+                    on_stack[*slot] -= 1;
+                }
+                matcher.pop();
+                continue;
+            }
+            Step::Enter(node) => node,
+        };
+        if let Some(frame) = node.frame() {
+            matcher.push(frame, node.name())?;
+            if let Some(slot) = functions.get(&frame) {
+                on_stack[*slot] += 1;
+            }
+            pending.push(Step::Exit(node));
+        }
+        let value = node.self_value();
+        if value > 0 {
+            if needs_regex {
+                matcher.matches(&mut hits)?;
+            }
+            for rule in per_stack {
+                let node_ok = rule
+                    .node
+                    .is_none_or(|j| hits.get(j / 64).is_some_and(|w| w & (1 << (j % 64)) != 0));
+                let function_ok = rule.function.is_none_or(|slot| on_stack[slot] > 0);
+                if node_ok && function_ok {
+                    sums[rule.sum] = sums[rule.sum].saturating_add(value);
+                }
+            }
+        }
+        pending.extend(node.children().map(Step::Enter));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -213,6 +391,25 @@ mod tests {
         assert_eq!(inc.total("call"), 4.0);
         assert_eq!(inc.total("anchored"), 1.0);
         assert_eq!(inc.total("leaf_work"), 3.5);
+    }
+
+    #[test]
+    fn unicode_word_boundaries_next_to_non_ascii_fall_back_to_the_regex_set() {
+        let set = RuleSet::new([
+            rule("word", "", r"\bb\b", "", &[]),
+            rule("end", "", "b$", "", &[]),
+        ])
+        .unwrap();
+        assert!(set.automaton.is_some());
+        let p = profile(
+            "app.cpu{}",
+            0,
+            "objects",
+            &[("ä;b", 1), ("äb;c", 2), ("a;b", 4), ("b;x", 8)],
+        );
+        let inc = set.evaluate(&p);
+        assert_eq!(inc.total("word"), 13.0);
+        assert_eq!(inc.total("end"), 5.0);
     }
 
     #[test]

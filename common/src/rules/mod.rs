@@ -34,9 +34,12 @@
 //!
 //! # Cost
 //!
-//! [`RuleSet::evaluate`] walks a tree once, building each stack's text incrementally, and runs
-//! one [`RegexSet`] over each unique stack (a node with a self value) for all the rules at once:
-//! the cost follows the tree's size, not its sample count.
+//! [`RuleSet::evaluate`] walks a tree once and feeds every node regex of the set, compiled into
+//! one lazy DFA, one frame per node: a child resumes from its parent's state, so each node's
+//! name is read once and each unique stack (a node with a self value) costs one end-of-input
+//! transition. The cost follows the tree's size, not its sample count or depth. When the DFA
+//! cannot decide (its cache overflows, or a Unicode word boundary meets non-ASCII text), that
+//! profile's stacks are matched as text with a [`RegexSet`] instead, with the same result.
 //!
 //! ```
 //! use smolder_common::rules::{Counters, RuleSet, RuleSpec};
@@ -62,6 +65,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod automaton;
 mod counters;
 mod eval;
 
@@ -331,6 +335,9 @@ pub struct RuleSet {
     nodes: RegexSet,
     /// For each rule, its index in `nodes`, if it has a node regex.
     node_index: Vec<Option<usize>>,
+    /// The same regexes as one lazy DFA, fed frame by frame; `None` without node regexes or
+    /// when they do not build as a DFA.
+    automaton: Option<Arc<automaton::Automaton>>,
 }
 
 impl Default for RuleSet {
@@ -339,6 +346,7 @@ impl Default for RuleSet {
             rules: Vec::new(),
             nodes: RegexSet::empty(),
             node_index: Vec::new(),
+            automaton: None,
         }
     }
 }
@@ -387,10 +395,12 @@ impl RuleSet {
                 rule: rules.last().map(|r| r.name.clone()).unwrap_or_default(),
                 source,
             })?;
+        let automaton = automaton::Automaton::build(&patterns).map(Arc::new);
         Ok(RuleSet {
             rules,
             nodes,
             node_index,
+            automaton,
         })
     }
 
