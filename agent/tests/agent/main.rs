@@ -1,5 +1,8 @@
 //! The agent as a whole, over its real HTTP port.
 
+/// Rules: the documented example on every window, `/exported-metrics`, invalid rules.
+mod rules;
+
 use smolder_agent::app;
 use smolder_agent::config::Config;
 
