@@ -24,6 +24,10 @@ use regex_automata::{Anchored, MatchKind};
 /// path, to pathological rule sets.
 const CACHE_BYTES: usize = 8 << 20;
 
+/// Caches kept for later walks; more concurrent walks than this create caches that are dropped
+/// afterwards, so that a burst of parallel evaluations does not keep its memory for good.
+const POOLED_CACHES: usize = 8;
+
 /// The walk cannot go on with the DFA; match this profile another way.
 #[derive(Debug)]
 pub(super) struct GaveUp;
@@ -70,12 +74,15 @@ impl Automaton {
             .unwrap_or_else(|| self.dfa.create_cache())
     }
 
-    /// Returns a cache to the pool.
+    /// Returns a cache to the pool, unless the pool is full.
     pub(super) fn put_back(&self, cache: Cache) {
-        self.caches
+        let mut caches = self
+            .caches
             .lock()
-            .expect("cache pool lock: taken only to pop or push")
-            .push(cache);
+            .expect("cache pool lock: taken only to pop or push");
+        if caches.len() < POOLED_CACHES {
+            caches.push(cache);
+        }
     }
 
     /// The state before any byte of a stack.
