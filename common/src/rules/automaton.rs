@@ -12,6 +12,7 @@
 //! the caller matches that profile's stacks with a `RegexSet` instead. The same happens for a
 //! Unicode word boundary next to a non-ASCII byte, which a DFA cannot decide.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use regex_automata::hybrid::LazyStateID;
@@ -32,12 +33,46 @@ const POOLED_CACHES: usize = 8;
 #[derive(Debug)]
 pub(super) struct GaveUp;
 
-/// Every node regex of a rule set in one lazy DFA, with a pool of caches so that concurrent
-/// evaluations each have one and keep the states earlier profiles built.
+/// The most frame outcomes a [`Scratch`] remembers before it starts over: about 100 bytes each
+/// with the name, so at most some 25 MiB per pooled scratch even with long C++ names.
+const REMEMBERED_FRAMES: usize = 1 << 18;
+
+type Fold = foldhash::fast::RandomState;
+
+/// Outcomes from one state, by frame name.
+type ByName = HashMap<Box<str>, Outcome, Fold>;
+
+/// What feeding one frame's name from one state gives: the state after it, and where the
+/// patterns it matched start in [`Scratch`]'s `found` (`u32::MAX`: none).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Outcome {
+    pub(super) state: LazyStateID,
+    found: u32,
+}
+
+/// One walk's working memory: the lazy DFA's cache, and the outcome of every (state, frame
+/// name) fed so far. Profiles of an app repeat their function names window after window, and
+/// after a `;` the DFA is in one of few states, so in steady state a node costs a hash lookup
+/// instead of a transition per byte of its name. Outcomes name cache states, so they are
+/// forgotten whenever the cache is cleared.
+#[derive(Debug)]
+pub(super) struct Scratch {
+    pub(super) cache: Cache,
+    /// (state, whether the frame is a root, fed without `;`) → name → outcome.
+    outcomes: HashMap<(LazyStateID, bool), ByName, Fold>,
+    /// The patterns matched by each outcome that matched any, `words` per outcome.
+    found: Vec<u64>,
+    remembered: usize,
+    /// The cache's clear count when `outcomes` was last valid.
+    clears: usize,
+}
+
+/// Every node regex of a rule set in one lazy DFA, with a pool of scratches so that concurrent
+/// evaluations each have one and keep what earlier profiles built.
 #[derive(Debug)]
 pub(super) struct Automaton {
     dfa: DFA,
-    caches: Mutex<Vec<Cache>>,
+    caches: Mutex<Vec<Scratch>>,
     /// 64-bit words in a set of matched patterns.
     words: usize,
 }
@@ -65,23 +100,80 @@ impl Automaton {
         self.words
     }
 
-    /// A cache for one walk, to hand back with [`Automaton::put_back`].
-    pub(super) fn take_cache(&self) -> Cache {
-        self.caches
+    /// Working memory for one walk, to hand back with [`Automaton::put_back`].
+    pub(super) fn take(&self) -> Scratch {
+        let pooled = self
+            .caches
             .lock()
             .expect("cache pool lock: taken only to pop or push")
-            .pop()
-            .unwrap_or_else(|| self.dfa.create_cache())
+            .pop();
+        let mut scratch = pooled.unwrap_or_else(|| Scratch {
+            cache: self.dfa.create_cache(),
+            outcomes: HashMap::default(),
+            found: Vec::new(),
+            remembered: 0,
+            clears: 0,
+        });
+        if scratch.clears != scratch.cache.clear_count() || scratch.remembered > REMEMBERED_FRAMES {
+            scratch.outcomes.clear();
+            scratch.found.clear();
+            scratch.remembered = 0;
+            scratch.clears = scratch.cache.clear_count();
+        }
+        scratch
     }
 
-    /// Returns a cache to the pool, unless the pool is full.
-    pub(super) fn put_back(&self, cache: Cache) {
+    /// The outcome of feeding frame `name` from state `sid` (after its `;`, unless it is a
+    /// root frame), remembered across walks.
+    pub(super) fn frame(
+        &self,
+        scratch: &mut Scratch,
+        sid: LazyStateID,
+        root: bool,
+        name: &str,
+    ) -> Result<Outcome, GaveUp> {
+        if let Some(outcome) = scratch
+            .outcomes
+            .get(&(sid, root))
+            .and_then(|names| names.get(name))
+        {
+            return Ok(*outcome);
+        }
+        let mut found = vec![0u64; self.words];
+        let state = self.feed(&mut scratch.cache, sid, name.as_bytes(), &mut found)?;
+        let at = if found.iter().any(|&w| w != 0) {
+            let at = u32::try_from(scratch.found.len()).map_err(|_| GaveUp)?;
+            scratch.found.extend_from_slice(&found);
+            at
+        } else {
+            u32::MAX
+        };
+        let outcome = Outcome { state, found: at };
+        scratch
+            .outcomes
+            .entry((sid, root))
+            .or_default()
+            .insert(name.into(), outcome);
+        scratch.remembered += 1;
+        Ok(outcome)
+    }
+
+    /// The patterns `outcome` matched, if any.
+    pub(super) fn found<'s>(&self, scratch: &'s Scratch, outcome: Outcome) -> Option<&'s [u64]> {
+        (outcome.found != u32::MAX).then(|| {
+            let at = outcome.found as usize;
+            &scratch.found[at..at + self.words]
+        })
+    }
+
+    /// Returns working memory to the pool, unless the pool is full.
+    pub(super) fn put_back(&self, scratch: Scratch) {
         let mut caches = self
             .caches
             .lock()
             .expect("cache pool lock: taken only to pop or push");
         if caches.len() < POOLED_CACHES {
-            caches.push(cache);
+            caches.push(scratch);
         }
     }
 

@@ -1,19 +1,50 @@
 //! Evaluating a rule set over one profile: one walk of the tree, one regex-set match per stack.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use regex::RegexSet;
 use regex_automata::hybrid::LazyStateID;
 
-use super::automaton::{Automaton, GaveUp};
+use super::automaton::{Automaton, GaveUp, Outcome, Scratch};
 use super::counters::Increment;
 use super::{Increments, RuleSet};
 use crate::tree::{FrameId, NodeRef};
 use crate::{Profile, Tree};
 
-/// For each frame that some rule's `function` names, its slot in the walk's frame counts.
-type FunctionSlots = HashMap<FrameId, usize, foldhash::fast::RandomState>;
+/// For each frame that some rule's `function` names, its slot in the walk's frame counts:
+/// indexed by frame, since the walk asks for every node.
+#[derive(Default)]
+struct FunctionSlots {
+    /// By [`FrameId::index`]; `u32::MAX` for frames no rule names. Empty without functions.
+    slot_of: Vec<u32>,
+    slots: usize,
+}
+
+impl FunctionSlots {
+    /// The slot of `frame`, adding one if it has none.
+    fn add(&mut self, frame: FrameId, frames: usize) -> usize {
+        if self.slot_of.is_empty() {
+            self.slot_of = vec![u32::MAX; frames];
+        }
+        let slot = &mut self.slot_of[frame.index()];
+        if *slot == u32::MAX {
+            *slot = u32::try_from(self.slots).expect("fewer than 2^32 rules");
+            self.slots += 1;
+        }
+        *slot as usize
+    }
+
+    fn get(&self, frame: FrameId) -> Option<usize> {
+        self.slot_of
+            .get(frame.index())
+            .filter(|&&slot| slot != u32::MAX)
+            .map(|&slot| slot as usize)
+    }
+
+    fn len(&self) -> usize {
+        self.slots
+    }
+}
 
 /// A rule that looks at stacks one by one (it has a node regex or a function), by its position
 /// among the rules that select the profile.
@@ -55,10 +86,7 @@ impl RuleSet {
                 None
             } else {
                 match tree.frames().get(function) {
-                    Some(frame) => {
-                        let next = functions.len();
-                        Some(*functions.entry(frame).or_insert(next))
-                    }
+                    Some(frame) => Some(functions.add(frame, tree.frames().len())),
                     // No frame of that name: no stack can count.
                     None => continue,
                 }
@@ -109,10 +137,10 @@ impl RuleSet {
     ) {
         let needs_regex = per_stack.iter().any(|r| r.node.is_some());
         if needs_regex && let Some(automaton) = &self.automaton {
-            let mut cache = automaton.take_cache();
-            let walked = DfaMatcher::new(automaton, &mut cache)
+            let mut scratch = automaton.take();
+            let walked = DfaMatcher::new(automaton, &mut scratch, tree.frames().len())
                 .and_then(|mut matcher| walk(tree, &mut matcher, per_stack, functions, sums));
-            automaton.put_back(cache);
+            automaton.put_back(scratch);
             if walked.is_ok() {
                 return;
             }
@@ -179,38 +207,35 @@ impl StackMatcher for SetMatcher<'_> {
 }
 
 /// Feeds the lazy DFA one frame per push, keeping its state and the patterns matched so far per
-/// depth (see [`automaton`](super::automaton)).
-///
-/// A frame pushed onto the same DFA state always leads to the same state and matches, and a
-/// tree repeats (state, frame) pairs a lot (a function called from many places, with the DFA
-/// back in the same state after each `;`), so each pair's outcome is remembered for the walk:
-/// most nodes cost one hash lookup instead of a transition per byte of their name.
+/// depth (see [`automaton`](super::automaton)). A frame pushed onto the same DFA state always
+/// gives the same outcome; within a walk, outcomes are found by frame id, across walks by name
+/// ([`Automaton::frame`]).
 struct DfaMatcher<'a> {
     automaton: &'a Automaton,
-    cache: &'a mut regex_automata::hybrid::dfa::Cache,
+    scratch: &'a mut Scratch,
     /// The state after each depth's frame; `[0]` is the start.
     states: Vec<LazyStateID>,
     /// Patterns matched before the end of the stack, `words` per depth.
     hits: Vec<u64>,
-    /// (state after the `;`, frame, whether it is a root frame, which has no `;`) → the state
-    /// after the frame's name and where its matches start in `memo_hits` (`u32::MAX`: none).
-    memo: HashMap<(LazyStateID, FrameId, bool), (LazyStateID, u32), foldhash::fast::RandomState>,
-    memo_hits: Vec<u64>,
+    /// By [`FrameId::index`]: the last state after a `;` the frame was fed from, and its
+    /// outcome. Most frames are only ever reached from one such state, so an array beats a
+    /// map keyed by (state, frame). Root frames, which have no `;`, skip it.
+    by_frame: Vec<Option<(LazyStateID, Outcome)>>,
 }
 
 impl<'a> DfaMatcher<'a> {
     fn new(
         automaton: &'a Automaton,
-        cache: &'a mut regex_automata::hybrid::dfa::Cache,
+        scratch: &'a mut Scratch,
+        frames: usize,
     ) -> Result<DfaMatcher<'a>, GaveUp> {
-        let start = automaton.start(cache)?;
+        let start = automaton.start(&mut scratch.cache)?;
         Ok(DfaMatcher {
             automaton,
-            cache,
+            scratch,
             states: vec![start],
             hits: vec![0; automaton.words()],
-            memo: HashMap::default(),
-            memo_hits: Vec::new(),
+            by_frame: vec![None; frames],
         })
     }
 }
@@ -226,34 +251,28 @@ impl StackMatcher for DfaMatcher<'_> {
         // The separator is fed first: after it, the DFA is in one of few states whatever the
         // frame before, which is what makes (state, frame) pairs repeat.
         if depth > 0 {
-            sid = self.automaton.feed(self.cache, sid, b";", hits)?;
+            sid = self
+                .automaton
+                .feed(&mut self.scratch.cache, sid, b";", hits)?;
         }
-        let key = (sid, frame, depth == 0);
-        let (sid, matched) = match self.memo.get(&key) {
-            Some(&outcome) => outcome,
-            None => {
-                let mut found = vec![0u64; words];
-                let next = self
-                    .automaton
-                    .feed(self.cache, sid, name.as_bytes(), &mut found)?;
-                let matched = if found.iter().any(|&w| w != 0) {
-                    let at = u32::try_from(self.memo_hits.len()).map_err(|_| GaveUp)?;
-                    self.memo_hits.extend_from_slice(&found);
-                    at
-                } else {
-                    u32::MAX
-                };
-                self.memo.insert(key, (next, matched));
-                (next, matched)
+        let outcome = if depth == 0 {
+            self.automaton.frame(self.scratch, sid, true, name)?
+        } else {
+            match self.by_frame[frame.index()] {
+                Some((from, outcome)) if from == sid => outcome,
+                _ => {
+                    let outcome = self.automaton.frame(self.scratch, sid, false, name)?;
+                    self.by_frame[frame.index()] = Some((sid, outcome));
+                    outcome
+                }
             }
         };
-        if matched != u32::MAX {
-            let found = &self.memo_hits[matched as usize..matched as usize + words];
+        if let Some(found) = self.automaton.found(self.scratch, outcome) {
             for (hit, new) in hits.iter_mut().zip(found) {
                 *hit |= new;
             }
         }
-        self.states.push(sid);
+        self.states.push(outcome.state);
         Ok(())
     }
 
@@ -271,7 +290,7 @@ impl StackMatcher for DfaMatcher<'_> {
         hits.clear();
         hits.extend_from_slice(&self.hits[depth * words..]);
         let sid = *self.states.last().expect("the start state is never popped");
-        self.automaton.finish(self.cache, sid, hits)
+        self.automaton.finish(&mut self.scratch.cache, sid, hits)
     }
 }
 
@@ -289,6 +308,21 @@ fn walk(
         Exit(NodeRef<'t>),
     }
     let needs_regex = per_stack.iter().any(|r| r.node.is_some());
+    // Rules with a node regex and no function, by pattern: a stack then costs one step per
+    // pattern it matches (few) rather than one per rule.
+    let mut by_pattern: Vec<Vec<usize>> = Vec::new();
+    let mut checked: Vec<&PerStack> = Vec::new();
+    for rule in per_stack {
+        match (rule.node, rule.function) {
+            (Some(pattern), None) => {
+                if by_pattern.len() <= pattern {
+                    by_pattern.resize_with(pattern + 1, Vec::new);
+                }
+                by_pattern[pattern].push(rule.sum);
+            }
+            _ => checked.push(rule),
+        }
+    }
     // How many frames of each rule function are on the current stack.
     let mut on_stack = vec![0u32; functions.len()];
     let mut hits = Vec::new();
@@ -296,8 +330,8 @@ fn walk(
     while let Some(step) = pending.pop() {
         let node = match step {
             Step::Exit(node) => {
-                if let Some(slot) = node.frame().and_then(|f| functions.get(&f)) {
-                    on_stack[*slot] -= 1;
+                if let Some(slot) = node.frame().and_then(|f| functions.get(f)) {
+                    on_stack[slot] -= 1;
                 }
                 matcher.pop();
                 continue;
@@ -306,8 +340,8 @@ fn walk(
         };
         if let Some(frame) = node.frame() {
             matcher.push(frame, node.name())?;
-            if let Some(slot) = functions.get(&frame) {
-                on_stack[*slot] += 1;
+            if let Some(slot) = functions.get(frame) {
+                on_stack[slot] += 1;
             }
             pending.push(Step::Exit(node));
         }
@@ -316,7 +350,17 @@ fn walk(
             if needs_regex {
                 matcher.matches(&mut hits)?;
             }
-            for rule in per_stack {
+            for (word, &bits) in hits.iter().enumerate() {
+                let mut bits = bits;
+                while bits != 0 {
+                    let pattern = word * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    for &sum in by_pattern.get(pattern).into_iter().flatten() {
+                        sums[sum] = sums[sum].saturating_add(value);
+                    }
+                }
+            }
+            for rule in &checked {
                 let node_ok = rule
                     .node
                     .is_none_or(|j| hits.get(j / 64).is_some_and(|w| w & (1 << (j % 64)) != 0));

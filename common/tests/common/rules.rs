@@ -60,10 +60,12 @@ fn naive(spec: &RuleSpec, tree: &Tree) -> u64 {
 }
 
 proptest! {
+    /// Several trees through one rule set, as a tier evaluates profile after profile: what the
+    /// set remembers from earlier trees (frame outcomes by name) must not change later answers.
     #[test]
     fn evaluation_matches_the_naive_definition(
         specs in prop::collection::vec(spec(), 1..8),
-        tree in any_tree(),
+        trees in prop::collection::vec(any_tree(), 1..4),
     ) {
         let rules: Vec<Arc<Rule>> = specs
             .iter()
@@ -71,18 +73,20 @@ proptest! {
             .map(|(i, spec)| Arc::new(Rule::new(format!("r{i}"), spec.clone()).unwrap()))
             .collect();
         let set = RuleSet::new(rules).unwrap();
-        let profile = Profile {
-            series: "app.alloc_objects{}".parse().unwrap(),
-            meta: ProfileMeta { units: "objects".to_owned(), sample_rate: 0, ..ProfileMeta::default() },
-            from: UNIX_EPOCH,
-            until: UNIX_EPOCH,
-            tree: tree.clone(),
-        };
-        let mut counters = Counters::new(&set);
-        counters.apply(set.evaluate(&profile));
-        for (i, spec) in specs.iter().enumerate() {
-            let got = counters.get(&format!("r{i}"), &[]).unwrap();
-            prop_assert_eq!(got, naive(spec, &tree) as f64, "rule {:?}", spec);
+        for tree in trees {
+            let profile = Profile {
+                series: "app.alloc_objects{}".parse().unwrap(),
+                meta: ProfileMeta { units: "objects".to_owned(), sample_rate: 0, ..ProfileMeta::default() },
+                from: UNIX_EPOCH,
+                until: UNIX_EPOCH,
+                tree: tree.clone(),
+            };
+            let mut counters = Counters::new(&set);
+            counters.apply(set.evaluate(&profile));
+            for (i, spec) in specs.iter().enumerate() {
+                let got = counters.get(&format!("r{i}"), &[]).unwrap();
+                prop_assert_eq!(got, naive(spec, &tree) as f64, "rule {:?}", spec);
+            }
         }
     }
 
