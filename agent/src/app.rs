@@ -1,15 +1,18 @@
 //! Wires the stages together in data-path order: sources submit profiles, the window loop
-//! merges them, sinks take each closed window; the HTTP port serves the agent's metrics.
+//! merges them, sinks take each closed window (the spool, which the shipper drains to the
+//! aggregator); the HTTP port serves the agent's metrics.
 //!
-//! [`run`] is what the binary calls; [`start`] is the same agent on a caller's runtime, bound
-//! and ready, which tests use.
+//! [`run`] is what the binary calls; [`start_in`] is the same agent on a caller's runtime,
+//! bound and ready, with its state in a data directory; [`start`] keeps its spool in a
+//! temporary database instead, which tests that do not care about state use.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::info;
 
@@ -17,14 +20,18 @@ use crate::config::Config;
 use crate::http::{self, HttpState};
 use crate::metrics::Metrics;
 use crate::rules;
+use crate::ship;
+use crate::spool::{self, Spool};
 use crate::window::{self, Submitter};
 
-/// Runs the agent until SIGTERM or SIGINT, then hands on the open windows and returns.
+/// Runs the agent with its state in `data_dir` until SIGTERM or SIGINT, then spools the open
+/// windows and returns.
 ///
 /// # Errors
 ///
-/// When a stage cannot start (the listener cannot bind, the config is unusable).
-pub fn run(config: Config) -> anyhow::Result<()> {
+/// When a stage cannot start (the listener cannot bind, the spool cannot open, the config is
+/// unusable).
+pub fn run(config: Config, data_dir: &Path) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -32,7 +39,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let agent = start(config).await?;
+        let agent = start_in(config, data_dir).await?;
         shutdown_signal().await;
         info!("shutting down");
         agent.stop().await
@@ -42,6 +49,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 /// A running agent.
 pub struct Running {
     addr: SocketAddr,
+    agent_id: String,
     submitter: Submitter,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<()>>,
@@ -53,12 +61,18 @@ impl Running {
         self.addr
     }
 
+    /// The agent's persistent id, as it introduces itself to the aggregator.
+    pub fn agent_id(&self) -> &str {
+        &self.agent_id
+    }
+
     /// A handle to submit profiles into the agent's windows, as its sources do.
     pub fn submitter(&self) -> Submitter {
         self.submitter.clone()
     }
 
-    /// Stops the sources, hands on the open windows and returns.
+    /// Stops the sources, spools the open windows, closes the connection to the aggregator
+    /// and returns. Batches not yet acknowledged stay in the spool for the next start.
     ///
     /// # Errors
     ///
@@ -70,12 +84,34 @@ impl Running {
     }
 }
 
-/// Binds the HTTP port and starts every stage in the background.
+/// Binds the HTTP port and starts every stage in the background, with the spool in a
+/// temporary database that is deleted when the agent stops: for tests and embedding, where
+/// batches need not outlive the process.
 ///
 /// # Errors
 ///
 /// When the listener cannot bind or a stage cannot start.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
+    start_with(config, None).await
+}
+
+/// Binds the HTTP port and starts every stage in the background, with the agent's state (its
+/// id and spool, in `<data_dir>/spool/`) in `data_dir`, created if missing.
+///
+/// # Errors
+///
+/// When the listener cannot bind, the spool cannot open (another agent uses `data_dir`) or a
+/// stage cannot start.
+pub async fn start_in(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
+    start_with(config, Some(data_dir)).await
+}
+
+/// Queued closed windows between the window loop and the spool.
+const SPOOL_QUEUE: usize = 4;
+
+async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let hostname = config.hostname()?;
     let listener = TcpListener::bind(config.http.listen)
@@ -92,12 +128,30 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         exported.clone(),
         metrics.rules.clone(),
     ));
+    let spool_dir = data_dir.map(|dir| dir.join("spool"));
+    let spool = Spool::open(spool_dir.as_deref(), &config.spool, metrics.spool.clone())
+        .with_context(|| match &spool_dir {
+            Some(dir) => format!("opening the spool in {}", dir.display()),
+            None => "opening a temporary spool".to_owned(),
+        })?;
+    let agent_id = spool.agent_id().to_owned();
+    let (ship_stop, ship_stopped) = watch::channel(false);
+    let shipper = tokio::spawn(ship::run(
+        config.ship.clone(),
+        spool.clone(),
+        hostname.clone(),
+        metrics.ship.clone(),
+        ship_stopped,
+    ));
+    let (spool_sink, spooled) = mpsc::channel(SPOOL_QUEUE);
+    let spooler = tokio::spawn(spool::run(spool, spooled));
 
     let (submitter, profiles) = window::channel();
     let windows = tokio::spawn(window::run(
         config.window.clone(),
         profiles,
-        vec![rules_sink],
+        // The rules first: their counters move before the window waits for the spool.
+        vec![rules_sink, spool_sink],
         metrics.window.clone(),
     ));
     let state = HttpState { metrics, exported };
@@ -111,10 +165,14 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             .context("serving HTTP");
         windows.await.context("the window loop panicked")?;
         rules_task.await.context("the rules task panicked")?;
+        spooler.await.context("the spool task panicked")?;
+        let _ = ship_stop.send(true);
+        shipper.await.context("the shipper panicked")?;
         served
     });
     Ok(Running {
         addr,
+        agent_id,
         submitter,
         stop,
         task,

@@ -11,6 +11,8 @@ use std::path::Path;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+pub use crate::ship::ShipConfig;
+pub use crate::spool::SpoolConfig;
 pub use crate::window::WindowConfig;
 pub use smolder_common::rules::RuleSpec;
 
@@ -27,6 +29,10 @@ pub struct Config {
     /// Pyroscope's metrics-export rules, keyed by metric name: counters of every window's
     /// values, served on `/exported-metrics`. Default none.
     pub metrics_export_rules: BTreeMap<String, RuleSpec>,
+    /// Bounds of the on-disk spool of batches not yet acknowledged.
+    pub spool: SpoolConfig,
+    /// Where and how batches are shipped.
+    pub ship: ShipConfig,
 }
 
 /// The agent's HTTP listener.

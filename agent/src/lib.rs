@@ -8,7 +8,14 @@
 //!   [`Window`](window::Window) to its sinks.
 //! - [`rules`]: a window sink that turns every closed window into the counters of the config's
 //!   `metrics-export-rules`, served on `/exported-metrics`.
-//! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics` and `/healthz`.
+//! - [`spool`]: every closed window becomes a batch in an on-disk sled queue, bounded by bytes
+//!   and age, until the aggregator acknowledges it.
+//! - [`ship`]: drains the spool to the aggregator over QUIC, oldest first, reconnecting with
+//!   backoff; a batch leaves the spool only on its ack.
+//! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics`, `/exported-metrics` and
+//!   `/healthz`.
+//! - [`relabel`]: Prometheus-style relabelling of label sets, shared by the sources that
+//!   choose and name what they profile.
 //! - [`metrics`]: every metric the agent exports, in one catalogue.
 //! - [`config`]: the YAML file, one section per stage.
 //! - [`app`]: wires the stages together; [`app::start`] is what the binary and the tests run.
@@ -17,5 +24,8 @@ pub mod app;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod relabel;
 pub mod rules;
+pub mod ship;
+pub mod spool;
 pub mod window;

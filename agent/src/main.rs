@@ -14,6 +14,10 @@ struct Flags {
     /// YAML configuration file; without one, the built-in defaults apply.
     #[arg(long, short)]
     config: Option<PathBuf>,
+    /// Where the agent keeps its state: its id and the spool of batches not yet acknowledged
+    /// (the systemd unit uses /var/lib/smolder-agent). Created if missing.
+    #[arg(long, default_value = "./agent-data")]
+    data_dir: PathBuf,
     /// Log filter, in `RUST_LOG` syntax.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -56,7 +60,7 @@ fn run(flags: Flags) -> anyhow::Result<ExitCode> {
         None => Config::default(),
     };
     match flags.mode {
-        None => app::run(config).map(|()| ExitCode::SUCCESS),
+        None => app::run(config, &flags.data_dir).map(|()| ExitCode::SUCCESS),
         Some(Mode::CheckConfig) => {
             println!("configuration is valid");
             Ok(ExitCode::SUCCESS)

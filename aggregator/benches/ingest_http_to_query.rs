@@ -173,6 +173,7 @@ async fn run(buckets: u64) {
 async fn start(config: Config, dir: &Path) -> Running {
     let mut config = config;
     config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.ingest.quic.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     app::start(config, dir).await.expect("aggregator starts")
 }
 

@@ -16,6 +16,7 @@ use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::http;
+use crate::ingest::quic;
 use crate::metrics::Metrics;
 use crate::rules::{self, Rules};
 use crate::store::Store;
@@ -51,6 +52,7 @@ pub fn run(config: Config, data_dir: &Path) -> anyhow::Result<()> {
 /// A running aggregator.
 pub struct Running {
     addr: SocketAddr,
+    quic_addr: SocketAddr,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<()>>,
 }
@@ -59,6 +61,11 @@ impl Running {
     /// The address the HTTP listener is bound to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The UDP address QUIC ingest is bound to.
+    pub fn quic_addr(&self) -> SocketAddr {
+        self.quic_addr
     }
 
     /// Stops accepting requests, lets those in flight finish, flushes the store and returns.
@@ -116,6 +123,8 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         config: Arc::new(config),
         rules,
     };
+    let quic = quic::start(state.clone(), data_dir)?;
+    let quic_addr = quic.addr();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, http::router(state))
@@ -124,6 +133,7 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
             })
             .await
             .context("serving HTTP");
+        quic.close().await;
         retention.abort();
         rollup.abort();
         if let Some(remote_write) = remote_write {
@@ -132,7 +142,12 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         let closed = store.close().await.context("flushing the store");
         served.and(closed)
     });
-    Ok(Running { addr, stop, task })
+    Ok(Running {
+        addr,
+        quic_addr,
+        stop,
+        task,
+    })
 }
 
 /// Applies retention on an interval, for as long as the server runs.

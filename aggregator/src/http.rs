@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::app::AppState;
-use crate::{ingest, query, rules};
+use crate::{ingest, query, rules, ui};
 
 /// Every route of the aggregator.
 pub(crate) fn router(state: AppState) -> Router {
@@ -19,6 +19,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(ingest::routes())
         .merge(query::routes())
         .merge(rules::routes())
+        .merge(ui::routes())
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .layer(middleware::from_fn_with_state(state.clone(), track))

@@ -16,6 +16,9 @@
 //! [`app`] wires them together behind one HTTP listener (`http`), which also serves `/metrics`
 //! (`metrics`) and `/healthz`; [`config`] is the configuration file, one section per stage.
 //! `main.rs` only parses flags and calls [`app::run`].
+//!
+//! - `ui`: the web UI at `/`, embedded in the binary when `aggregator/ui` was built first; it
+//!   reads everything through the query API above.
 
 pub mod app;
 pub mod config;
@@ -25,3 +28,4 @@ mod metrics;
 mod query;
 mod rules;
 mod store;
+mod ui;

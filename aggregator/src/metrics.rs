@@ -26,6 +26,33 @@ pub(crate) struct Metrics {
     pub(crate) store: StoreMetrics,
     /// The rules' own metrics.
     pub(crate) rules: RulesMetrics,
+    /// QUIC ingest's metrics.
+    pub(crate) quic: QuicMetrics,
+}
+
+/// QUIC ingest's metrics (`smolder_aggregator_ingest_quic_*`).
+#[derive(Clone)]
+pub(crate) struct QuicMetrics {
+    /// `smolder_aggregator_ingest_quic_connections`: agents connected now.
+    pub(crate) connections: IntGauge,
+    /// `smolder_aggregator_ingest_quic_connections_total{outcome}`: connection attempts, by
+    /// `accepted`, `refused` (hello: credentials, version) or `handshake_failed` (TLS).
+    pub(crate) connections_total: IntCounterVec,
+    /// `smolder_aggregator_ingest_quic_batches_received_total`: batch frames read whole.
+    pub(crate) batches_received: IntCounter,
+    /// `smolder_aggregator_ingest_quic_bytes_received_total`: their bytes as sent.
+    pub(crate) bytes_received: IntCounter,
+    /// `smolder_aggregator_ingest_quic_batches_acked_total`: batches acknowledged durable,
+    /// duplicates included.
+    pub(crate) batches_acked: IntCounter,
+    /// `smolder_aggregator_ingest_quic_batches_duplicate_total`: acknowledged batches that had
+    /// been stored before and were not stored again.
+    pub(crate) batches_duplicate: IntCounter,
+    /// `smolder_aggregator_ingest_quic_batches_rejected_total{reason}`: batch streams refused.
+    pub(crate) batches_rejected: IntCounterVec,
+    /// `smolder_aggregator_ingest_quic_batch_duration_seconds`: from a batch stream's opening
+    /// to its ack, fsync included.
+    pub(crate) batch_duration: Histogram,
 }
 
 /// The store's metrics, handed to [`crate::store::Store`] when it opens.
@@ -162,6 +189,76 @@ impl Metrics {
                     &registry,
                     "smolder_aggregator_store_retention_duration_seconds",
                     "Time of one retention pass.",
+                    latency.clone(),
+                ),
+            },
+            quic: QuicMetrics {
+                connections: register(
+                    &registry,
+                    IntGauge::new(
+                        "smolder_aggregator_ingest_quic_connections",
+                        "Agents connected over QUIC now.",
+                    )
+                    .expect("valid metric"),
+                ),
+                connections_total: register(
+                    &registry,
+                    IntCounterVec::new(
+                        Opts::new(
+                            "smolder_aggregator_ingest_quic_connections_total",
+                            "QUIC connection attempts, by outcome: accepted, refused (hello), handshake_failed (TLS).",
+                        ),
+                        &["outcome"],
+                    )
+                    .expect("valid metric"),
+                ),
+                batches_received: register(
+                    &registry,
+                    IntCounter::new(
+                        "smolder_aggregator_ingest_quic_batches_received_total",
+                        "Agent batches read whole from QUIC streams.",
+                    )
+                    .expect("valid metric"),
+                ),
+                bytes_received: register(
+                    &registry,
+                    IntCounter::new(
+                        "smolder_aggregator_ingest_quic_bytes_received_total",
+                        "Bytes of agent batches as sent (frame header and compressed body).",
+                    )
+                    .expect("valid metric"),
+                ),
+                batches_acked: register(
+                    &registry,
+                    IntCounter::new(
+                        "smolder_aggregator_ingest_quic_batches_acked_total",
+                        "Agent batches acknowledged once durable, duplicates included.",
+                    )
+                    .expect("valid metric"),
+                ),
+                batches_duplicate: register(
+                    &registry,
+                    IntCounter::new(
+                        "smolder_aggregator_ingest_quic_batches_duplicate_total",
+                        "Acknowledged agent batches that had been stored before and were not stored again.",
+                    )
+                    .expect("valid metric"),
+                ),
+                batches_rejected: register(
+                    &registry,
+                    IntCounterVec::new(
+                        Opts::new(
+                            "smolder_aggregator_ingest_quic_batches_rejected_total",
+                            "Agent batch streams refused, by reason.",
+                        ),
+                        &["reason"],
+                    )
+                    .expect("valid metric"),
+                ),
+                batch_duration: histogram(
+                    &registry,
+                    "smolder_aggregator_ingest_quic_batch_duration_seconds",
+                    "Time from a batch stream's opening to its acknowledgement, fsync included.",
                     latency,
                 ),
             },

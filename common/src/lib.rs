@@ -33,6 +33,9 @@
 //!   `metrics-export-rules` (selector, node regex or function, `group_by`) evaluates each
 //!   [`Profile`] into counter increments, which [`Counters`](rules::Counters) add up and write
 //!   out in Prometheus' text format.
+//! - [`wire`]: the agent → aggregator protocol: framed, lz4-compressed protobuf messages
+//!   (hello, batch, ack, reject) with a protocol version, size caps checked before anything is
+//!   allocated, and the conversion between a window's profiles and a batch.
 //! - [`corpus`]: a seeded synthetic profile generator for tests and benchmarks: unique stacks
 //!   that share prefixes like real call trees, drawn Zipf-distributed by rank.
 //!
@@ -51,6 +54,7 @@ pub mod selector;
 pub mod series;
 pub mod timestamp;
 pub mod tree;
+pub mod wire;
 
 pub use corpus::{Corpus, CorpusConfig, Sampler};
 pub use folded::{

@@ -3,6 +3,9 @@
 /// Rules: the documented example on every window, `/exported-metrics`, invalid rules.
 mod rules;
 
+/// The spool on disk: restarts, the data directory lock, the age bound.
+mod spool;
+
 use smolder_agent::app;
 use smolder_agent::config::Config;
 
@@ -25,7 +28,7 @@ async fn serves_health_and_metrics() {
         .await
         .unwrap();
     assert!(
-        metrics.contains("smolder_agent_windows_closed_total"),
+        metrics.contains("smolder_agent_window_closed_total"),
         "{metrics}"
     );
     agent.stop().await.unwrap();

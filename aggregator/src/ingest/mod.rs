@@ -28,6 +28,7 @@ mod jfr;
 mod params;
 mod pprof;
 mod push;
+pub(crate) mod quic;
 
 use std::collections::BTreeSet;
 use std::error::Error as StdError;
@@ -46,7 +47,7 @@ use tracing::debug;
 
 use crate::app::AppState;
 use crate::http::ApiError;
-use crate::store::StoreError;
+use crate::store::{BatchMarker, StoreError, Written};
 
 use self::params::{BodyFormat, IngestParams, SUPPORTED_FORMATS};
 
@@ -67,6 +68,8 @@ pub struct IngestConfig {
     /// Longest label name and value, in bytes; longer gets 422. Default 1024, as Pyroscope's
     /// name limit (every label is a key in the store's index).
     pub max_label_bytes: usize,
+    /// The QUIC listener agents ship their batches to.
+    pub quic: quic::QuicConfig,
 }
 
 impl Default for IngestConfig {
@@ -77,6 +80,7 @@ impl Default for IngestConfig {
             max_series_per_request: 10_000,
             max_labels_per_series: 30,
             max_label_bytes: 1024,
+            quic: quic::QuicConfig::default(),
         }
     }
 }
@@ -488,6 +492,21 @@ impl Batch {
     /// older than the retention (nothing is stored then); [`IngestError::Store`] when the write
     /// fails.
     async fn store(self, state: &AppState) -> Result<Stored, IngestError> {
+        self.store_marked(state, None).await
+    }
+
+    /// [`Batch::store`] of an agent's batch: with `marker`, the store keeps it at most once
+    /// (see [`Store::write_batch`](crate::store::Store::write_batch)). A batch stored before
+    /// is answered as [`Stored::duplicate`] and counted nowhere again.
+    ///
+    /// # Errors
+    ///
+    /// As [`Batch::store`].
+    async fn store_marked(
+        self,
+        state: &AppState,
+        marker: Option<BatchMarker>,
+    ) -> Result<Stored, IngestError> {
         let Batch {
             format,
             sent_bytes,
@@ -512,13 +531,13 @@ impl Batch {
             })
             .collect();
         stored.profiles = profiles.len();
-        if profiles.is_empty() {
+        if marker.is_none() && profiles.is_empty() {
             return Ok(stored);
         }
-        // Rules are evaluated before the write, which takes the profiles, and counted only
-        // once it is acknowledged, so that a rejected write counts nowhere.
+        // Rules are evaluated before the write, which takes the profiles, and counted only once
+        // it is acknowledged: a refused write counts nowhere, a duplicate batch counts once.
         let rules = state.rules.current();
-        let (profiles, increments) = if rules.is_empty() {
+        let (profiles, increments) = if rules.is_empty() || profiles.is_empty() {
             (profiles, Default::default())
         } else {
             let engine = state.rules.clone();
@@ -528,11 +547,15 @@ impl Batch {
             })
             .await?
         };
-        state
-            .store
-            .write(profiles)
-            .await
-            .map_err(|source| IngestError::Store { source })?;
+        let written = match marker {
+            None => state.store.write(profiles).await.map(|()| Written::Stored),
+            Some(marker) => state.store.write_batch(profiles, marker).await,
+        }
+        .map_err(|source| IngestError::Store { source })?;
+        if written == Written::Duplicate {
+            stored.duplicate = true;
+            return Ok(stored);
+        }
         state.rules.apply(increments);
         let metrics = &state.metrics;
         metrics
@@ -562,6 +585,8 @@ impl Batch {
 struct Stored {
     profiles: usize,
     samples: u64,
+    /// The batch had been stored before (QUIC ingest only); nothing was written.
+    duplicate: bool,
 }
 
 /// Counts and logs a request's outcome: `route` names it in the debug event.

@@ -287,7 +287,7 @@ pub(super) fn label_name(name: &str) -> String {
 /// The `type` label of the distributor metrics for a profile type. Suffixes come from the
 /// client's `sample_type_config`, so anything outside the known profile types counts as
 /// `other`, keeping the label bounded.
-fn type_label(suffix: &str) -> &'static str {
+pub(super) fn type_label(suffix: &str) -> &'static str {
     const KNOWN: &[&str] = &[
         "cpu",
         "itimer",

@@ -13,6 +13,8 @@
 //! | `N` | level, series id, bucket start | total and write count |
 //! | `D` | level, series id, bucket start | empty: this rollup must be rebuilt from its children |
 //! | `R` | recording rule name | the rule as JSON (`rules.rs`) |
+//! | `B` | agent id, sequence | window end: this agent batch is stored (QUIC ingest's dedupe) |
+//! | `b` | window end, agent id, sequence | empty: the same marker by time, for retention |
 //!
 //! Integers in keys are big-endian so that sled's byte order is numeric order; strings are
 //! length-prefixed so that one label's entries never run into another's. Values, all but the
@@ -28,6 +30,8 @@ pub(crate) const TREE: u8 = b'T';
 pub(crate) const TOTAL: u8 = b'N';
 pub(crate) const DIRTY: u8 = b'D';
 pub(crate) const RULE: u8 = b'R';
+pub(crate) const BATCH: u8 = b'B';
+pub(crate) const BATCH_BY_TIME: u8 = b'b';
 
 /// Bucket sizes in seconds, finest first: 10 s, and rollups of 10^k of them (Pyroscope's
 /// segment levels). A range is read as the fewest whole buckets that cover it, so a query of any
@@ -116,6 +120,37 @@ pub(crate) fn bucket_prefix(kind: u8, level: usize, id: SeriesId) -> [u8; 10] {
     key
 }
 
+/// The dedupe marker of batch `sequence` of agent `agent`.
+pub(crate) fn batch(agent: &str, sequence: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(13 + agent.len());
+    key.push(BATCH);
+    put_str(&mut key, agent);
+    key.extend_from_slice(&sequence.to_be_bytes());
+    key
+}
+
+/// The same marker indexed by its window's end (Unix seconds), so that retention finds the old
+/// ones with one range scan.
+pub(crate) fn batch_by_time(end: u64, agent: &str, sequence: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(21 + agent.len());
+    key.push(BATCH_BY_TIME);
+    key.extend_from_slice(&end.to_be_bytes());
+    put_str(&mut key, agent);
+    key.extend_from_slice(&sequence.to_be_bytes());
+    key
+}
+
+/// The agent id and sequence of a [`batch_by_time`] key.
+pub(crate) fn parse_batch_by_time(key: &[u8]) -> Result<(&str, u64), StoreError> {
+    key.get(9..)
+        .and_then(take_str)
+        .and_then(|(agent, rest)| Some((agent, u64::from_be_bytes(rest.try_into().ok()?))))
+        .ok_or_else(|| StoreError::Corrupt {
+            key: printable(key),
+            reason: "malformed batch marker key",
+        })
+}
+
 /// The bucket start of a bucket key.
 pub(crate) fn bucket_start(key: &[u8]) -> Result<u64, StoreError> {
     key.get(10..18)
@@ -192,6 +227,15 @@ mod tests {
         assert!(a < b);
         assert!(a.starts_with(&bucket_prefix(TREE, 0, 3)));
         assert_eq!(bucket_start(&b).unwrap(), 1_000);
+    }
+
+    #[test]
+    fn batch_markers_round_trip_and_sort_by_time() {
+        let early = batch_by_time(100, "agent-b", 7);
+        let late = batch_by_time(200, "agent-a", 1);
+        assert!(early < late);
+        assert_eq!(parse_batch_by_time(&early).unwrap(), ("agent-b", 7));
+        assert_ne!(batch("a", 1), batch("a", 2));
     }
 
     #[test]

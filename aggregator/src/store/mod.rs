@@ -108,6 +108,27 @@ pub(crate) enum StoreError {
     Closed,
 }
 
+/// Identifies one agent batch, so that the store keeps each at most once (QUIC ingest).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BatchMarker {
+    /// The sending agent's id.
+    pub(crate) agent_id: String,
+    /// The batch's sequence number.
+    pub(crate) sequence: u64,
+    /// Unix seconds of the end of the batch's window; retention deletes the marker with the
+    /// window's data.
+    pub(crate) window_end: u64,
+}
+
+/// What [`Store::write_batch`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// The profiles are stored, with the batch's marker.
+    Stored,
+    /// The marker was already there: the batch had been stored, nothing was written.
+    Duplicate,
+}
+
 /// A series as stored: its identity, what its values mean, and when it has data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SeriesInfo {
@@ -245,6 +266,34 @@ impl Store {
     pub(crate) async fn write(&self, profiles: Vec<Profile>) -> Result<(), StoreError> {
         self.ask(|reply| writer::Command::Write {
             profiles,
+            marker: None,
+            reply,
+            queued: std::time::Instant::now(),
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// [`Store::write`] for an agent's batch: unless `marker` is already stored, writes the
+    /// profiles and the marker in one atomic batch, so that a batch sent again (after a lost
+    /// ack, a `kill -9`, a restart) is never counted twice. Returns once durable either way;
+    /// a duplicate's answer waits for the fsync that covers its first copy.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Store::write`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::write`].
+    pub(crate) async fn write_batch(
+        &self,
+        profiles: Vec<Profile>,
+        marker: BatchMarker,
+    ) -> Result<Written, StoreError> {
+        self.ask(|reply| writer::Command::Write {
+            profiles,
+            marker: Some(marker),
             reply,
             queued: std::time::Instant::now(),
         })
@@ -421,6 +470,60 @@ mod tests {
         let timeline = store.timeline(&all, range(base, base + 30), 10).unwrap();
         assert_eq!(timeline.samples, [2, 3, 0]);
         assert_eq!(timeline.start, base);
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_stored_once_across_reopens_until_retention_forgets_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = 1_700_000_000 / 10_000 * 10_000;
+        let marker = |sequence| BatchMarker {
+            agent_id: "agent-1".to_owned(),
+            sequence,
+            window_end: base + 10,
+        };
+        let batch = || vec![profile("app.cpu", base, &[("main;a", 2)])];
+        let store = open(dir.path());
+        assert_eq!(
+            store.write_batch(batch(), marker(1)).await.unwrap(),
+            Written::Stored
+        );
+        assert_eq!(
+            store.write_batch(batch(), marker(1)).await.unwrap(),
+            Written::Duplicate
+        );
+        store.close().await.unwrap();
+        drop(store);
+
+        let config = StoreConfig {
+            retention: Duration::from_secs(86_400),
+            ..StoreConfig::default()
+        };
+        let store = Store::open(dir.path(), config, Metrics::new().store.clone()).unwrap();
+        assert_eq!(
+            store.write_batch(batch(), marker(1)).await.unwrap(),
+            Written::Duplicate
+        );
+        assert_eq!(
+            store.write_batch(batch(), marker(2)).await.unwrap(),
+            Written::Stored
+        );
+        let all = store
+            .select(&Selector::parse("app.cpu").unwrap(), range(base, base + 10))
+            .unwrap();
+        let merged = store.merge(&all, range(base, base + 10)).unwrap();
+        assert_eq!(folded(&merged.tree), "main;a 4\n");
+
+        store
+            .enforce_retention(at(base + 2 * 86_400))
+            .await
+            .unwrap();
+        let markers = store
+            .inner
+            .data
+            .scan_prefix([keys::BATCH])
+            .chain(store.inner.data.scan_prefix([keys::BATCH_BY_TIME]))
+            .count();
+        assert_eq!(markers, 0, "retention deletes markers with their data");
     }
 
     #[tokio::test]

@@ -21,14 +21,15 @@ use tracing::{debug, error, info, warn};
 
 use super::keys::{self, BUCKET, DIRTY, LEVELS, SeriesId, TOTAL, TREE};
 use super::series::SeriesRecord;
-use super::{RetentionReport, StoreConfig, StoreError, unix};
+use super::{BatchMarker, RetentionReport, StoreConfig, StoreError, Written, unix};
 use crate::metrics::StoreMetrics;
 
 /// Requests the writer serves.
 pub(crate) enum Command {
     Write {
         profiles: Vec<Profile>,
-        reply: oneshot::Sender<Result<(), StoreError>>,
+        marker: Option<BatchMarker>,
+        reply: oneshot::Sender<Result<Written, StoreError>>,
         queued: Instant,
     },
     DeleteApp {
@@ -64,7 +65,12 @@ pub(crate) struct Writer {
 
 /// An answer held back until the group it belongs to is durable.
 enum Pending {
-    Write(oneshot::Sender<Result<(), StoreError>>, Instant, usize),
+    Write(
+        oneshot::Sender<Result<Written, StoreError>>,
+        Instant,
+        usize,
+        Written,
+    ),
     DeleteApp(oneshot::Sender<Result<u64, StoreError>>, u64),
     Retention(
         oneshot::Sender<Result<RetentionReport, StoreError>>,
@@ -125,10 +131,18 @@ impl Writer {
                 match command {
                     Command::Write {
                         profiles,
+                        marker,
                         reply,
                         queued,
-                    } => match self.write(&profiles) {
-                        Ok(()) => pending.push(Pending::Write(reply, queued, profiles.len())),
+                    } => match self.write(&profiles, marker.as_ref()) {
+                        Ok(written) => {
+                            let count = if written == Written::Stored {
+                                profiles.len()
+                            } else {
+                                0
+                            };
+                            pending.push(Pending::Write(reply, queued, count, written));
+                        }
                         Err(err) => {
                             let _ = reply.send(Err(err));
                         }
@@ -189,14 +203,14 @@ impl Writer {
         };
         for item in pending {
             match item {
-                Pending::Write(reply, queued, profiles) => {
+                Pending::Write(reply, queued, profiles, written) => {
                     if flushed.is_ok() {
                         self.metrics.profiles_written.inc_by(profiles as u64);
                         self.metrics
                             .write_duration
                             .observe(queued.elapsed().as_secs_f64());
                     }
-                    let _ = reply.send(flushed.as_ref().map(|_| ()).map_err(|_| failed()));
+                    let _ = reply.send(flushed.as_ref().map(|_| written).map_err(|_| failed()));
                 }
                 Pending::DeleteApp(reply, count) => {
                     let _ = reply.send(flushed.as_ref().map(|_| count).map_err(|_| failed()));
@@ -213,9 +227,31 @@ impl Writer {
 
     /// Applies one write request as one atomic batch: series records and index entries for new
     /// series, and for each profile its 10 s bucket's tree, the totals of every level, and a
-    /// dirty mark on each rollup above it.
-    fn write(&mut self, profiles: &[Profile]) -> Result<(), StoreError> {
+    /// dirty mark on each rollup above it. With a `marker`, a batch whose marker is stored
+    /// already is skipped (the writer is the only one that writes markers, so checking first
+    /// is race-free), and the marker goes into the same atomic batch as the trees.
+    fn write(
+        &mut self,
+        profiles: &[Profile],
+        marker: Option<&BatchMarker>,
+    ) -> Result<Written, StoreError> {
         let mut batch = sled::Batch::default();
+        if let Some(marker) = marker {
+            let key = keys::batch(&marker.agent_id, marker.sequence);
+            if self.data.contains_key(&key)? {
+                debug!(
+                    agent_id = %marker.agent_id,
+                    sequence = marker.sequence,
+                    "batch stored before; not written again"
+                );
+                return Ok(Written::Duplicate);
+            }
+            batch.insert(key, keys::seal(&marker.window_end.to_be_bytes()));
+            batch.insert(
+                keys::batch_by_time(marker.window_end, &marker.agent_id, marker.sequence),
+                &[][..],
+            );
+        }
         let mut records: HashMap<String, (SeriesId, SeriesRecord, bool)> = HashMap::new();
         let mut trees: HashMap<[u8; 18], Tree> = HashMap::new();
         let mut totals: HashMap<[u8; 18], (u64, u64)> = HashMap::new();
@@ -314,7 +350,7 @@ impl Writer {
         self.series_count += created;
         self.metrics.series.set(self.series_count);
         debug!(profiles = profiles.len(), created, "write applied");
-        Ok(())
+        Ok(Written::Stored)
     }
 
     /// The stored tree of a bucket, or an empty one. A tree that fails its checksum cannot be
@@ -449,6 +485,18 @@ impl Writer {
             }
             record.first_seen = cutoff / BUCKET * BUCKET;
             batch.insert(&keys::series(id)[..], record.encode());
+        }
+        // A batch older than the retention is refused at ingest, so its marker has no more
+        // duplicates to catch.
+        let end = keys::batch_by_time(cutoff, "", 0);
+        for entry in self
+            .data
+            .range([keys::BATCH_BY_TIME].as_slice()..end.as_slice())
+        {
+            let (key, _) = entry?;
+            let (agent, sequence) = keys::parse_batch_by_time(&key)?;
+            batch.remove(keys::batch(agent, sequence));
+            batch.remove(key);
         }
         self.data.apply_batch(batch)?;
         self.series_count -= report.series as i64;

@@ -21,3 +21,13 @@ mod rules;
 
 /// Every Pyroscope SDK's exact upload request, accepted or rejected with a useful message.
 mod sdk;
+
+/// Agents shipping over QUIC: delivery to `/render`, exactly once across `kill -9`, spooling
+/// through an outage, a full spool.
+mod transport;
+
+/// QUIC ingest against hostile or mistaken clients: authentication, protocol versions,
+/// truncated, oversized, garbage and decompression-bomb streams.
+mod quic;
+/// The web UI's page and assets as served; the browser scenarios live in `aggregator/ui/e2e/`.
+mod ui;

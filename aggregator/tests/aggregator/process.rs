@@ -17,7 +17,11 @@ fn free_port() -> SocketAddr {
 
 fn spawn(data_dir: &Path, addr: SocketAddr) -> Child {
     let config = data_dir.with_extension("yaml");
-    std::fs::write(&config, format!("http:\n  listen: {addr}\n")).unwrap();
+    std::fs::write(
+        &config,
+        format!("http:\n  listen: {addr}\ningest:\n  quic:\n    listen: 127.0.0.1:0\n"),
+    )
+    .unwrap();
     Command::new(env!("CARGO_BIN_EXE_smolder-aggregator"))
         .arg("--data-dir")
         .arg(data_dir)

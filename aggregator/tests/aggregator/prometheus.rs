@@ -1,7 +1,8 @@
 //! A real Prometheus (Debian's `prometheus` package, started here on loopback) scrapes
-//! `/exported-metrics` of a real agent and a real aggregator fed with a steady CPU profile, and
-//! its `rate()` returns the CPU seconds per second that were sent; with remote write enabled on
-//! the aggregator, the same series arrive in Prometheus' remote-write receiver.
+//! `/exported-metrics` of a real agent fed with a steady CPU profile and of the real aggregator
+//! it ships to over QUIC, and its `rate()` returns the CPU seconds per second that were sent on
+//! both tiers; with remote write enabled on the aggregator, the same series arrive in
+//! Prometheus' remote-write receiver.
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
@@ -11,6 +12,7 @@ use smolder_aggregator::config::Config;
 use smolder_common::{Profile, ProfileMeta, Tree};
 
 use crate::rules::DOCUMENTED_RULES;
+use crate::transport::agent_config;
 use crate::util::Aggregator;
 
 /// A free loopback port: bound, read, released.
@@ -108,8 +110,9 @@ impl Prometheus {
     }
 }
 
-/// Every 250 ms: 20 samples of `slowFunction` and 5 of `fastFunction` at 100 Hz, so 0.8 CPU
-/// seconds per second of `slowFunction` and 1.0 in all.
+/// Every 250 ms the agent's source submits 20 samples of `slowFunction` and 5 of
+/// `fastFunction` at 100 Hz: 0.8 CPU seconds per second of `slowFunction`, 1.0 in all. The
+/// aggregator sees them only through the agent's QUIC batches.
 const TICK: Duration = Duration::from_millis(250);
 const SLOW_PER_SECOND: f64 = 0.8;
 const FOLDED: &str =
@@ -131,11 +134,10 @@ async fn prometheus_rates_match_the_cpu_sent_on_both_tiers_and_remote_write_arri
     config.http.listen = agg_addr;
     let agg = Aggregator::with_fixed_address(config).await;
 
-    let mut agent_config: smolder_agent::config::Config =
-        serde_norway::from_str(DOCUMENTED_RULES).unwrap();
+    let rules: smolder_agent::config::Config = serde_norway::from_str(DOCUMENTED_RULES).unwrap();
+    let mut agent_config = agent_config(agg.quic_addr(), agg.dir());
+    agent_config.metrics_export_rules = rules.metrics_export_rules;
     agent_config.http.listen = agent_addr;
-    agent_config.window.length = Duration::from_secs(1);
-    agent_config.window.settle = Duration::from_millis(100);
     let agent = smolder_agent::app::start(agent_config).await.unwrap();
     let submitter = agent.submitter();
     let mut tree = Tree::new();
@@ -148,18 +150,6 @@ async fn prometheus_rates_match_the_cpu_sent_on_both_tiers_and_remote_write_arri
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(16) {
         ticker.tick().await;
-        let response = agg
-            .http
-            .post(agg.url("/ingest"))
-            .query(&[
-                ("name", "simple.golang.app.cpu{env=prod}"),
-                ("sampleRate", "100"),
-            ])
-            .body(FOLDED)
-            .send()
-            .await
-            .unwrap();
-        assert!(response.status().is_success());
         let now = SystemTime::now();
         submitter
             .submit(Profile {

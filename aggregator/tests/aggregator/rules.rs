@@ -1,5 +1,5 @@
-//! Rules over real HTTP: Pyroscope's documented example on `/exported-metrics` for folded, pprof
-//! and Connect-push ingest; the recording-rules API with persistence across a restart; every
+//! Rules over real HTTP: Pyroscope's documented example on `/exported-metrics` for folded, pprof,
+//! Connect-push ingest and an agent's QUIC batches; the recording-rules API with persistence across a restart; every
 //! invalid rule answered with a 4xx naming the rule and the problem.
 
 use std::collections::BTreeMap;
@@ -36,7 +36,7 @@ pub(crate) const PROD_STACKS: &[(&str, u64)] = &[
     ("runtime.main;main.main;main.slowFunction", 7),
     ("runtime.gcBgMarkWorker;runtime.gcDrain", 9),
 ];
-const STAGING_STACKS: &[(&str, u64)] = &[
+pub(crate) const STAGING_STACKS: &[(&str, u64)] = &[
     ("runtime.main;main.main;main.slowFunction;main.work", 390),
     ("runtime.main;main.main;main.fastFunction;main.work", 98),
     ("runtime.gcBgMarkWorker;runtime.gcDrain", 4),
@@ -588,4 +588,75 @@ async fn an_invalid_provisioned_rule_stops_startup_naming_it() {
         text.contains("rule \"app_slow\": invalid node regex \"(unclosed\""),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn pyroscope_documentation_example_counts_quic_batches_from_an_agent() {
+    use crate::transport::{agent_config, eventually, profile};
+
+    let agg = Aggregator::with_config(documented_config()).await;
+    let state = tempfile::tempdir().unwrap();
+    let agent =
+        smolder_agent::app::start_in(agent_config(agg.quic_addr(), agg.dir()), state.path())
+            .await
+            .unwrap();
+    let submitter = agent.submitter();
+    let now = std::time::SystemTime::now();
+    for (series, stacks) in [
+        ("simple.golang.app.cpu{env=prod}", PROD_STACKS),
+        ("simple.golang.app.cpu{env=staging}", STAGING_STACKS),
+    ] {
+        for (stack, value) in stacks {
+            submitter
+                .submit(profile(series, stack, *value, now))
+                .await
+                .unwrap();
+        }
+    }
+    drop(submitter);
+    let all = "simple.golang.app.cpu{}";
+    let expected_samples: u64 = PROD_STACKS
+        .iter()
+        .chain(STAGING_STACKS)
+        .map(|(_, v)| v)
+        .sum();
+    eventually(
+        std::time::Duration::from_secs(20),
+        "the batch is stored",
+        || async {
+            crate::transport::ticks(&agg.http, &agg.url(""), all).await == expected_samples
+        },
+    )
+    .await;
+    let got = exported(&agg).await;
+    // The agent's eBPF-style profiles are sampled at 99 Hz.
+    assert_close(
+        got["a_simple_app_total"],
+        stored_seconds(&agg, all, "", 99.0).await,
+        "total",
+    );
+    assert_close(
+        got["a_simple_app_slow_env_prod"],
+        stored_seconds(
+            &agg,
+            "simple.golang.app.cpu{env=\"prod\"}",
+            "slowFunction",
+            99.0,
+        )
+        .await,
+        "prod",
+    );
+    assert_close(
+        got["a_simple_app_slow_env{env=\"staging\"}"],
+        stored_seconds(
+            &agg,
+            "simple.golang.app.cpu{env=\"staging\"}",
+            "slowFunction",
+            99.0,
+        )
+        .await,
+        "staging",
+    );
+    agent.stop().await.unwrap();
+    agg.stop().await;
 }

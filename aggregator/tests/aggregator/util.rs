@@ -31,10 +31,11 @@ impl Aggregator {
         Aggregator::with_fixed_address(config).await
     }
 
-    /// Starts an aggregator with `config` on the address it names, for tests whose peers must
-    /// know the address before it starts.
-    pub(crate) async fn with_fixed_address(config: Config) -> Aggregator {
+    /// Starts an aggregator with `config` on the HTTP address it names, for tests whose peers
+    /// must know the address before it starts; QUIC listens on a free loopback port.
+    pub(crate) async fn with_fixed_address(mut config: Config) -> Aggregator {
         let dir = tempfile::tempdir().expect("temp dir");
+        config.ingest.quic.listen = SocketAddr::from(([127, 0, 0, 1], 0));
         let running = app::start(config, dir.path())
             .await
             .expect("aggregator starts");
@@ -43,6 +44,16 @@ impl Aggregator {
             dir,
             http: reqwest::Client::new(),
         }
+    }
+
+    /// The UDP address of QUIC ingest.
+    pub(crate) fn quic_addr(&self) -> SocketAddr {
+        self.running.as_ref().expect("running").quic_addr()
+    }
+
+    /// The data directory.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// The base URL, `http://127.0.0.1:<port>`.

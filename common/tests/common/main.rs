@@ -21,3 +21,5 @@ mod timestamp;
 mod tree;
 /// Generators and helpers shared by the modules above.
 mod util;
+/// The wire protocol: batches round-trip through frames; mangled frames only ever error.
+mod wire;

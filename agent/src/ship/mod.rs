@@ -1,0 +1,551 @@
+//! Ship: drains the spool to the aggregator over QUIC, oldest batch first.
+//!
+//! Input: batch frames from the [`Spool`]. Output: QUIC streams to the aggregator
+//! (`ship.aggregator`, default `127.0.0.1:4041`), one per batch, and each batch's fate reported
+//! back to the spool: deleted on its ack, sent again after a lost connection or a retryable
+//! reject, dropped (and counted) on a reject that a retry cannot fix. Caller: `app::start`.
+//! Owns one task ([`run`]), one UDP socket and at most one connection.
+//!
+//! A connection starts with a hello (agent id, hostname, version, token) that the aggregator
+//! answers with a welcome or a reject. Up to `ship.max-in-flight` batches are then in flight at
+//! once, opened in sequence order. A failed connection is retried after an exponential backoff
+//! with jitter ([`backoff`]) between `ship.backoff-min` and `ship.backoff-max`. TLS files and
+//! the token are read again at every attempt, so an agent started before its aggregator (which
+//! creates the development CA) connects once the files exist.
+
+pub mod backoff;
+mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use smolder_common::wire::frame::{self, HEADER_LEN};
+use smolder_common::wire::{
+    Ack, FrameHeader, FrameKind, FrameLimits, Hello, Reject, Welcome, code,
+};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{Instrument, debug, error, info, info_span, warn};
+
+use crate::metrics::ShipMetrics;
+use crate::spool::Spool;
+
+use self::backoff::Backoff;
+
+/// Where and how batches are shipped.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct ShipConfig {
+    /// The aggregator's QUIC address, `host:port`. Default `127.0.0.1:4041`.
+    pub aggregator: String,
+    /// The name the aggregator's certificate must carry; empty means the host of
+    /// `aggregator`. Default empty.
+    pub server_name: String,
+    /// PEM CA certificate(s) the aggregator's certificate must chain to. Default
+    /// `./data/tls/ca.pem`: the development CA of an aggregator started in the same directory
+    /// with its default data dir.
+    pub ca: PathBuf,
+    /// The token to present; empty means read `token-file`. Default empty.
+    pub token: String,
+    /// File holding the token, used when `token` is empty; a missing file is fine when a
+    /// client certificate is configured. Default `./data/tls/agent-token`: the development
+    /// token of an aggregator started in the same directory.
+    pub token_file: PathBuf,
+    /// PEM client certificate chain, for aggregators that authenticate agents by
+    /// certificate (`ingest.quic.client-ca`). Default none.
+    pub client_cert: Option<PathBuf>,
+    /// PEM private key of `client-cert`. Default none.
+    pub client_key: Option<PathBuf>,
+    /// Batches sent and not yet answered at once. Default 4.
+    pub max_in_flight: u32,
+    /// First delay before reconnecting. Default `1s`.
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
+    pub backoff_min: Duration,
+    /// Longest delay before reconnecting. Default `30s`.
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
+    pub backoff_max: Duration,
+    /// How long a batch may wait for its ack before the connection is taken as broken.
+    /// Default `30s`.
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
+    pub ack_timeout: Duration,
+}
+
+impl Default for ShipConfig {
+    fn default() -> Self {
+        ShipConfig {
+            aggregator: "127.0.0.1:4041".to_owned(),
+            server_name: String::new(),
+            ca: PathBuf::from("./data/tls/ca.pem"),
+            token: String::new(),
+            token_file: PathBuf::from("./data/tls/agent-token"),
+            client_cert: None,
+            client_key: None,
+            max_in_flight: 4,
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(30),
+            ack_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why shipping failed; every variant is retried after a backoff.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShipError {
+    /// A TLS file (`ship.ca`, `client-cert`, `client-key`) is missing or invalid.
+    #[error("TLS setup: {reason}")]
+    Tls {
+        /// The file and what is wrong.
+        reason: String,
+    },
+    /// `ship.token-file` cannot be read and no token or client certificate is configured.
+    #[error("cannot read the token file {path} (ship.token-file)")]
+    Token {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `ship.aggregator` does not resolve.
+    #[error("cannot resolve {address} (ship.aggregator): {reason}")]
+    Resolve {
+        /// The address.
+        address: String,
+        /// What the resolver said.
+        reason: String,
+    },
+    /// The QUIC or TLS handshake failed (unreachable, wrong CA, refused client certificate).
+    #[error("cannot connect to {address}: {reason}")]
+    Connect {
+        /// The address.
+        address: String,
+        /// What quinn said.
+        reason: String,
+    },
+    /// The aggregator refused the hello (credentials, protocol version).
+    #[error("the aggregator refused this agent: {reason}")]
+    Refused {
+        /// Its reason.
+        reason: String,
+    },
+    /// The aggregator answered something this protocol does not allow there.
+    #[error("protocol error: {reason}")]
+    Protocol {
+        /// What was wrong.
+        reason: String,
+    },
+    /// The connection broke.
+    #[error("connection lost: {reason}")]
+    Connection {
+        /// What quinn said.
+        reason: String,
+    },
+    /// No answer within `ship.ack-timeout` (or the hello's 10 s).
+    #[error("no answer to the {what} within {} s", .after.as_secs())]
+    Timeout {
+        /// `hello` or `batch`.
+        what: &'static str,
+        /// The timeout.
+        after: Duration,
+    },
+    /// The spool failed.
+    #[error("spool: {0}")]
+    Spool(#[from] crate::spool::SpoolError),
+}
+
+/// How long the aggregator has to answer a hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Keep-alives on an idle connection, well inside both sides' idle timeouts.
+const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// How long a connection may be silent before it is taken as lost. An aggregator that died
+/// cannot say so (a restarted one does not know the old connection), so this is how long a
+/// crash goes unnoticed when no batch is in flight.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The aggregator's answer to a batch.
+enum Answer {
+    Ack(Ack),
+    Reject(Reject),
+}
+
+/// Ships until `stop` turns true, then closes the connection; batches in flight stay in the
+/// spool and are sent again on the next start.
+pub async fn run(
+    config: ShipConfig,
+    spool: Spool,
+    hostname: String,
+    metrics: ShipMetrics,
+    mut stop: watch::Receiver<bool>,
+) {
+    let span = info_span!("ship", aggregator = %config.aggregator);
+    async move {
+        let mut backoff = Backoff::new(config.backoff_min, config.backoff_max);
+        let mut endpoint: Option<quinn::Endpoint> = None;
+        loop {
+            if !spool.has_waiting() {
+                tokio::select! {
+                    () = spool.waiting() => continue,
+                    () = stopped(&mut stop) => return,
+                }
+            }
+            match connect(&config, &mut endpoint, &spool, &hostname).await {
+                Ok(conn) => {
+                    backoff.reset();
+                    metrics.connected.set(1);
+                    let drained = drain(&conn, &config, &spool, &metrics, &mut stop, &mut backoff).await;
+                    metrics.connected.set(0);
+                    spool.retry_all();
+                    match drained {
+                        Ok(()) => {
+                            conn.close(code::AGENT_SHUTDOWN.into(), b"agent shutting down");
+                            if let Some(endpoint) = &endpoint {
+                                let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+                            }
+                            return;
+                        }
+                        Err(err) => warn!(error = %err, "lost the aggregator; reconnecting"),
+                    }
+                }
+                Err(err @ ShipError::Refused { .. }) => {
+                    error!(error = %err, "the aggregator refused this agent; check ship.token, ship.token-file or the client certificate");
+                }
+                Err(err) => warn!(error = %err, "cannot reach the aggregator; batches stay in the spool"),
+            }
+            metrics.reconnects.inc();
+            let delay = backoff.next(rand::random());
+            debug!(delay_ms = delay.as_millis() as u64, "reconnecting after a backoff");
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = stopped(&mut stop) => return,
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+}
+
+/// Resolves once `stop` is true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// Connects and says hello.
+async fn connect(
+    config: &ShipConfig,
+    endpoint: &mut Option<quinn::Endpoint>,
+    spool: &Spool,
+    hostname: &str,
+) -> Result<quinn::Connection, ShipError> {
+    let mut client = tls::client_config(config)?;
+    let token = token(config)?;
+    let addr = resolve(&config.aggregator).await?;
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .keep_alive_interval(Some(KEEP_ALIVE))
+        .max_idle_timeout(Some(
+            quinn::IdleTimeout::try_from(IDLE_TIMEOUT).expect("15 s is a valid idle timeout"),
+        ));
+    client.transport_config(Arc::new(transport));
+    let connect_error = |reason: String| ShipError::Connect {
+        address: config.aggregator.clone(),
+        reason,
+    };
+    let endpoint = match endpoint {
+        Some(endpoint) => endpoint.clone(),
+        None => {
+            let bind: SocketAddr = if addr.is_ipv6() {
+                "[::]:0".parse().expect("a valid address")
+            } else {
+                "0.0.0.0:0".parse().expect("a valid address")
+            };
+            let created = quinn::Endpoint::client(bind)
+                .map_err(|err| connect_error(format!("binding a UDP socket: {err}")))?;
+            endpoint.insert(created).clone()
+        }
+    };
+    let conn = endpoint
+        .connect_with(client, addr, &server_name(config))
+        .map_err(|err| connect_error(err.to_string()))?
+        .await
+        .map_err(|err| connect_error(err.to_string()))?;
+
+    let hello = Hello {
+        agent_id: spool.agent_id().to_owned(),
+        hostname: hostname.to_owned(),
+        agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+        token,
+    };
+    let exchange = async {
+        let (mut send, mut recv) = conn.open_bi().await.map_err(lost)?;
+        send.write_all(&frame::encode(FrameKind::Hello, &hello))
+            .await
+            .map_err(lost)?;
+        let _ = send.finish();
+        let bytes = recv
+            .read_to_end(FrameLimits::CONTROL.max_compressed as usize + HEADER_LEN)
+            .await
+            .map_err(lost)?;
+        let (header, body) = parse_control(&bytes)?;
+        match header.kind {
+            FrameKind::Welcome => {
+                let welcome: Welcome = header.decode(body).map_err(protocol)?;
+                Ok(welcome)
+            }
+            FrameKind::Reject => {
+                let reject: Reject = header.decode(body).map_err(protocol)?;
+                Err(ShipError::Refused {
+                    reason: reject.reason,
+                })
+            }
+            other => Err(ShipError::Protocol {
+                reason: format!("expected a welcome, got a {} frame", other.as_str()),
+            }),
+        }
+    };
+    let answer = match tokio::time::timeout(HELLO_TIMEOUT, exchange).await {
+        Ok(answer) => answer,
+        Err(_) => Err(ShipError::Timeout {
+            what: "hello",
+            after: HELLO_TIMEOUT,
+        }),
+    };
+    // A refusal may arrive as the connection's close rather than on the stream.
+    let answer = match (answer, conn.close_reason()) {
+        (
+            Err(ShipError::Connection { .. }),
+            Some(quinn::ConnectionError::ApplicationClosed(close)),
+        ) if close.error_code == code::REFUSED.into() => Err(ShipError::Refused {
+            reason: String::from_utf8_lossy(&close.reason).into_owned(),
+        }),
+        (answer, _) => answer,
+    };
+    match answer {
+        Ok(welcome) => {
+            info!(
+                %addr,
+                aggregator_version = %welcome.aggregator_version,
+                agent_id = %spool.agent_id(),
+                "connected to the aggregator"
+            );
+            Ok(conn)
+        }
+        Err(err) => {
+            conn.close(code::AGENT_SHUTDOWN.into(), b"hello failed");
+            Err(err)
+        }
+    }
+}
+
+fn lost(err: impl std::fmt::Display) -> ShipError {
+    ShipError::Connection {
+        reason: err.to_string(),
+    }
+}
+
+fn protocol(err: impl std::fmt::Display) -> ShipError {
+    ShipError::Protocol {
+        reason: err.to_string(),
+    }
+}
+
+/// Parses a whole control frame (welcome, ack, reject) held in memory.
+fn parse_control(bytes: &[u8]) -> Result<(FrameHeader, &[u8]), ShipError> {
+    let (header, body) = frame::split_header(bytes).map_err(protocol)?;
+    let header = FrameHeader::parse(header, FrameLimits::CONTROL).map_err(protocol)?;
+    Ok((header, body))
+}
+
+/// The token to present: `ship.token`, else `ship.token-file`'s content.
+fn token(config: &ShipConfig) -> Result<String, ShipError> {
+    if !config.token.is_empty() {
+        return Ok(config.token.clone());
+    }
+    match std::fs::read_to_string(&config.token_file) {
+        Ok(token) => Ok(token.trim().to_owned()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound && config.client_cert.is_some() => {
+            Ok(String::new())
+        }
+        Err(source) => Err(ShipError::Token {
+            path: config.token_file.clone(),
+            source,
+        }),
+    }
+}
+
+/// The first address `ship.aggregator` resolves to.
+async fn resolve(address: &str) -> Result<SocketAddr, ShipError> {
+    let resolve_error = |reason: String| ShipError::Resolve {
+        address: address.to_owned(),
+        reason,
+    };
+    tokio::net::lookup_host(address)
+        .await
+        .map_err(|err| resolve_error(err.to_string()))?
+        .next()
+        .ok_or_else(|| resolve_error("no addresses".to_owned()))
+}
+
+/// `ship.server-name`, or the host part of `ship.aggregator`.
+fn server_name(config: &ShipConfig) -> String {
+    if !config.server_name.is_empty() {
+        return config.server_name.clone();
+    }
+    let host = config
+        .aggregator
+        .rsplit_once(':')
+        .map_or(config.aggregator.as_str(), |(host, _)| host);
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned()
+}
+
+/// Sends batches on `conn` until it breaks (an error) or `stop` (Ok).
+async fn drain(
+    conn: &quinn::Connection,
+    config: &ShipConfig,
+    spool: &Spool,
+    metrics: &ShipMetrics,
+    stop: &mut watch::Receiver<bool>,
+    backoff: &mut Backoff,
+) -> Result<(), ShipError> {
+    let max = config.max_in_flight.max(1) as usize;
+    let mut in_flight: JoinSet<(u64, Result<Answer, ShipError>)> = JoinSet::new();
+    let mut paused_until: Option<tokio::time::Instant> = None;
+    loop {
+        if paused_until.is_none() {
+            while in_flight.len() < max {
+                let Some((sequence, frame)) = spool.next()? else {
+                    break;
+                };
+                in_flight.spawn(send_batch(
+                    conn.clone(),
+                    sequence,
+                    frame,
+                    config.ack_timeout,
+                    metrics.clone(),
+                ));
+            }
+        }
+        metrics.rtt.set(conn.rtt().as_secs_f64());
+        let pause = async {
+            match paused_until {
+                Some(until) => tokio::time::sleep_until(until).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            Some(joined) = in_flight.join_next() => {
+                let (sequence, answer) = match joined {
+                    Ok(done) => done,
+                    Err(err) => return Err(ShipError::Protocol { reason: format!("a send task failed: {err}") }),
+                };
+                match answer {
+                    Ok(Answer::Ack(ack)) => {
+                        spool.acked(sequence)?;
+                        metrics.batches_acked.inc();
+                        backoff.reset();
+                        debug!(sequence, duplicate = ack.duplicate, "batch acknowledged");
+                    }
+                    Ok(Answer::Reject(reject)) if reject.retryable => {
+                        spool.retry(sequence);
+                        metrics.batches_rejected.with_label_values(&["true"]).inc();
+                        let delay = backoff.next(rand::random());
+                        paused_until = Some(tokio::time::Instant::now() + delay);
+                        info!(sequence, reason = %reject.reason, delay_ms = delay.as_millis() as u64, "batch refused for now; pausing");
+                    }
+                    Ok(Answer::Reject(reject)) => {
+                        spool.reject(sequence)?;
+                        metrics.batches_rejected.with_label_values(&["false"]).inc();
+                        error!(sequence, reason = %reject.reason, "the aggregator rejected a batch; it is dropped");
+                    }
+                    Err(err) => {
+                        spool.retry(sequence);
+                        metrics.batches_failed.inc();
+                        return Err(err);
+                    }
+                }
+            }
+            () = spool.waiting(), if in_flight.len() < max && paused_until.is_none() => {}
+            () = pause => paused_until = None,
+            reason = conn.closed() => return Err(lost(reason)),
+            () = stopped(stop) => return Ok(()),
+        }
+    }
+}
+
+/// Sends one batch on its own stream and reads the answer.
+async fn send_batch(
+    conn: quinn::Connection,
+    sequence: u64,
+    frame: Vec<u8>,
+    timeout: Duration,
+    metrics: ShipMetrics,
+) -> (u64, Result<Answer, ShipError>) {
+    let started = Instant::now();
+    let exchange = async {
+        let (mut send, mut recv) = conn.open_bi().await.map_err(lost)?;
+        metrics.batches_sent.inc();
+        metrics.bytes_sent.inc_by(frame.len() as u64);
+        // An aggregator that refuses a batch early stops the stream while it is written; its
+        // answer still follows on the other direction.
+        if send.write_all(&frame).await.is_ok() {
+            let _ = send.finish();
+        }
+        let bytes = recv
+            .read_to_end(FrameLimits::CONTROL.max_compressed as usize + HEADER_LEN)
+            .await
+            .map_err(lost)?;
+        let (header, body) = parse_control(&bytes)?;
+        match header.kind {
+            FrameKind::Ack => {
+                let ack: Ack = header.decode(body).map_err(protocol)?;
+                if ack.sequence != sequence {
+                    return Err(ShipError::Protocol {
+                        reason: format!(
+                            "ack for batch {} on the stream of batch {sequence}",
+                            ack.sequence
+                        ),
+                    });
+                }
+                Ok(Answer::Ack(ack))
+            }
+            FrameKind::Reject => Ok(Answer::Reject(header.decode(body).map_err(protocol)?)),
+            other => Err(ShipError::Protocol {
+                reason: format!("expected an ack, got a {} frame", other.as_str()),
+            }),
+        }
+    };
+    let answer = tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or(Err(ShipError::Timeout {
+            what: "batch",
+            after: timeout,
+        }));
+    if matches!(answer, Ok(Answer::Ack(_))) {
+        metrics
+            .ack_duration
+            .observe(started.elapsed().as_secs_f64());
+    }
+    (sequence, answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_name_defaults_to_the_host() {
+        let mut config = ShipConfig::default();
+        assert_eq!(server_name(&config), "127.0.0.1");
+        config.aggregator = "[::1]:4041".to_owned();
+        assert_eq!(server_name(&config), "::1");
+        config.aggregator = "agg.example:4041".to_owned();
+        assert_eq!(server_name(&config), "agg.example");
+        config.server_name = "other".to_owned();
+        assert_eq!(server_name(&config), "other");
+    }
+}

@@ -1,0 +1,143 @@
+//! The spool on disk: what the agent produces while no aggregator answers stays, across
+//! restarts, within its bounds.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
+use smolder_agent::app::{self, Running};
+use smolder_agent::config::Config;
+use smolder_common::{Profile, ProfileMeta, Tree};
+
+/// An agent whose aggregator never answers: a free UDP port and TLS files that do not exist.
+fn unreachable_config(dir: &Path) -> Config {
+    let mut config = Config::default();
+    config.http.listen = "127.0.0.1:0".parse().unwrap();
+    config.window.length = Duration::from_millis(250);
+    config.window.settle = Duration::ZERO;
+    let port: SocketAddr = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    config.ship.aggregator = port.to_string();
+    config.ship.ca = dir.join("missing-ca.pem");
+    config.ship.token_file = dir.join("missing-token");
+    config.ship.backoff_min = Duration::from_millis(50);
+    config.ship.backoff_max = Duration::from_millis(200);
+    config
+}
+
+fn profile(value: u64, at: SystemTime) -> Profile {
+    let mut tree = Tree::new();
+    tree.insert_names(["main", "work"], value);
+    Profile {
+        series: "kept.cpu".parse().unwrap(),
+        meta: ProfileMeta::default(),
+        from: at - Duration::from_millis(1),
+        until: at,
+        tree,
+    }
+}
+
+async fn metric(agent: &Running, name: &str, labels: &str) -> f64 {
+    let text = reqwest::get(format!("http://{}/metrics", agent.addr()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            (metric == name && rest.contains(labels)).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+async fn wait_for(agent: &Running, name: &str, labels: &str, value: f64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if metric(agent, name, labels).await == value {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{name}{{{labels}}} did not reach {value}");
+}
+
+/// Three windows in the recent past, one batch each.
+async fn produce_three(agent: &Running) {
+    let base = SystemTime::now() - Duration::from_secs(30);
+    for i in 0..3u64 {
+        agent
+            .submitter()
+            .submit(profile(i + 1, base + Duration::from_secs(i)))
+            .await
+            .unwrap();
+        wait_for(
+            agent,
+            "smolder_agent_spool_batches_written_total",
+            "",
+            i as f64 + 1.0,
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn batches_and_the_agent_id_survive_a_restart() {
+    let state = tempfile::tempdir().unwrap();
+    let config = unreachable_config(state.path());
+    let agent = app::start_in(config.clone(), state.path()).await.unwrap();
+    let id = agent.agent_id().to_owned();
+    assert_eq!(id.len(), 32, "{id}");
+    produce_three(&agent).await;
+    wait_for(&agent, "smolder_agent_spool_batches", "", 3.0).await;
+    assert!(metric(&agent, "smolder_agent_spool_bytes", "").await > 0.0);
+    wait_for(&agent, "smolder_agent_ship_connected", "", 0.0).await;
+    assert!(metric(&agent, "smolder_agent_ship_reconnects_total", "").await >= 1.0);
+    agent.stop().await.unwrap();
+
+    let agent = app::start_in(config, state.path()).await.unwrap();
+    assert_eq!(agent.agent_id(), id, "the agent id is kept with the spool");
+    wait_for(&agent, "smolder_agent_spool_batches", "", 3.0).await;
+    produce_three(&agent).await;
+    wait_for(&agent, "smolder_agent_spool_batches", "", 6.0).await;
+    agent.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_second_agent_on_the_same_data_dir_fails_clearly() {
+    let state = tempfile::tempdir().unwrap();
+    let config = unreachable_config(state.path());
+    let first = app::start_in(config.clone(), state.path()).await.unwrap();
+    let Err(err) = app::start_in(config, state.path()).await else {
+        panic!("a second agent started on the same spool");
+    };
+    assert!(
+        format!("{err:#}").contains("opening the spool in"),
+        "{err:#}"
+    );
+    first.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn batches_past_the_age_bound_are_dropped_and_counted() {
+    let state = tempfile::tempdir().unwrap();
+    let mut config = unreachable_config(state.path());
+    config.spool.max_age = Duration::from_secs(1);
+    let agent = app::start_in(config, state.path()).await.unwrap();
+    produce_three(&agent).await;
+    // The age bound is applied every 10 s.
+    wait_for(
+        &agent,
+        "smolder_agent_spool_batches_dropped_total",
+        "reason=\"expired\"",
+        3.0,
+    )
+    .await;
+    assert_eq!(metric(&agent, "smolder_agent_spool_batches", "").await, 0.0);
+    agent.stop().await.unwrap();
+}

@@ -1,0 +1,192 @@
+//! QUIC ingest: agents' batches over authenticated QUIC, acknowledged once durable.
+//!
+//! Input: QUIC connections from agents speaking [`smolder_common::wire`]. Output: each
+//! batch's profiles, through the same [`Batch::store`](super::Batch) path as `POST /ingest`
+//! (same checks, metrics and store write), with the batch's (agent id, sequence) marker in the
+//! same atomic store write, so that a batch is stored at most once across retries and restarts.
+//! Caller: `app::start`. Owns the UDP socket (`ingest.quic.listen`, default `0.0.0.0:4041`),
+//! one task per connection and one per batch stream, and, without a configured certificate,
+//! the development TLS identity in `<data-dir>/tls/` ([`tls`]).
+//!
+//! A connection's first stream is the agent's hello: protocol version (in the frame header),
+//! agent id, and a token unless the agent presented a client certificate signed by
+//! `ingest.quic.client-ca`. Anything else is refused with a reason on that stream and in the
+//! connection's close. Each later stream is one batch ([`connection`]): its header is checked
+//! against `ingest.quic.max-batch-bytes` before the body is read, the body is decompressed and
+//! decoded on the blocking pool, and the answer is an ack after the store's fsync or a reject
+//! saying why and whether a retry can help.
+
+mod connection;
+mod tls;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use quinn::crypto::rustls::QuicServerConfig;
+use serde::{Deserialize, Serialize};
+use smolder_common::wire::code;
+use tokio::task::JoinHandle;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::app::AppState;
+
+/// The QUIC listener agents ship their batches to.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct QuicConfig {
+    /// UDP address and port. Default `0.0.0.0:4041`.
+    pub listen: SocketAddr,
+    /// PEM certificate chain of the listener. With neither `cert` nor `key`, a development CA
+    /// and server certificate are generated into `<data-dir>/tls/` on first start (agents on
+    /// this host trust `<data-dir>/tls/ca.pem`). Default none.
+    pub cert: Option<PathBuf>,
+    /// PEM private key of `cert`. Default none.
+    pub key: Option<PathBuf>,
+    /// PEM CA certificates; an agent presenting a client certificate signed by one of them is
+    /// authenticated without a token. Default none.
+    pub client_ca: Option<PathBuf>,
+    /// Tokens agents may present in their hello. With none and no `client-ca`, one is generated
+    /// into `<data-dir>/tls/agent-token` on first start. Default none.
+    pub tokens: Vec<String>,
+    /// Batch streams one connection may have open at once; more wait for QUIC flow control.
+    /// Default 16.
+    pub max_concurrent_streams: u32,
+    /// Largest batch accepted, in bytes, both as sent and decompressed; a larger one is
+    /// refused from its header. Default 64 MiB.
+    pub max_batch_bytes: u32,
+    /// Batches per second one connection may send, with bursts of as many; more are refused
+    /// as retryable. 0 means no limit. Default 50.
+    pub max_batches_per_second: u32,
+    /// How long a connection may stay silent before it is closed (agents send keep-alives
+    /// more often). Default `30s`.
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for QuicConfig {
+    fn default() -> Self {
+        QuicConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 4041)),
+            cert: None,
+            key: None,
+            client_ca: None,
+            tokens: Vec::new(),
+            max_concurrent_streams: 16,
+            max_batch_bytes: 64 << 20,
+            max_batches_per_second: 50,
+            idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why the QUIC listener cannot start.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum QuicError {
+    /// A TLS file or the development identity's directory cannot be read or written.
+    #[error("cannot use {path}")]
+    Io {
+        /// The path at fault.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A PEM file (`ingest.quic.cert`, `key`, `client-ca`) does not hold what it should.
+    #[error("invalid PEM file {path}: {reason}")]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Only one of `ingest.quic.cert` and `ingest.quic.key` is set.
+    #[error("ingest.quic.cert and ingest.quic.key must be set together")]
+    HalfIdentity,
+    /// rustls refuses the certificate, key or CA.
+    #[error("invalid TLS configuration: {reason}")]
+    Tls {
+        /// What rustls said.
+        reason: String,
+    },
+    /// The development identity cannot be generated.
+    #[error("generating the development certificate failed: {reason}")]
+    Generate {
+        /// What rcgen said.
+        reason: String,
+    },
+}
+
+/// The running listener.
+pub(crate) struct Listener {
+    endpoint: quinn::Endpoint,
+    accept: JoinHandle<()>,
+}
+
+impl Listener {
+    /// The bound UDP address.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.endpoint
+            .local_addr()
+            .expect("a bound endpoint has an address")
+    }
+
+    /// Stops accepting, closes every connection (agents resend what was not acknowledged) and
+    /// waits up to a second for the close to reach them.
+    pub(crate) async fn close(self) {
+        self.accept.abort();
+        self.endpoint
+            .close(code::SHUTDOWN.into(), b"aggregator shutting down");
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
+    }
+}
+
+/// Binds the listener and accepts connections in the background.
+///
+/// # Errors
+///
+/// When the TLS identity cannot be loaded or created, or the socket cannot bind.
+pub(crate) fn start(state: AppState, data_dir: &Path) -> anyhow::Result<Listener> {
+    let config = state.config.ingest.quic.clone();
+    let (crypto, credentials) =
+        tls::server_config(&config, data_dir).context("setting up QUIC ingest's TLS")?;
+    let crypto = QuicServerConfig::try_from(crypto)
+        .map_err(|err| anyhow::anyhow!("QUIC refuses the TLS configuration: {err}"))?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(config.max_concurrent_streams.into())
+        .max_concurrent_uni_streams(0u32.into())
+        .max_idle_timeout(Some(
+            quinn::IdleTimeout::try_from(config.idle_timeout)
+                .context("ingest.quic.idle-timeout is too long")?,
+        ));
+    server.transport_config(Arc::new(transport));
+    let endpoint = quinn::Endpoint::server(server, config.listen)
+        .with_context(|| format!("binding QUIC ingest on {}/udp", config.listen))?;
+    let addr = endpoint.local_addr().context("reading the bound address")?;
+    info!(%addr, "QUIC ingest listening");
+    let shared = Arc::new(connection::Shared {
+        state,
+        credentials,
+        config,
+    });
+    let accept = tokio::spawn(
+        accept_loop(endpoint.clone(), shared).instrument(info_span!("quic_ingest", %addr)),
+    );
+    Ok(Listener { endpoint, accept })
+}
+
+/// Accepts connections until the endpoint closes, one task each.
+async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<connection::Shared>) {
+    while let Some(incoming) = endpoint.accept().await {
+        let remote = incoming.remote_address();
+        let shared = Arc::clone(&shared);
+        tokio::spawn(
+            connection::serve(incoming, shared).instrument(info_span!("quic_connection", %remote)),
+        );
+    }
+    warn!("QUIC ingest endpoint closed");
+}

@@ -1,0 +1,491 @@
+//! QUIC ingest against hostile and mistaken clients: a hand-made QUIC client for what a real
+//! agent never sends, real agents for credentials.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use quinn::crypto::rustls::QuicClientConfig;
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use smolder_agent::app as agent_app;
+use smolder_aggregator::config::Config;
+use smolder_common::wire::frame::{self, HEADER_LEN};
+use smolder_common::wire::{
+    ALPN, Ack, BatchMessage, FrameHeader, FrameKind, FrameLimits, Hello, Reject,
+};
+
+use crate::transport::{agent_config, agent_metrics, eventually, metric, profile, ticks};
+use crate::util::Aggregator;
+
+/// A QUIC connection that trusts the CA at `ca`, optionally with a client certificate.
+async fn connect(
+    addr: SocketAddr,
+    ca: &Path,
+    client: Option<(&Path, &Path)>,
+) -> Result<quinn::Connection, quinn::ConnectionError> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut tls = match client {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_file_iter(cert)
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect(),
+                PrivateKeyDer::from_pem_file(key).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).unwrap()));
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    endpoint
+        .connect_with(config, addr, "localhost")
+        .unwrap()
+        .await
+}
+
+/// Writes `bytes` on a new stream, finishes it, and reads the whole answer.
+async fn exchange(conn: &quinn::Connection, bytes: &[u8]) -> Vec<u8> {
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    // The aggregator may stop the stream early; its answer still comes.
+    if send.write_all(bytes).await.is_ok() {
+        let _ = send.finish();
+    }
+    recv.read_to_end(1 << 20).await.unwrap_or_default()
+}
+
+fn hello(token: &str) -> Vec<u8> {
+    frame::encode(
+        FrameKind::Hello,
+        &Hello {
+            agent_id: "raw-client".to_owned(),
+            hostname: "test".to_owned(),
+            agent_version: "0".to_owned(),
+            token: token.to_owned(),
+        },
+    )
+}
+
+fn kind(answer: &[u8]) -> FrameKind {
+    let (header, _) = frame::split_header(answer).expect("an answer frame");
+    FrameHeader::parse(header, FrameLimits::CONTROL)
+        .unwrap()
+        .kind
+}
+
+fn reject(answer: &[u8]) -> Reject {
+    frame::decode(answer, FrameKind::Reject, FrameLimits::CONTROL)
+        .unwrap_or_else(|err| panic!("expected a reject: {err}"))
+}
+
+fn ack(answer: &[u8]) -> Ack {
+    frame::decode(answer, FrameKind::Ack, FrameLimits::CONTROL)
+        .unwrap_or_else(|err| panic!("expected an ack, got {:?}: {err}", reject(answer)))
+}
+
+fn batch(sequence: u64, stack: &str, value: u64) -> BatchMessage {
+    let now = SystemTime::now();
+    let end = now + Duration::from_millis(1);
+    BatchMessage::from_profiles(
+        "raw-client",
+        sequence,
+        now - Duration::from_secs(10),
+        end,
+        &[profile("raw.cpu", stack, value, end)],
+    )
+}
+
+/// A frame with an arbitrary header.
+fn framed(kind: FrameKind, compressed: u32, uncompressed: u32, body: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::from(frame::MAGIC);
+    bytes.extend_from_slice(&[smolder_common::wire::PROTOCOL_VERSION, kind as u8, 0, 0]);
+    bytes.extend_from_slice(&compressed.to_le_bytes());
+    bytes.extend_from_slice(&uncompressed.to_le_bytes());
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+#[tokio::test]
+async fn hostile_streams_are_refused_with_a_reason_and_store_nothing() {
+    let aggregator = Aggregator::start().await;
+    let ca = aggregator.dir().join("tls/ca.pem");
+    let token = std::fs::read_to_string(aggregator.dir().join("tls/agent-token")).unwrap();
+    let conn = connect(aggregator.quic_addr(), &ca, None).await.unwrap();
+    assert_eq!(
+        kind(&exchange(&conn, &hello(token.trim())).await),
+        FrameKind::Welcome
+    );
+
+    let valid = frame::encode(FrameKind::Batch, &batch(1, "main;ok", 5));
+    let mut trailing = valid.clone();
+    trailing.extend_from_slice(b"extra");
+    let zeros = lz4_block(&vec![0u8; 8 << 20]);
+    let mut bad_tree = batch(2, "main;x", 1);
+    bad_tree.series[0].tree = b"T\x01\xff\xff\xff".to_vec();
+    let mut other_agent = batch(3, "main;x", 1);
+    other_agent.agent_id = "somebody-else".to_owned();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "garbage",
+            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+            "not a smolder frame",
+        ),
+        (
+            "truncated header",
+            valid[..10].to_vec(),
+            "frame truncated: 16 bytes of header",
+        ),
+        (
+            "truncated body",
+            valid[..valid.len() - 3].to_vec(),
+            "frame truncated",
+        ),
+        (
+            "trailing bytes",
+            trailing,
+            "after the frame's declared body",
+        ),
+        (
+            "oversized",
+            framed(FrameKind::Batch, 100 << 20, 100 << 20, b"tiny"),
+            "compressed body length 104857600 is over the limit of 67108864 bytes",
+        ),
+        (
+            "bomb over the cap",
+            framed(FrameKind::Batch, 1 << 20, u32::MAX, &[]),
+            "uncompressed body length 4294967295 is over the limit",
+        ),
+        (
+            "bomb with an impossible ratio",
+            framed(FrameKind::Batch, 1_000, 60 << 20, &[0; 1_000]),
+            "is impossible for 1000 compressed bytes",
+        ),
+        (
+            "bomb of zeros within the cap",
+            framed(FrameKind::Batch, zeros.len() as u32, 8 << 20, &zeros),
+            "invalid batch message",
+        ),
+        (
+            "lying uncompressed length",
+            {
+                let (_, body) = valid.split_at(HEADER_LEN);
+                let declared = u32::from_le_bytes(valid[12..16].try_into().unwrap());
+                framed(FrameKind::Batch, body.len() as u32, declared + 1, body)
+            },
+            "body does not decompress",
+        ),
+        (
+            "wrong kind",
+            hello(token.trim()),
+            "expected a batch frame, got hello",
+        ),
+        (
+            "invalid tree",
+            frame::encode(FrameKind::Batch, &bad_tree),
+            "series 0 (\"raw.cpu\"): invalid tree",
+        ),
+        (
+            "another agent's id",
+            frame::encode(FrameKind::Batch, &other_agent),
+            "differs from the connection's agent id",
+        ),
+    ];
+    for (case, bytes, expected) in cases {
+        let answer = exchange(&conn, &bytes).await;
+        let reject = reject(&answer);
+        assert!(
+            reject.reason.contains(expected),
+            "{case}: {}",
+            reject.reason
+        );
+        assert!(!reject.retryable, "{case}: a retry cannot fix it");
+    }
+    let base = aggregator.url("");
+    assert_eq!(
+        ticks(&aggregator.http, &base, "raw.cpu").await,
+        0,
+        "nothing stored"
+    );
+    let apps = aggregator
+        .http
+        .get(aggregator.url("/api/apps"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(apps.trim(), "[]", "the store is unchanged");
+
+    // The same connection, and the aggregator, go on working.
+    assert_eq!(ack(&exchange(&conn, &valid).await).sequence, 1);
+    let again = ack(&exchange(&conn, &valid).await);
+    assert!(
+        again.duplicate,
+        "a resent batch is acknowledged, not stored again"
+    );
+    assert_eq!(ticks(&aggregator.http, &base, "raw.cpu").await, 5);
+    let metrics = aggregator
+        .http
+        .get(aggregator.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(
+            &metrics,
+            "smolder_aggregator_ingest_quic_batches_rejected_total",
+            ""
+        ),
+        12.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "smolder_aggregator_ingest_quic_batches_duplicate_total",
+            ""
+        ),
+        1.0
+    );
+
+    // A connection whose hello is garbage is closed with the reason.
+    let conn = connect(aggregator.quic_addr(), &ca, None).await.unwrap();
+    let refused = reject(&exchange(&conn, b"\x00\x01 definitely not a hello frame").await);
+    assert!(
+        refused
+            .reason
+            .starts_with("invalid hello: not a smolder frame"),
+        "{}",
+        refused.reason
+    );
+    let closed = conn.closed().await;
+    assert!(closed.to_string().contains("invalid hello"), "{closed}");
+    aggregator.stop().await;
+}
+
+/// `bytes` as an lz4 block, as the protocol's bodies are: a frame's body is the block of its
+/// message's encoding, and [`RawBytes`] encodes as itself.
+fn lz4_block(bytes: &[u8]) -> Vec<u8> {
+    frame::encode(FrameKind::Batch, &RawBytes(bytes.to_vec()))[HEADER_LEN..].to_vec()
+}
+
+/// A message whose encoding is exactly its bytes, to compress arbitrary bodies.
+#[derive(Debug, Default)]
+struct RawBytes(Vec<u8>);
+
+impl prost::Message for RawBytes {
+    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
+        buf.put_slice(&self.0);
+    }
+    fn merge_field(
+        &mut self,
+        _: u32,
+        _: prost::encoding::WireType,
+        _: &mut impl prost::bytes::Buf,
+        _: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        unreachable!("only encoded")
+    }
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// A CA and a client certificate it signed, as PEM files in `dir`.
+fn client_pki(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, format!("{name} CA"));
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec![format!("{name}.agent")]).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, format!("{name} agent"));
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let paths = (
+        dir.join(format!("{name}-ca.pem")),
+        dir.join(format!("{name}-agent.pem")),
+        dir.join(format!("{name}-agent.key")),
+    );
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
+}
+
+#[tokio::test]
+async fn bad_credentials_and_versions_are_refused_while_other_agents_ship() {
+    let pki = tempfile::tempdir().unwrap();
+    let (client_ca, agent_cert, agent_key) = client_pki(pki.path(), "fleet");
+    let (rogue_ca, rogue_cert, rogue_key) = client_pki(pki.path(), "rogue");
+    let mut config = Config::default();
+    config.ingest.quic.tokens = vec!["good-token".to_owned()];
+    config.ingest.quic.client_ca = Some(client_ca);
+    let aggregator = Aggregator::with_config(config).await;
+    let quic = aggregator.quic_addr();
+    let ca = aggregator.dir().join("tls/ca.pem");
+    assert!(
+        !aggregator.dir().join("tls/agent-token").exists(),
+        "no development token when tokens are configured"
+    );
+
+    let state = tempfile::tempdir().unwrap();
+    let start = |name: &str, edit: &dyn Fn(&mut smolder_agent::config::Config)| {
+        let mut config = agent_config(quic, aggregator.dir());
+        config.ship.token_file = pki.path().join("no-token-file");
+        edit(&mut config);
+        let dir = state.path().join(name);
+        async move { agent_app::start_in(config, &dir).await }
+    };
+    let token = start("token", &|c| c.ship.token = "good-token".to_owned())
+        .await
+        .unwrap();
+    let cert = start("cert", &|c| {
+        c.ship.client_cert = Some(agent_cert.clone());
+        c.ship.client_key = Some(agent_key.clone());
+    })
+    .await
+    .unwrap();
+    let wrong_token = start("wrong-token", &|c| c.ship.token = "bad-token".to_owned())
+        .await
+        .unwrap();
+    let rogue = start("rogue", &|c| {
+        c.ship.client_cert = Some(rogue_cert.clone());
+        c.ship.client_key = Some(rogue_key.clone());
+    })
+    .await
+    .unwrap();
+    let wrong_ca = start("wrong-ca", &|c| {
+        c.ship.token = "good-token".to_owned();
+        c.ship.ca = rogue_ca.clone();
+    })
+    .await
+    .unwrap();
+    let now = SystemTime::now();
+    for (agent, app) in [
+        (&token, "token.cpu"),
+        (&cert, "cert.cpu"),
+        (&wrong_token, "wrongtoken.cpu"),
+        (&rogue, "rogue.cpu"),
+        (&wrong_ca, "wrongca.cpu"),
+    ] {
+        agent
+            .submitter()
+            .submit(profile(app, "main", 3, now))
+            .await
+            .unwrap();
+    }
+
+    // Raw clients: no credentials at all, and another protocol version.
+    let conn = connect(quic, &ca, None).await.unwrap();
+    let refused = reject(&exchange(&conn, &hello("")).await);
+    assert!(
+        refused.reason.contains("no credentials"),
+        "{}",
+        refused.reason
+    );
+    assert!(!refused.retryable);
+    let conn = connect(quic, &ca, None).await.unwrap();
+    let mut future = hello("good-token");
+    future[4] = 2;
+    let refused = reject(&exchange(&conn, &future).await);
+    assert!(
+        refused.reason.contains("unsupported protocol version 2"),
+        "{}",
+        refused.reason
+    );
+
+    let base = aggregator.url("");
+    eventually(
+        Duration::from_secs(20),
+        "good agents' batches stored",
+        || async {
+            ticks(&aggregator.http, &base, "token.cpu").await == 3
+                && ticks(&aggregator.http, &base, "cert.cpu").await == 3
+        },
+    )
+    .await;
+    for agent in [&wrong_token, &rogue, &wrong_ca] {
+        eventually(Duration::from_secs(10), "bad agents retry", || async {
+            metric(
+                &agent_metrics(agent).await,
+                "smolder_agent_ship_reconnects_total",
+                "",
+            ) >= 2.0
+        })
+        .await;
+        let text = agent_metrics(agent).await;
+        assert_eq!(
+            metric(&text, "smolder_agent_ship_connected", ""),
+            0.0,
+            "{text}"
+        );
+        assert_eq!(
+            metric(&text, "smolder_agent_ship_batches_sent_total", ""),
+            0.0,
+            "{text}"
+        );
+        assert_eq!(
+            metric(&text, "smolder_agent_spool_batches", ""),
+            1.0,
+            "kept for later: {text}"
+        );
+    }
+    for app in ["wrongtoken.cpu", "rogue.cpu", "wrongca.cpu"] {
+        assert_eq!(ticks(&aggregator.http, &base, app).await, 0, "{app}");
+    }
+    let metrics = aggregator
+        .http
+        .get(aggregator.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let outcome = |o: &str| {
+        metric(
+            &metrics,
+            "smolder_aggregator_ingest_quic_connections_total",
+            &format!("outcome=\"{o}\""),
+        )
+    };
+    assert!(
+        outcome("refused") >= 3.0,
+        "wrong token, none, version: {metrics}"
+    );
+    assert!(
+        outcome("handshake_failed") >= 1.0,
+        "rogue certificate: {metrics}"
+    );
+    assert!(outcome("accepted") >= 2.0, "{metrics}");
+    for agent in [token, cert, wrong_token, rogue, wrong_ca] {
+        agent.stop().await.unwrap();
+    }
+    aggregator.stop().await;
+}

@@ -1,0 +1,123 @@
+// The end-to-end harness: a real aggregator process on a free loopback port with its own data
+// directory, seeded through /ingest, and Debian's Chromium driven by playwright-core.
+
+import { spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const repo = resolve(here, "../../..");
+const target = process.env.CARGO_TARGET_DIR ? resolve(process.env.CARGO_TARGET_DIR) : join(repo, "target");
+
+/** Where screenshots and benchmark output go. */
+export const outDir = process.env.SMOLDER_E2E_OUT ? resolve(process.env.SMOLDER_E2E_OUT) : join(target, "ui-e2e");
+
+/** The aggregator binary: $SMOLDER_AGGREGATOR_BIN, or cargo's debug build. */
+export const aggregatorBin = process.env.SMOLDER_AGGREGATOR_BIN ?? join(target, "debug", "smolder-aggregator");
+
+/** Chromium's launch flags for a sandboxless, offline CI machine. */
+const CHROMIUM_ARGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
+
+function freePort() {
+  return new Promise((ok, fail) => {
+    const server = createServer();
+    server.once("error", fail);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = /** @type {import("node:net").AddressInfo} */ (server.address());
+      server.close(() => ok(port));
+    });
+  });
+}
+
+/**
+ * A running aggregator.
+ * @typedef {{ url: string, stop: () => Promise<void>, ingest: (name: string, at: number, body: string, extra?: Record<string, string>) => Promise<void> }} Aggregator
+ */
+
+/** Starts the aggregator binary on a fresh data directory and waits for /healthz. */
+export async function startAggregator() {
+  const dir = mkdtempSync(join(tmpdir(), "smolder-ui-e2e-"));
+  const port = await freePort();
+  const config = join(dir, "config.yaml");
+  writeFileSync(config, `http:\n  listen: 127.0.0.1:${port}\n`);
+  const child = spawn(aggregatorBin, ["--data-dir", join(dir, "data"), "--config", config, "--log-level", "warn"], {
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  const exited = new Promise((ok) => child.once("exit", ok));
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${aggregatorBin} exited with ${child.exitCode}`);
+    try {
+      if ((await fetch(`${url}/healthz`)).ok) break;
+    } catch {
+      // Not listening yet.
+    }
+    if (Date.now() > deadline) {
+      child.kill("SIGKILL");
+      throw new Error(`aggregator on ${url} not ready after 30 s`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  /** @type {Aggregator} */
+  const aggregator = {
+    url,
+    async stop() {
+      child.kill("SIGTERM");
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+    async ingest(name, at, body, extra = {}) {
+      const params = new URLSearchParams({ name, from: String(at), until: String(at + 10), ...extra });
+      const response = await fetch(`${url}/ingest?${params}`, { method: "POST", body });
+      if (!response.ok) throw new Error(`ingest ${name}: ${response.status} ${await response.text()}`);
+    },
+  };
+  return aggregator;
+}
+
+/** A 10 s-aligned unix time `secondsAgo` before now. */
+export function ago(secondsAgo) {
+  return Math.floor((Date.now() / 1000 - secondsAgo) / 10) * 10;
+}
+
+/** Launches Chromium with a fresh profile directory; `close` removes it. */
+export async function launchBrowser(viewport = { width: 1280, height: 800 }) {
+  const executablePath = process.env.SMOLDER_CHROMIUM ?? "/usr/bin/chromium";
+  const profile = mkdtempSync(join(tmpdir(), "smolder-ui-chromium-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath,
+    headless: true,
+    args: CHROMIUM_ARGS,
+    viewport,
+    acceptDownloads: true,
+  });
+  return {
+    context,
+    async close() {
+      await context.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Saves a full-page screenshot as `<outDir>/<name>.png`. */
+export async function screenshot(page, name) {
+  mkdirSync(outDir, { recursive: true });
+  const path = join(outDir, `${name}.png`);
+  await page.screenshot({ path, fullPage: true });
+  return path;
+}

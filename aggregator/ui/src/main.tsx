@@ -1,0 +1,7 @@
+// Entry point: mounts the app on #app.
+
+import { render } from "preact";
+import { App } from "./App";
+import "./styles.css";
+
+render(<App />, document.getElementById("app")!);

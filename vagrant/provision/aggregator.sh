@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Provisions the aggregator host: installs the package, writes its config (the fleet CA's
+# certificate for QUIC, one token per agent, the demo's metrics-export rules) and starts it.
+# Run credentials.sh first.
+# Usage: aggregator.sh <agent-name>...
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+share="${SMOLDER_SHARE:-/vagrant/.smolder}"
+apt_install curl
+install_package smolder-aggregator
+mkdir -p "$ETC/tls" "$STATE/smolder-aggregator"
+install -m 0644 "$share/ca.pem" "$share/aggregator.pem" "$ETC/tls/"
+install -m 0640 "$share/aggregator.key" "$ETC/tls/"
+
+tokens=""
+for agent in "$@"; do
+    tokens="$tokens      - $(cat "$share/token-$agent")"$'\n'
+done
+cat >"$ETC/aggregator.yaml" <<YAML
+# Written by vagrant/provision/aggregator.sh.
+http:
+  listen: 0.0.0.0:4040
+ingest:
+  quic:
+    listen: 0.0.0.0:4041
+    cert: $ETC/tls/aggregator.pem
+    key: $ETC/tls/aggregator.key
+    tokens:
+$tokens
+metrics-export-rules:
+  smolder_demo_cpu_seconds_total:
+    expr: smolder-demo.cpu
+    group_by: [hostname]
+  smolder_demo_slow_function_cpu_seconds_total:
+    expr: smolder-demo.cpu
+    node: slow_function
+    group_by: [hostname]
+YAML
+chmod 0640 "$ETC/aggregator.yaml"
+if has_systemd; then
+    chown root:smolder-aggregator "$ETC/aggregator.yaml" "$ETC/tls/aggregator.key"
+fi
+
+start_daemon smolder-aggregator /usr/bin/smolder-aggregator --config "$ETC/aggregator.yaml" \
+    --data-dir "$STATE/smolder-aggregator" --log-format json
+wait_http http://127.0.0.1:4040/healthz
