@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::cpu::{self, CpuSource};
 use crate::http::{self, HttpState};
 use crate::metrics::{Metrics, ScrapeMetrics};
+use crate::rules;
 use crate::scrape::{self, Scraper};
 use crate::ship;
 use crate::spool::{self, Spool};
@@ -132,6 +133,14 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
     let addr = listener.local_addr().context("reading the bound address")?;
     info!(%addr, %hostname, "listening");
 
+    let rule_set = rules::compile(&config.metrics_export_rules).context("checking the rules")?;
+    let (rules_sink, exported, rules_windows) = rules::channel(&rule_set);
+    let rules_task = tokio::spawn(rules::run(
+        rule_set,
+        rules_windows,
+        exported.clone(),
+        metrics.rules.clone(),
+    ));
     let spool_dir = data_dir.map(|dir| dir.join("spool"));
     let spool = Spool::open(spool_dir.as_deref(), &config.spool, metrics.spool.clone())
         .with_context(|| match &spool_dir {
@@ -154,7 +163,8 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
     let windows = tokio::spawn(window::run(
         config.window.clone(),
         profiles,
-        vec![spool_sink],
+        // The rules first: their counters move before the window waits for the spool.
+        vec![rules_sink, spool_sink],
         metrics.window.clone(),
     ));
     let cpu = if config.ebpf.enabled {
@@ -182,6 +192,7 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
     let state = HttpState {
         metrics,
         targets: scraper.status(),
+        exported,
     };
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -192,6 +203,7 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
             .await
             .context("serving HTTP");
         windows.await.context("the window loop panicked")?;
+        rules_task.await.context("the rules task panicked")?;
         spooler.await.context("the spool task panicked")?;
         let _ = ship_stop.send(true);
         shipper.await.context("the shipper panicked")?;

@@ -4,6 +4,7 @@
 //! `metrics-export-rules`) paste in unchanged. `smolder-agent print-default-config` prints the
 //! defaults as YAML.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -16,6 +17,7 @@ pub use crate::ship::ShipConfig;
 pub use crate::spool::SpoolConfig;
 pub use crate::symbolize::SymbolizeConfig;
 pub use crate::window::WindowConfig;
+pub use smolder_common::rules::RuleSpec;
 
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -31,6 +33,9 @@ pub struct Config {
     pub ebpf: EbpfConfig,
     /// How sampled addresses become function names.
     pub symbolize: SymbolizeConfig,
+    /// Pyroscope's metrics-export rules, keyed by metric name: counters of every window's
+    /// values, served on `/exported-metrics`. Default none.
+    pub metrics_export_rules: BTreeMap<String, RuleSpec>,
     /// Bounds of the on-disk spool of batches not yet acknowledged.
     pub spool: SpoolConfig,
     /// Where and how batches are shipped.
@@ -69,6 +74,8 @@ impl Config {
         let config: Config = serde_norway::from_str(&text)
             .with_context(|| format!("parsing config file {}", path.display()))?;
         crate::scrape::validate(&config.scrape_configs)
+            .with_context(|| format!("checking config file {}", path.display()))?;
+        crate::rules::compile(&config.metrics_export_rules)
             .with_context(|| format!("checking config file {}", path.display()))?;
         Ok(config)
     }

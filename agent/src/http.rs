@@ -1,5 +1,6 @@
-//! The agent's HTTP port: `/metrics` for Prometheus and `/healthz` for systemd and load checks;
-//! `/targets` for the pprof scraper's targets and their health.
+//! The agent's HTTP port: `/metrics` for Prometheus, `/exported-metrics` for the rules' counters,
+//! `/targets` for the pprof scraper's targets and their health, and `/healthz` for systemd and
+//! load checks.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::metrics::Metrics;
+use crate::rules::Exported;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -18,6 +20,8 @@ pub struct HttpState {
     pub metrics: Arc<Metrics>,
     /// The pprof scraper's targets, for `/targets`.
     pub targets: crate::scrape::Status,
+    /// The counters of the rules, for `/exported-metrics`.
+    pub exported: Arc<Exported>,
 }
 
 /// Every route of the agent.
@@ -26,6 +30,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/targets", get(targets))
+        .route("/exported-metrics", get(exported_metrics))
         .with_state(state)
 }
 
@@ -49,4 +54,12 @@ async fn targets(
     State(state): State<HttpState>,
 ) -> axum::Json<crate::scrape::status::TargetsDocument> {
     axum::Json(state.targets.snapshot())
+}
+
+async fn exported_metrics(State(state): State<HttpState>) -> Response {
+    (
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        state.exported.render(),
+    )
+        .into_response()
 }

@@ -10,13 +10,16 @@
 //!   [`process`] names each process's series (systemd unit, container, relabel rules),
 //!   [`symbolize`] turns addresses into function names on its own thread; `cpu` submits one
 //!   `<service_name>.cpu` profile per series and window.
+//! - [`rules`]: a window sink that turns every closed window into the counters of the config's
+//!   `metrics-export-rules`, served on `/exported-metrics`.
 //! - [`spool`]: every closed window becomes a batch in an on-disk sled queue, bounded by bytes
 //!   and age, until the aggregator acknowledges it.
 //! - [`ship`]: drains the spool to the aggregator over QUIC, oldest first, reconnecting with
 //!   backoff; a batch leaves the spool only on its ack.
 //! - [`scrape`]: pull mode: pprof scraped from HTTP targets (Pyroscope's `scrape-configs`),
 //!   submitted to the windows like any source.
-//! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics` and `/healthz`.
+//! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics`, `/exported-metrics`,
+//!   `/targets` and `/healthz`.
 //! - [`relabel`]: Prometheus-style relabelling of label sets, shared by the sources that
 //!   choose and name what they profile.
 //! - [`metrics`]: every metric the agent exports, in one catalogue.
@@ -31,6 +34,7 @@ pub mod http;
 pub mod metrics;
 pub mod process;
 pub mod relabel;
+pub mod rules;
 pub mod scrape;
 pub mod ship;
 pub mod spool;

@@ -18,6 +18,8 @@ pub struct Metrics {
     pub ebpf: EbpfMetrics,
     /// The symbolizer's metrics.
     pub symbolize: SymbolizeMetrics,
+    /// The rules' metrics.
+    pub rules: RulesMetrics,
     /// The spool's metrics.
     pub spool: SpoolMetrics,
     /// The shipper's metrics.
@@ -127,6 +129,7 @@ impl Metrics {
                 "Stack tree nodes in the last closed window.",
             ),
         };
+        let rules = RulesMetrics::new(&registry);
         let spool = SpoolMetrics {
             bytes: gauge(
                 &registry,
@@ -248,6 +251,7 @@ impl Metrics {
             window,
             ebpf,
             symbolize,
+            rules,
             spool,
             ship,
         }
@@ -619,5 +623,56 @@ impl ScrapeMetrics {
         self.discovery_failures
             .with_label_values(&[job, mechanism])
             .inc();
+    }
+}
+
+/// The rules' metrics (the counters the rules make are on `/exported-metrics`, not here).
+#[derive(Clone)]
+pub struct RulesMetrics {
+    /// `smolder_agent_rules_loaded`: rules in force.
+    pub rules: IntGauge,
+    /// `smolder_agent_rules_series`: counter series on `/exported-metrics`.
+    pub series: IntGauge,
+    /// `smolder_agent_rules_windows_evaluated_total`.
+    pub windows_evaluated: IntCounter,
+    /// `smolder_agent_rules_increments_dropped_total`: increments for a new label combination
+    /// past the per-rule series limit.
+    pub increments_dropped: IntCounter,
+    /// `smolder_agent_rules_evaluation_duration_seconds`: one window.
+    pub evaluation_duration: Histogram,
+}
+
+impl RulesMetrics {
+    fn new(registry: &Registry) -> Self {
+        let evaluation_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "smolder_agent_rules_evaluation_duration_seconds",
+                "Time to evaluate the rules on one window.",
+            )
+            .buckets(exponential_buckets(0.000_05, 2.0, 18).expect("valid buckets")),
+        )
+        .expect("a valid histogram");
+        registry
+            .register(Box::new(evaluation_duration.clone()))
+            .expect("a metric name registered once");
+        RulesMetrics {
+            rules: gauge(registry, "smolder_agent_rules_loaded", "Rules in force."),
+            series: gauge(
+                registry,
+                "smolder_agent_rules_series",
+                "Counter series the rules export on /exported-metrics.",
+            ),
+            windows_evaluated: counter(
+                registry,
+                "smolder_agent_rules_windows_evaluated_total",
+                "Windows the rules were evaluated on.",
+            ),
+            increments_dropped: counter(
+                registry,
+                "smolder_agent_rules_increments_dropped_total",
+                "Counter increments not added: a new label combination past the per-rule limit.",
+            ),
+            evaluation_duration,
+        }
     }
 }

@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::http;
 use crate::ingest::quic;
 use crate::metrics::Metrics;
+use crate::rules::{self, Rules};
 use crate::store::Store;
 
 /// What every request handler can reach.
@@ -26,6 +27,7 @@ pub(crate) struct AppState {
     pub(crate) store: Store,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Arc<Config>,
+    pub(crate) rules: Arc<Rules>,
 }
 
 /// Runs the aggregator until SIGTERM or SIGINT, then flushes and returns.
@@ -87,6 +89,16 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let store = Store::open(data_dir, config.store.clone(), metrics.store.clone())
         .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+    rules::check_config(&config.metrics_export_rules, &config.rules)
+        .context("checking the rules config")?;
+    let rules = Arc::new(
+        Rules::load(
+            &config.metrics_export_rules,
+            store.clone(),
+            metrics.rules.clone(),
+        )
+        .context("loading the rules")?,
+    );
     let listener = TcpListener::bind(config.http.listen)
         .await
         .with_context(|| format!("binding {}", config.http.listen))?;
@@ -98,10 +110,18 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         config.store.retention_interval,
     ));
     let rollup = tokio::spawn(rollup_loop(store.clone()));
+    let remote_write = (!config.rules.remote_write_url.is_empty()).then(|| {
+        tokio::spawn(rules::remote_write::run(
+            rules.clone(),
+            config.rules.clone(),
+            metrics.rules.clone(),
+        ))
+    });
     let state = AppState {
         store: store.clone(),
         metrics,
         config: Arc::new(config),
+        rules,
     };
     let quic = quic::start(state.clone(), data_dir)?;
     let quic_addr = quic.addr();
@@ -116,6 +136,9 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         quic.close().await;
         retention.abort();
         rollup.abort();
+        if let Some(remote_write) = remote_write {
+            remote_write.abort();
+        }
         let closed = store.close().await.context("flushing the store");
         served.and(closed)
     });

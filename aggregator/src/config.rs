@@ -4,6 +4,7 @@
 //! the shape of the pipeline. `smolder-aggregator print-default-config` prints this file's
 //! defaults as YAML, so the documentation cannot drift from the code.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -12,7 +13,9 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::ingest::IngestConfig;
 pub use crate::query::QueryConfig;
+pub use crate::rules::RulesConfig;
 pub use crate::store::StoreConfig;
+pub use smolder_common::rules::RuleSpec;
 
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -26,6 +29,12 @@ pub struct Config {
     pub ingest: IngestConfig,
     /// Limits and defaults of the query API.
     pub query: QueryConfig,
+    /// Where the counters of the rules go besides `/exported-metrics` (remote write).
+    pub rules: RulesConfig,
+    /// Pyroscope's metrics-export rules, keyed by metric name: counters of the stored
+    /// profiles' values, served on `/exported-metrics`; listed by the recording-rules API as
+    /// provisioned. Default none.
+    pub metrics_export_rules: BTreeMap<String, RuleSpec>,
 }
 
 /// The HTTP listener.
@@ -53,8 +62,11 @@ impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config file {}", path.display()))?;
-        serde_norway::from_str(&text)
-            .with_context(|| format!("parsing config file {}", path.display()))
+        let config: Config = serde_norway::from_str(&text)
+            .with_context(|| format!("parsing config file {}", path.display()))?;
+        crate::rules::check_config(&config.metrics_export_rules, &config.rules)
+            .with_context(|| format!("checking config file {}", path.display()))?;
+        Ok(config)
     }
 
     /// The defaults, as YAML.

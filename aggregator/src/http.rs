@@ -11,13 +11,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::app::AppState;
-use crate::{ingest, query, ui};
+use crate::{ingest, query, rules, ui};
 
 /// Every route of the aggregator.
 pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .merge(ingest::routes())
         .merge(query::routes())
+        .merge(rules::routes())
         .merge(ui::routes())
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -48,6 +49,14 @@ impl ApiError {
     pub(crate) fn not_found(message: impl Into<String>) -> Self {
         ApiError {
             status: StatusCode::NOT_FOUND,
+            message: message.into(),
+        }
+    }
+
+    /// 409: the request conflicts with what exists (a name taken, a rule that is read-only).
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::CONFLICT,
             message: message.into(),
         }
     }

@@ -10,6 +10,9 @@
 //! - [`query`](crate::query): `/render`, `/render-diff`, label and app listings, answered with
 //!   Pyroscope's flamebearer JSON, folded text or pprof.
 //!
+//! - `rules`: counters from every stored profile by Pyroscope's `metrics-export-rules` and the
+//!   recording-rules API, served on `/exported-metrics` and optionally remote-written.
+//!
 //! [`app`] wires them together behind one HTTP listener (`http`), which also serves `/metrics`
 //! (`metrics`) and `/healthz`; [`config`] is the configuration file, one section per stage.
 //! `main.rs` only parses flags and calls [`app::run`].
@@ -23,5 +26,6 @@ mod http;
 mod ingest;
 mod metrics;
 mod query;
+mod rules;
 mod store;
 mod ui;

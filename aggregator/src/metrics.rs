@@ -24,6 +24,8 @@ pub(crate) struct Metrics {
     pub(crate) errors: IntCounterVec,
     /// The store's own metrics.
     pub(crate) store: StoreMetrics,
+    /// The rules' own metrics.
+    pub(crate) rules: RulesMetrics,
     /// QUIC ingest's metrics.
     pub(crate) quic: QuicMetrics,
 }
@@ -260,6 +262,7 @@ impl Metrics {
                     latency,
                 ),
             },
+            rules: RulesMetrics::new(&registry),
             registry,
         }
     }
@@ -290,4 +293,98 @@ fn histogram(registry: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> 
         Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
             .expect("valid metric"),
     )
+}
+
+/// The rules' metrics (the counters the rules make are on `/exported-metrics`, not here).
+#[derive(Clone)]
+pub(crate) struct RulesMetrics {
+    /// `smolder_aggregator_rules_loaded`: rules in force, provisioned and API-made.
+    pub(crate) rules: IntGauge,
+    /// `smolder_aggregator_rules_series`: counter series on `/exported-metrics`.
+    pub(crate) series: IntGauge,
+    /// `smolder_aggregator_rules_profiles_evaluated_total`.
+    pub(crate) profiles_evaluated: IntCounter,
+    /// `smolder_aggregator_rules_evaluation_duration_seconds`: one ingest request's profiles.
+    pub(crate) evaluation_duration: Histogram,
+    /// `smolder_aggregator_rules_increments_dropped_total{reason}`: `stale` (the rule changed
+    /// while its profiles were being stored) or `series_limit` (a new label combination past
+    /// the per-rule limit).
+    pub(crate) increments_dropped: IntCounterVec,
+    /// `smolder_aggregator_rules_remote_write_requests_total{outcome}`: `success` or `error`.
+    pub(crate) remote_write_requests: IntCounterVec,
+    /// `smolder_aggregator_rules_remote_write_samples_total`: samples accepted by the receiver.
+    pub(crate) remote_write_samples: IntCounter,
+    /// `smolder_aggregator_rules_remote_write_duration_seconds`: one push.
+    pub(crate) remote_write_duration: Histogram,
+}
+
+impl RulesMetrics {
+    fn new(registry: &Registry) -> Self {
+        let latency = exponential_buckets(0.000_05, 2.0, 18).expect("valid latency buckets");
+        RulesMetrics {
+            rules: register(
+                registry,
+                IntGauge::new("smolder_aggregator_rules_loaded", "Rules in force.")
+                    .expect("valid metric"),
+            ),
+            series: register(
+                registry,
+                IntGauge::new(
+                    "smolder_aggregator_rules_series",
+                    "Counter series the rules export on /exported-metrics.",
+                )
+                .expect("valid metric"),
+            ),
+            profiles_evaluated: register(
+                registry,
+                IntCounter::new(
+                    "smolder_aggregator_rules_profiles_evaluated_total",
+                    "Profiles the rules were evaluated on.",
+                )
+                .expect("valid metric"),
+            ),
+            evaluation_duration: histogram(
+                registry,
+                "smolder_aggregator_rules_evaluation_duration_seconds",
+                "Time to evaluate the rules on one ingest request's profiles.",
+                latency.clone(),
+            ),
+            increments_dropped: register(
+                registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "smolder_aggregator_rules_increments_dropped_total",
+                        "Counter increments not added, by reason: stale (the rule changed meanwhile) or series_limit.",
+                    ),
+                    &["reason"],
+                )
+                .expect("valid metric"),
+            ),
+            remote_write_requests: register(
+                registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "smolder_aggregator_rules_remote_write_requests_total",
+                        "Remote-write pushes of the rules' counters, by outcome.",
+                    ),
+                    &["outcome"],
+                )
+                .expect("valid metric"),
+            ),
+            remote_write_samples: register(
+                registry,
+                IntCounter::new(
+                    "smolder_aggregator_rules_remote_write_samples_total",
+                    "Samples the remote-write receiver accepted.",
+                )
+                .expect("valid metric"),
+            ),
+            remote_write_duration: histogram(
+                registry,
+                "smolder_aggregator_rules_remote_write_duration_seconds",
+                "Time of one remote-write push.",
+                latency,
+            ),
+        }
+    }
 }

@@ -29,6 +29,10 @@
 //! - [`jfr`]: Java Flight Recorder recordings as the Pyroscope Java agent pushes them, converted
 //!   to one [`Tree`] per profile type (`cpu`, allocations, locks) the way Pyroscope converts
 //!   them; untrusted input, bounded work, typed errors.
+//! - [`rules`]: metrics from profiles. A [`RuleSet`](rules::RuleSet) of Pyroscope-style
+//!   `metrics-export-rules` (selector, node regex or function, `group_by`) evaluates each
+//!   [`Profile`] into counter increments, which [`Counters`](rules::Counters) add up and write
+//!   out in Prometheus' text format.
 //! - [`wire`]: the agent → aggregator protocol: framed, lz4-compressed protobuf messages
 //!   (hello, batch, ack, reject) with a protocol version, size caps checked before anything is
 //!   allocated, and the conversion between a window's profiles and a batch.
@@ -45,6 +49,7 @@ pub mod folded;
 pub mod jfr;
 pub mod pprof;
 pub mod profile;
+pub mod rules;
 pub mod selector;
 pub mod series;
 pub mod timestamp;

@@ -2,8 +2,11 @@
 
 /// The eBPF CPU source: the real sampler, loaded as root, sampling workloads the tests build.
 mod ebpf;
+/// Rules: the documented example on every window, `/exported-metrics`, invalid rules.
+mod rules;
 /// Pull mode: scraping real pprof targets, bad targets, TLS and auth, file and HTTP discovery.
 mod scrape;
+
 /// The spool on disk: restarts, the data directory lock, the age bound.
 mod spool;
 

@@ -531,8 +531,23 @@ impl Batch {
             })
             .collect();
         stored.profiles = profiles.len();
+        if marker.is_none() && profiles.is_empty() {
+            return Ok(stored);
+        }
+        // Rules are evaluated before the write, which takes the profiles, and counted only once
+        // it is acknowledged: a refused write counts nowhere, a duplicate batch counts once.
+        let rules = state.rules.current();
+        let (profiles, increments) = if rules.is_empty() || profiles.is_empty() {
+            (profiles, Default::default())
+        } else {
+            let engine = state.rules.clone();
+            blocking(move || {
+                let increments = engine.evaluate(&rules, &profiles);
+                Ok((profiles, increments))
+            })
+            .await?
+        };
         let written = match marker {
-            None if profiles.is_empty() => return Ok(stored),
             None => state.store.write(profiles).await.map(|()| Written::Stored),
             Some(marker) => state.store.write_batch(profiles, marker).await,
         }
@@ -541,6 +556,7 @@ impl Batch {
             stored.duplicate = true;
             return Ok(stored);
         }
+        state.rules.apply(increments);
         let metrics = &state.metrics;
         metrics
             .ingest_profiles

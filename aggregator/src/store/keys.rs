@@ -12,6 +12,7 @@
 //! | `T` | level, series id, bucket start | encoded tree |
 //! | `N` | level, series id, bucket start | total and write count |
 //! | `D` | level, series id, bucket start | empty: this rollup must be rebuilt from its children |
+//! | `R` | recording rule name | the rule as JSON (`rules.rs`) |
 //! | `B` | agent id, sequence | window end: this agent batch is stored (QUIC ingest's dedupe) |
 //! | `b` | window end, agent id, sequence | empty: the same marker by time, for retention |
 //!
@@ -28,6 +29,7 @@ pub(crate) const LABEL: u8 = b'L';
 pub(crate) const TREE: u8 = b'T';
 pub(crate) const TOTAL: u8 = b'N';
 pub(crate) const DIRTY: u8 = b'D';
+pub(crate) const RULE: u8 = b'R';
 pub(crate) const BATCH: u8 = b'B';
 pub(crate) const BATCH_BY_TIME: u8 = b'b';
 
@@ -59,6 +61,13 @@ pub(crate) fn series_by_key(normalized: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(1 + normalized.len());
     key.push(SERIES_BY_KEY);
     key.extend_from_slice(normalized.as_bytes());
+    key
+}
+
+pub(crate) fn rule(name: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + name.len());
+    key.push(RULE);
+    key.extend_from_slice(name.as_bytes());
     key
 }
 

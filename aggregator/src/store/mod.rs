@@ -19,6 +19,7 @@
 
 mod keys;
 mod read;
+mod rules;
 mod series;
 mod writer;
 

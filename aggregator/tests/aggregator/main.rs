@@ -12,6 +12,13 @@ mod ingest;
 /// `/render`, `/render-diff`, label and app listings: exact Pyroscope answers over HTTP.
 mod query;
 
+/// A real Prometheus scraping `/exported-metrics` of both tiers and receiving remote write.
+mod prometheus;
+
+/// Rules: `/exported-metrics` for Pyroscope's documented example over every ingest format, the
+/// recording-rules API, persistence and invalid input.
+mod rules;
+
 /// Every Pyroscope SDK's exact upload request, accepted or rejected with a useful message.
 mod sdk;
 

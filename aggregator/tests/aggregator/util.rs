@@ -27,8 +27,14 @@ impl Aggregator {
 
     /// Starts an aggregator with `config`, listening on a free loopback port.
     pub(crate) async fn with_config(mut config: Config) -> Aggregator {
-        let dir = tempfile::tempdir().expect("temp dir");
         config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        Aggregator::with_fixed_address(config).await
+    }
+
+    /// Starts an aggregator with `config` on the HTTP address it names, for tests whose peers
+    /// must know the address before it starts; QUIC listens on a free loopback port.
+    pub(crate) async fn with_fixed_address(mut config: Config) -> Aggregator {
+        let dir = tempfile::tempdir().expect("temp dir");
         config.ingest.quic.listen = SocketAddr::from(([127, 0, 0, 1], 0));
         let running = app::start(config, dir.path())
             .await

@@ -52,7 +52,9 @@ export async function startAggregator() {
   const dir = mkdtempSync(join(tmpdir(), "smolder-ui-e2e-"));
   const port = await freePort();
   const config = join(dir, "config.yaml");
-  writeFileSync(config, `http:\n  listen: 127.0.0.1:${port}\n`);
+  // QUIC on a free port too: a second aggregator in the same run (the empty-state scenario)
+  // would otherwise collide on the default 4041.
+  writeFileSync(config, `http:\n  listen: 127.0.0.1:${port}\ningest:\n  quic:\n    listen: 127.0.0.1:0\n`);
   const child = spawn(aggregatorBin, ["--data-dir", join(dir, "data"), "--config", config, "--log-level", "warn"], {
     stdio: ["ignore", "ignore", "inherit"],
   });

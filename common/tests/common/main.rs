@@ -9,6 +9,8 @@ mod folded;
 mod jfr;
 /// pprof: trees round-trip through pprof; the decoder never panics on arbitrary bytes.
 mod pprof;
+/// Rules: evaluation agrees with the naive definition; arbitrary rule maps never panic.
+mod rules;
 /// FlameQL selectors: print/parse round trips, matching a series by its own labels.
 mod selector;
 /// Ingest names: normalized keys parse back to the same series.

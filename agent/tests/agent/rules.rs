@@ -1,0 +1,167 @@
+//! Rules on the agent: Pyroscope's documented example evaluated on every closed window and
+//! served on `/exported-metrics`; an invalid rule stops the agent from starting.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use smolder_agent::app;
+use smolder_agent::config::Config;
+use smolder_common::{Profile, ProfileMeta, Tree};
+
+const DOCUMENTED_RULES: &str = r#"
+metrics-export-rules:
+  a_simple_app_total:
+    expr: simple.golang.app.cpu
+    node: total
+  a_simple_app_slow_env_prod:
+    expr: simple.golang.app.cpu{env="prod"}
+    node: slowFunction
+  a_simple_app_slow_env:
+    expr: simple.golang.app.cpu
+    node: slowFunction
+    group_by: [env]
+"#;
+
+/// Two instances of the Go example app: `slowFunction` does four times `fastFunction`'s work.
+const STACKS: [(&str, &[(&str, u64)]); 2] = [
+    (
+        "simple.golang.app.cpu{env=prod}",
+        &[
+            ("runtime.main;main.main;main.slowFunction;main.work", 412),
+            ("runtime.main;main.main;main.fastFunction;main.work", 103),
+            ("runtime.main;main.main;main.slowFunction", 7),
+        ],
+    ),
+    (
+        "simple.golang.app.cpu{env=staging}",
+        &[
+            ("runtime.main;main.main;main.slowFunction;main.work", 390),
+            ("runtime.main;main.main;main.fastFunction;main.work", 98),
+            ("runtime.gcBgMarkWorker;runtime.gcDrain", 4),
+        ],
+    ),
+];
+
+fn config(rules: &str) -> Config {
+    let mut config: Config = serde_norway::from_str(rules).expect("the documented rules load");
+    config.http.listen = "127.0.0.1:0".parse().unwrap();
+    config.window.length = Duration::from_secs(1);
+    config.window.settle = Duration::from_millis(100);
+    config
+}
+
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').expect("name and value");
+            (series.to_owned(), value.parse().expect("a number"))
+        })
+        .collect()
+}
+
+/// CPU seconds of the stacks of `trees` that contain `needle`, computed from the trees.
+fn seconds(trees: &[&Tree], needle: &str) -> f64 {
+    let mut samples = 0u64;
+    for tree in trees {
+        tree.for_each_stack(|stack, value| {
+            let names: Vec<&str> = stack.iter().map(|&f| tree.frames().name(f)).collect();
+            if names.join(";").contains(needle) {
+                samples += value;
+            }
+        });
+    }
+    samples as f64 / 100.0
+}
+
+#[tokio::test]
+async fn pyroscope_documentation_example_on_every_window() {
+    let agent = app::start(config(DOCUMENTED_RULES)).await.unwrap();
+    let submitter = agent.submitter();
+    let mut trees = Vec::new();
+    for (series, stacks) in STACKS {
+        let mut tree = Tree::new();
+        for (stack, value) in stacks {
+            tree.insert_names(stack.split(';'), *value);
+        }
+        let now = SystemTime::now();
+        submitter
+            .submit(Profile {
+                series: series.parse().unwrap(),
+                meta: ProfileMeta {
+                    spy_name: "ebpfspy".to_owned(),
+                    sample_rate: 100,
+                    ..ProfileMeta::default()
+                },
+                from: now - Duration::from_millis(500),
+                until: now,
+                tree: tree.clone(),
+            })
+            .await
+            .unwrap();
+        trees.push(tree);
+    }
+    let url = format!("http://{}/exported-metrics", agent.addr());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let got = loop {
+        let response = reqwest::get(&url).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let got = samples(&response.text().await.unwrap());
+        if got.contains_key("a_simple_app_slow_env{env=\"staging\"}")
+            && got.contains_key("a_simple_app_slow_env{env=\"prod\"}")
+        {
+            break got;
+        }
+        assert!(Instant::now() < deadline, "windows not evaluated: {got:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let close = |name: &str, want: f64| {
+        let value = got[name];
+        assert!(
+            (value - want).abs() < 1e-9,
+            "{name}: got {value}, want {want}"
+        );
+    };
+    close("a_simple_app_total", seconds(&[&trees[0], &trees[1]], ""));
+    close("a_simple_app_total", 10.14);
+    close(
+        "a_simple_app_slow_env_prod",
+        seconds(&[&trees[0]], "slowFunction"),
+    );
+    close(
+        "a_simple_app_slow_env{env=\"prod\"}",
+        seconds(&[&trees[0]], "slowFunction"),
+    );
+    close(
+        "a_simple_app_slow_env{env=\"staging\"}",
+        seconds(&[&trees[1]], "slowFunction"),
+    );
+    let metrics = reqwest::get(format!("http://{}/metrics", agent.addr()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("smolder_agent_rules_loaded 3\n"),
+        "{metrics}"
+    );
+    // The agent stops once every submitter is gone.
+    drop(submitter);
+    agent.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_invalid_rule_stops_the_agent_naming_it() {
+    let err = app::start(config(
+        "metrics-export-rules:\n  app-slow:\n    node: slowFunction\n",
+    ))
+    .await
+    .err()
+    .expect("refused");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("rule \"app-slow\": invalid metric name"),
+        "{text}"
+    );
+}

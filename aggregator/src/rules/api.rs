@@ -1,0 +1,141 @@
+//! The rules' HTTP surface: `GET /exported-metrics` and the recording-rules API.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /exported-metrics` | every rule's counters, Prometheus text format |
+//! | `GET /api/recording-rules` | `{"rules": [rule, ...]}` |
+//! | `POST /api/recording-rules` | 201 and the rule; 409 if the name is taken |
+//! | `PUT /api/recording-rules/{name}` | 200 and the rule; 404 if there is none |
+//! | `DELETE /api/recording-rules/{name}` | 204; 404 if there is none |
+//!
+//! A rule is `{"name", "expr", "node", "function", "group_by", "provisioned"}`; `provisioned`
+//! is read-only and true for the config file's rules, which answer 409 to `PUT` and `DELETE`.
+//! An invalid rule answers 400 with a message that names the rule and what is wrong.
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Deserialize;
+use smolder_common::rules::RuleSpec;
+
+use super::RulesError;
+use crate::app::AppState;
+use crate::http::ApiError;
+
+/// The largest rule body accepted: a rule is a name, a selector and a regex.
+const MAX_RULE_BYTES: usize = 64 << 10;
+
+/// The rules' routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/exported-metrics", get(exported_metrics))
+        .route("/api/recording-rules", get(list).post(create))
+        .route(
+            "/api/recording-rules/{name}",
+            axum::routing::put(update).delete(delete),
+        )
+        .layer(DefaultBodyLimit::max(MAX_RULE_BYTES))
+}
+
+/// A rule as a client sends it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleBody {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    expr: String,
+    #[serde(default)]
+    node: String,
+    #[serde(default)]
+    function: String,
+    #[serde(default, alias = "labels")]
+    group_by: Vec<String>,
+    /// Read-only: accepted so that a rule read from the API can be sent back, but ignored.
+    #[serde(default)]
+    #[expect(dead_code, reason = "read-only field, accepted and ignored")]
+    provisioned: Option<bool>,
+}
+
+impl RuleBody {
+    fn parse(body: &[u8]) -> Result<RuleBody, ApiError> {
+        serde_json::from_slice(body)
+            .map_err(|err| ApiError::bad_request(format!("invalid rule body: {err}")))
+    }
+
+    fn spec(self) -> (Option<String>, RuleSpec) {
+        (
+            self.name,
+            RuleSpec {
+                expr: self.expr,
+                node: self.node,
+                function: self.function,
+                group_by: self.group_by,
+            },
+        )
+    }
+}
+
+impl From<RulesError> for ApiError {
+    fn from(err: RulesError) -> ApiError {
+        match err {
+            RulesError::Invalid(_) => ApiError::bad_request(err.to_string()),
+            RulesError::NotFound { .. } => ApiError::not_found(err.to_string()),
+            RulesError::Exists { .. } | RulesError::Provisioned { .. } => {
+                ApiError::conflict(err.to_string())
+            }
+            RulesError::Stored { .. }
+            | RulesError::Store(_)
+            | RulesError::RemoteWriteUrl { .. }
+            | RulesError::RemoteWriteLabel { .. } => ApiError::internal(err),
+        }
+    }
+}
+
+async fn exported_metrics(State(state): State<AppState>) -> Response {
+    (
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        state.rules.render(),
+    )
+        .into_response()
+}
+
+async fn list(State(state): State<AppState>) -> Response {
+    Json(serde_json::json!({ "rules": state.rules.list() })).into_response()
+}
+
+async fn create(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let (name, spec) = RuleBody::parse(&body)?.spec();
+    let name = name
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| ApiError::bad_request("rule has no name: set \"name\" to a metric name"))?;
+    let rule = state.rules.put(name, spec, false).await?;
+    Ok((StatusCode::CREATED, Json(rule)).into_response())
+}
+
+async fn update(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (body_name, spec) = RuleBody::parse(&body)?.spec();
+    if let Some(body_name) = body_name.filter(|n| *n != name) {
+        return Err(ApiError::bad_request(format!(
+            "rule {name:?}: the body names rule {body_name:?}; a rule cannot be renamed, create the new name and delete the old"
+        )));
+    }
+    let rule = state.rules.put(name, spec, true).await?;
+    Ok(Json(rule).into_response())
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.rules.delete(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

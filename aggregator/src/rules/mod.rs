@@ -1,0 +1,410 @@
+//! Rules: Prometheus counters from every profile the aggregator stores.
+//!
+//! Input: each ingest request's [`Profile`]s, evaluated by [`Rules::evaluate`] before they are
+//! written and counted by [`Rules::apply`] once the store has acknowledged them, whatever the
+//! body format (folded, lines, pprof, JFR, Connect push; agents' batches go through the same
+//! `Batch::store`). Output: the counters on `GET /exported-metrics`, and, when
+//! `rules.remote-write-url` is set, the same series pushed to a Prometheus remote-write
+//! receiver by [`remote_write::run`]. Caller: `ingest`, the router in `http`, and `app`, which
+//! starts the remote-write loop.
+//!
+//! Rules come from two places: the config file's `metrics-export-rules` map (Pyroscope's format,
+//! *provisioned*: listed by the API, never changed by it) and the recording-rules API
+//! (`/api/recording-rules`, [`api`]), whose rules are kept in the store and loaded at start. A
+//! rule applies to data ingested after it is created; changing a rule restarts its counter.
+//!
+//! Owns: the current [`RuleSet`] and its [`Counters`], in memory (counters start at zero with
+//! the process, like any Prometheus counter), and the remote-write task.
+
+mod api;
+pub(crate) mod remote_write;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use smolder_common::Profile;
+use smolder_common::rules::{Counters, Increments, Rule, RuleError, RuleSet, RuleSpec};
+use tracing::{info, warn};
+
+use crate::metrics::RulesMetrics;
+use crate::store::{Store, StoreError};
+
+pub(crate) use api::routes;
+
+/// Where the counters of the rules go besides `/exported-metrics`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct RulesConfig {
+    /// A Prometheus remote-write endpoint (`http://host:9090/api/v1/write`) that every rule's
+    /// counters are pushed to; empty, the default, pushes nothing. Plain HTTP only.
+    pub remote_write_url: String,
+    /// How often the counters are pushed. Default `15s`, Prometheus' scrape interval.
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
+    pub remote_write_interval: Duration,
+    /// How long one push may take before it is abandoned. Default `10s`.
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
+    pub remote_write_timeout: Duration,
+    /// Labels added to every pushed series, such as `{aggregator: eu-1}`, to tell aggregators
+    /// apart in a shared Prometheus. Default none.
+    pub remote_write_labels: BTreeMap<String, String>,
+}
+
+impl Default for RulesConfig {
+    fn default() -> Self {
+        RulesConfig {
+            remote_write_url: String::new(),
+            remote_write_interval: Duration::from_secs(15),
+            remote_write_timeout: Duration::from_secs(10),
+            remote_write_labels: BTreeMap::new(),
+        }
+    }
+}
+
+/// Why the rules could not be loaded or changed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RulesError {
+    /// A rule is invalid; the message names it and the problem.
+    #[error(transparent)]
+    Invalid(#[from] RuleError),
+    /// No rule has that name (`PUT`, `DELETE`).
+    #[error("rule {name:?} does not exist")]
+    NotFound {
+        /// The name asked for.
+        name: String,
+    },
+    /// A rule of that name exists already (`POST`).
+    #[error("rule {name:?} already exists")]
+    Exists {
+        /// The name.
+        name: String,
+    },
+    /// The rule comes from the config file's `metrics-export-rules` and the API cannot change
+    /// it.
+    #[error(
+        "rule {name:?} is provisioned from the config file (metrics-export-rules) and cannot be changed through the API"
+    )]
+    Provisioned {
+        /// The name.
+        name: String,
+    },
+    /// A stored rule does not parse (the store is damaged or was written by a newer version).
+    #[error("stored rule {name:?} is unreadable: {reason}")]
+    Stored {
+        /// The rule's name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The store failed.
+    #[error("the store failed")]
+    Store(#[from] StoreError),
+    /// `rules.remote-write-url` is unusable.
+    #[error("invalid rules.remote-write-url {url:?}: {reason}")]
+    RemoteWriteUrl {
+        /// The URL as configured.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A `rules.remote-write-labels` name is not a Prometheus label name.
+    #[error("invalid rules.remote-write-labels name {name:?}: expected [a-zA-Z_][a-zA-Z0-9_]*")]
+    RemoteWriteLabel {
+        /// The label name.
+        name: String,
+    },
+}
+
+/// Checks the rules and remote-write settings of a config file, as `check-config` and startup
+/// do.
+///
+/// # Errors
+///
+/// The first invalid rule (named, with its problem) or remote-write setting.
+pub(crate) fn check_config(
+    rules: &BTreeMap<String, RuleSpec>,
+    config: &RulesConfig,
+) -> Result<(), RulesError> {
+    RuleSet::from_specs(rules)?;
+    remote_write::check(config)
+}
+
+/// The rule set in force and the counters it feeds.
+pub(crate) struct Rules {
+    /// Read by every ingest request, replaced whole by the API.
+    current: RwLock<Arc<RuleSet>>,
+    /// Names of the rules from the config file.
+    provisioned: RuleSet,
+    /// Taken briefly per ingest request to add its increments, and by readers to copy values.
+    counters: Mutex<Counters>,
+    /// Serializes API changes, so that the store and `current` change in the same order.
+    changes: tokio::sync::Mutex<()>,
+    store: Store,
+    metrics: RulesMetrics,
+}
+
+/// One counter value, copied out of the counters' lock.
+pub(crate) struct CounterValue {
+    /// The metric name.
+    pub(crate) name: String,
+    /// Its `group_by` labels that have a value.
+    pub(crate) labels: Vec<(String, String)>,
+    /// The value.
+    pub(crate) value: f64,
+}
+
+/// A rule as the API shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct RuleView {
+    name: String,
+    expr: String,
+    node: String,
+    function: String,
+    group_by: Vec<String>,
+    provisioned: bool,
+}
+
+impl Rules {
+    /// Loads the provisioned rules of the config file and the stored ones of the API.
+    ///
+    /// # Errors
+    ///
+    /// [`RulesError::Invalid`] naming the first invalid provisioned rule, or a stored rule that
+    /// clashes with a provisioned one; [`RulesError::Stored`] or [`RulesError::Store`] when the
+    /// stored rules cannot be read.
+    pub(crate) fn load(
+        provisioned: &BTreeMap<String, RuleSpec>,
+        store: Store,
+        metrics: RulesMetrics,
+    ) -> Result<Rules, RulesError> {
+        let provisioned = RuleSet::from_specs(provisioned)?;
+        let mut rules: Vec<Arc<Rule>> = provisioned.rules().to_vec();
+        for (name, json) in store.rules()? {
+            let spec: RuleSpec =
+                serde_json::from_slice(&json).map_err(|err| RulesError::Stored {
+                    name: name.clone(),
+                    reason: err.to_string(),
+                })?;
+            if provisioned.get(&name).is_some() {
+                // The config file took the name after the rule was made through the API; the
+                // file wins, as it is what the operator wrote last.
+                warn!(rule = %name, "stored rule shadowed by a provisioned rule of the same name");
+                continue;
+            }
+            let rule = Rule::new(name.clone(), spec).map_err(|err| RulesError::Stored {
+                name,
+                reason: err.to_string(),
+            })?;
+            rules.push(Arc::new(rule));
+        }
+        let set = RuleSet::new(rules)?;
+        info!(
+            rules = set.len(),
+            provisioned = provisioned.len(),
+            "rules loaded"
+        );
+        metrics.rules.set(set.len() as i64);
+        let counters = Counters::new(&set);
+        metrics.series.set(counters.series() as i64);
+        Ok(Rules {
+            current: RwLock::new(Arc::new(set)),
+            provisioned,
+            counters: Mutex::new(counters),
+            changes: tokio::sync::Mutex::new(()),
+            store,
+            metrics,
+        })
+    }
+
+    /// The rule set in force.
+    pub(crate) fn current(&self) -> Arc<RuleSet> {
+        Arc::clone(
+            &self
+                .current
+                .read()
+                .expect("rules lock: taken only to clone or swap"),
+        )
+    }
+
+    /// What `profiles` add to the counters, under `rules` (from [`Rules::current`]); nothing is
+    /// counted until [`Rules::apply`]. Runs on the caller's thread: large trees belong on the
+    /// blocking pool.
+    pub(crate) fn evaluate(&self, rules: &RuleSet, profiles: &[Profile]) -> Increments {
+        let started = Instant::now();
+        let mut increments = Increments::default();
+        for profile in profiles {
+            rules.evaluate_into(profile, &mut increments);
+        }
+        self.metrics
+            .evaluation_duration
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .profiles_evaluated
+            .inc_by(profiles.len() as u64);
+        increments
+    }
+
+    /// Adds increments of profiles the store has acknowledged.
+    pub(crate) fn apply(&self, increments: Increments) {
+        if increments.is_empty() {
+            return;
+        }
+        let mut counters = self
+            .counters
+            .lock()
+            .expect("counters lock: taken to add or copy, never across an await");
+        let applied = counters.apply(increments);
+        let series = counters.series();
+        drop(counters);
+        self.metrics.series.set(series as i64);
+        for (reason, count) in [
+            ("stale", applied.stale),
+            ("series_limit", applied.over_limit),
+        ] {
+            if count > 0 {
+                self.metrics
+                    .increments_dropped
+                    .with_label_values(&[reason])
+                    .inc_by(count as u64);
+            }
+        }
+        if applied.over_limit > 0 {
+            warn!(
+                dropped = applied.over_limit,
+                limit = smolder_common::rules::MAX_SERIES_PER_RULE,
+                "a rule's group_by has more label combinations than the limit; new ones are not counted"
+            );
+        }
+    }
+
+    /// The counters in Prometheus' text format.
+    pub(crate) fn render(&self) -> String {
+        self.counters
+            .lock()
+            .expect("counters lock: taken to add or copy, never across an await")
+            .render()
+    }
+
+    /// Every counter value, copied, for a remote write.
+    pub(crate) fn snapshot(&self) -> Vec<CounterValue> {
+        let counters = self
+            .counters
+            .lock()
+            .expect("counters lock: taken to add or copy, never across an await");
+        counters
+            .samples()
+            .map(|s| {
+                let labels = s
+                    .labels
+                    .iter()
+                    .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                    .collect();
+                CounterValue {
+                    name: s.name.to_owned(),
+                    labels,
+                    value: s.value,
+                }
+            })
+            .collect()
+    }
+
+    /// Every rule as the API shows it, in name order.
+    pub(crate) fn list(&self) -> Vec<RuleView> {
+        self.current()
+            .rules()
+            .iter()
+            .map(|rule| self.view(rule))
+            .collect()
+    }
+
+    fn view(&self, rule: &Rule) -> RuleView {
+        let spec = rule.spec();
+        RuleView {
+            name: rule.name().to_owned(),
+            expr: spec.expr.clone(),
+            node: spec.node.clone(),
+            function: spec.function.clone(),
+            group_by: spec.group_by.clone(),
+            provisioned: self.provisioned.get(rule.name()).is_some(),
+        }
+    }
+
+    /// Creates rule `name` (`POST`), or replaces it (`PUT`, `replace`), durably, and returns it.
+    ///
+    /// # Errors
+    ///
+    /// [`RulesError::Invalid`] for an invalid rule, [`RulesError::Exists`] or
+    /// [`RulesError::NotFound`] when the name is taken or missing, [`RulesError::Provisioned`]
+    /// for a rule of the config file, [`RulesError::Store`] when it cannot be stored.
+    pub(crate) async fn put(
+        &self,
+        name: String,
+        spec: RuleSpec,
+        replace: bool,
+    ) -> Result<RuleView, RulesError> {
+        let rule = Arc::new(Rule::new(name.clone(), spec)?);
+        let _change = self.changes.lock().await;
+        let current = self.current();
+        if self.provisioned.get(&name).is_some() {
+            return Err(RulesError::Provisioned { name });
+        }
+        match (current.get(&name).is_some(), replace) {
+            (true, false) => return Err(RulesError::Exists { name }),
+            (false, true) => return Err(RulesError::NotFound { name }),
+            _ => {}
+        }
+        let rules = current
+            .rules()
+            .iter()
+            .filter(|r| r.name() != name)
+            .cloned()
+            .chain([Arc::clone(&rule)]);
+        let set = RuleSet::new(rules)?;
+        let json = serde_json::to_vec(rule.spec()).expect("a rule spec serializes");
+        self.store.put_rule(&name, &json).await?;
+        self.install(set);
+        info!(%rule, replace, "rule saved");
+        Ok(self.view(&rule))
+    }
+
+    /// Deletes rule `name` durably.
+    ///
+    /// # Errors
+    ///
+    /// [`RulesError::NotFound`], [`RulesError::Provisioned`], or [`RulesError::Store`].
+    pub(crate) async fn delete(&self, name: &str) -> Result<(), RulesError> {
+        let _change = self.changes.lock().await;
+        let current = self.current();
+        if self.provisioned.get(name).is_some() {
+            return Err(RulesError::Provisioned {
+                name: name.to_owned(),
+            });
+        }
+        if current.get(name).is_none() {
+            return Err(RulesError::NotFound {
+                name: name.to_owned(),
+            });
+        }
+        let set = RuleSet::new(current.rules().iter().filter(|r| r.name() != name).cloned())?;
+        self.store.delete_rule(name).await?;
+        self.install(set);
+        info!(rule = name, "rule deleted");
+        Ok(())
+    }
+
+    /// Makes `set` the rule set in force and brings the counters in line with it.
+    fn install(&self, set: RuleSet) {
+        let mut counters = self
+            .counters
+            .lock()
+            .expect("counters lock: taken to add or copy, never across an await");
+        counters.sync(&set);
+        self.metrics.series.set(counters.series() as i64);
+        self.metrics.rules.set(set.len() as i64);
+        *self
+            .current
+            .write()
+            .expect("rules lock: taken only to clone or swap") = Arc::new(set);
+    }
+}
