@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tracing::info;
 
 use crate::config::Config;
+use crate::cpu::{self, CpuSource};
 use crate::http::{self, HttpState};
 use crate::metrics::{Metrics, ScrapeMetrics};
 use crate::scrape::{self, Scraper};
@@ -54,6 +55,8 @@ pub struct Running {
     scraper: Scraper,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<()>>,
+    /// The eBPF CPU source, when `ebpf.enabled`.
+    cpu: Option<CpuSource>,
 }
 
 impl Running {
@@ -72,14 +75,21 @@ impl Running {
         self.submitter.clone()
     }
 
-    /// Stops the sources, spools the open windows, closes the connection to the aggregator
-    /// and returns. Batches not yet acknowledged stay in the spool for the next start.
+    /// Stops the sources, spools the open windows, gives the shipper up to 5 s to deliver them,
+    /// closes the connection to the aggregator and returns. Batches not yet acknowledged stay
+    /// in the spool for the next start.
     ///
     /// # Errors
     ///
     /// When serving failed.
     pub async fn stop(self) -> anyhow::Result<()> {
         self.scraper.stop().await;
+        if let Some(cpu) = self.cpu {
+            // Its last drain submits the partial window before the window loop closes.
+            tokio::task::spawn_blocking(move || cpu.stop())
+                .await
+                .context("stopping the eBPF sampler")?;
+        }
         let _ = self.stop.send(());
         drop(self.submitter);
         self.task.await.context("the agent task panicked")?
@@ -147,6 +157,22 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         vec![spool_sink],
         metrics.window.clone(),
     ));
+    let cpu = if config.ebpf.enabled {
+        let (config, hostname, submitter, metrics) = (
+            config.clone(),
+            hostname.clone(),
+            submitter.clone(),
+            Arc::clone(&metrics),
+        );
+        // Loading attaches to every CPU and reads /proc: blocking work.
+        let source =
+            tokio::task::spawn_blocking(move || cpu::start(&config, hostname, submitter, &metrics))
+                .await
+                .context("starting the eBPF sampler")??;
+        Some(source)
+    } else {
+        None
+    };
     let scraper = scrape::start(
         &config.scrape_configs,
         &submitter,
@@ -178,6 +204,7 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         scraper,
         stop,
         task,
+        cpu,
     })
 }
 

@@ -10,9 +10,11 @@ use std::path::Path;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+pub use crate::ebpf::EbpfConfig;
 pub use crate::scrape::ScrapeConfig;
 pub use crate::ship::ShipConfig;
 pub use crate::spool::SpoolConfig;
+pub use crate::symbolize::SymbolizeConfig;
 pub use crate::window::WindowConfig;
 
 /// The whole configuration file.
@@ -25,6 +27,10 @@ pub struct Config {
     pub http: HttpConfig,
     /// How stacks are grouped in time.
     pub window: WindowConfig,
+    /// The eBPF CPU sampler.
+    pub ebpf: EbpfConfig,
+    /// How sampled addresses become function names.
+    pub symbolize: SymbolizeConfig,
     /// Bounds of the on-disk spool of batches not yet acknowledged.
     pub spool: SpoolConfig,
     /// Where and how batches are shipped.

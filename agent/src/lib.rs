@@ -6,6 +6,10 @@
 //! - [`window`]: sources submit [`Profile`](smolder_common::Profile)s; the window loop merges
 //!   them per series into wall-clock-aligned windows (10 s by default) and hands each closed
 //!   [`Window`](window::Window) to its sinks.
+//! - [`cpu`]: the eBPF CPU source. [`ebpf`] loads the kernel sampler and drains plain samples,
+//!   [`process`] names each process's series (systemd unit, container, relabel rules),
+//!   [`symbolize`] turns addresses into function names on its own thread; `cpu` submits one
+//!   `<service_name>.cpu` profile per series and window.
 //! - [`spool`]: every closed window becomes a batch in an on-disk sled queue, bounded by bytes
 //!   and age, until the aggregator acknowledges it.
 //! - [`ship`]: drains the spool to the aggregator over QUIC, oldest first, reconnecting with
@@ -21,10 +25,14 @@
 
 pub mod app;
 pub mod config;
+pub mod cpu;
+pub mod ebpf;
 pub mod http;
 pub mod metrics;
+pub mod process;
 pub mod relabel;
 pub mod scrape;
 pub mod ship;
 pub mod spool;
+pub mod symbolize;
 pub mod window;

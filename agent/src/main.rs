@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use smolder_agent::{app, config::Config};
+use smolder_agent::{app, config::Config, cpu};
 
 /// Smolder's agent: profiles every process on this host and ships the stacks to an aggregator.
 #[derive(Parser)]
@@ -34,6 +34,19 @@ enum Mode {
     CheckConfig,
     /// Print the default configuration as YAML and exit.
     PrintDefaultConfig,
+    /// Sample every process on this host with eBPF for a while and print what was sampled.
+    Record {
+        /// How long to sample, such as `10s` or `1m`.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        duration: std::time::Duration,
+        /// Output format: `folded` prints `service_name;frame;...;leaf count` lines.
+        #[arg(long, value_enum, default_value_t = cpu::RecordFormat::Folded)]
+        format: cpu::RecordFormat,
+    },
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    smolder_common::timestamp::parse_offset(text).map_err(|err| err.to_string())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -68,6 +81,10 @@ fn run(flags: Flags) -> anyhow::Result<ExitCode> {
         Some(Mode::PrintDefaultConfig) => {
             print!("{}", Config::default_yaml());
             Ok(ExitCode::SUCCESS)
+        }
+        Some(Mode::Record { duration, format }) => {
+            cpu::print_record(&config, duration, format, std::io::stdout().lock())
+                .map(|()| ExitCode::SUCCESS)
         }
     }
 }

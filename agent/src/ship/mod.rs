@@ -166,33 +166,47 @@ const KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// crash goes unnoticed when no batch is in flight.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How long a stopping agent keeps shipping what it spooled last: long enough for a window's
+/// batch and its fsync on a healthy link, short enough for systemd's stop timeout.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// The aggregator's answer to a batch.
 enum Answer {
     Ack(Ack),
     Reject(Reject),
 }
 
-/// Ships until `stop` turns true, then closes the connection; batches in flight stay in the
-/// spool and are sent again on the next start.
+/// Ships until `stop` turns true; then, if connected, goes on for up to 5 s to deliver what is
+/// still waiting (the windows spooled as the agent stopped), and closes the connection. What is
+/// not acknowledged by then stays in the spool for the next start.
 pub async fn run(
     config: ShipConfig,
     spool: Spool,
     hostname: String,
     metrics: ShipMetrics,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let span = info_span!("ship", aggregator = %config.aggregator);
     async move {
+        let mut stop = Stop::new(stop);
         let mut backoff = Backoff::new(config.backoff_min, config.backoff_max);
         let mut endpoint: Option<quinn::Endpoint> = None;
         loop {
             if !spool.has_waiting() {
-                tokio::select! {
-                    () = spool.waiting() => continue,
-                    () = stopped(&mut stop) => return,
+                if stop.requested() {
+                    return;
                 }
+                tokio::select! {
+                    () = spool.waiting() => {}
+                    () = stop.changed() => {}
+                }
+                continue;
             }
-            match connect(&config, &mut endpoint, &spool, &hostname).await {
+            let connected = tokio::select! {
+                connected = connect(&config, &mut endpoint, &spool, &hostname) => connected,
+                () = stop.grace_over() => return,
+            };
+            match connected {
                 Ok(conn) => {
                     backoff.reset();
                     metrics.connected.set(1);
@@ -215,12 +229,16 @@ pub async fn run(
                 }
                 Err(err) => warn!(error = %err, "cannot reach the aggregator; batches stay in the spool"),
             }
+            if stop.requested() {
+                // The grace period is for a link that works; this one just failed.
+                return;
+            }
             metrics.reconnects.inc();
             let delay = backoff.next(rand::random());
             debug!(delay_ms = delay.as_millis() as u64, "reconnecting after a backoff");
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
-                () = stopped(&mut stop) => return,
+                () = stop.grace_over() => return,
             }
         }
     }
@@ -228,9 +246,53 @@ pub async fn run(
     .await;
 }
 
-/// Resolves once `stop` is true (or its sender is gone).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|stop| *stop).await;
+/// The stop request and the grace period it starts.
+struct Stop {
+    rx: watch::Receiver<bool>,
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl Stop {
+    fn new(rx: watch::Receiver<bool>) -> Stop {
+        Stop { rx, deadline: None }
+    }
+
+    /// Whether stop was asked; the first time it is seen, the grace period starts.
+    fn requested(&mut self) -> bool {
+        if self.deadline.is_none() && *self.rx.borrow() {
+            self.deadline = Some(tokio::time::Instant::now() + SHUTDOWN_GRACE);
+        }
+        self.deadline.is_some()
+    }
+
+    /// Whether the grace period is over.
+    fn expired(&self) -> bool {
+        self.deadline
+            .is_some_and(|deadline| tokio::time::Instant::now() >= deadline)
+    }
+
+    /// Resolves when stop is asked (starting the grace period; a sender gone counts as a
+    /// request), and after that when the grace period ends.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the state changes only after the awaited event.
+    async fn changed(&mut self) {
+        match self.deadline {
+            None => {
+                let _ = self.rx.wait_for(|stop| *stop).await;
+                self.deadline = Some(tokio::time::Instant::now() + SHUTDOWN_GRACE);
+            }
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+        }
+    }
+
+    /// Resolves when the grace period after a stop request is over.
+    async fn grace_over(&mut self) {
+        while !self.expired() {
+            self.changed().await;
+        }
+    }
 }
 
 /// Connects and says hello.
@@ -328,6 +390,7 @@ async fn connect(
             info!(
                 %addr,
                 aggregator_version = %welcome.aggregator_version,
+                max_batch_bytes = welcome.max_batch_bytes,
                 agent_id = %spool.agent_id(),
                 "connected to the aggregator"
             );
@@ -409,13 +472,25 @@ async fn drain(
     config: &ShipConfig,
     spool: &Spool,
     metrics: &ShipMetrics,
-    stop: &mut watch::Receiver<bool>,
+    stop: &mut Stop,
     backoff: &mut Backoff,
 ) -> Result<(), ShipError> {
     let max = config.max_in_flight.max(1) as usize;
     let mut in_flight: JoinSet<(u64, Result<Answer, ShipError>)> = JoinSet::new();
     let mut paused_until: Option<tokio::time::Instant> = None;
     loop {
+        // Once stop is asked, the last windows (spooled as the agent stopped) still go out if
+        // they can within the grace period.
+        if stop.requested() && in_flight.is_empty() && !spool.has_waiting() {
+            return Ok(());
+        }
+        if stop.expired() {
+            warn!(
+                grace_s = SHUTDOWN_GRACE.as_secs(),
+                "stopping with batches unacknowledged; they stay in the spool for the next start"
+            );
+            return Ok(());
+        }
         if paused_until.is_none() {
             while in_flight.len() < max {
                 let Some((sequence, frame)) = spool.next()? else {
@@ -472,7 +547,7 @@ async fn drain(
             () = spool.waiting(), if in_flight.len() < max && paused_until.is_none() => {}
             () = pause => paused_until = None,
             reason = conn.closed() => return Err(lost(reason)),
-            () = stopped(stop) => return Ok(()),
+            () = stop.changed() => {}
         }
     }
 }

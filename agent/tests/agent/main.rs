@@ -1,5 +1,7 @@
 //! The agent as a whole, over its real HTTP port.
 
+/// The eBPF CPU source: the real sampler, loaded as root, sampling workloads the tests build.
+mod ebpf;
 /// Pull mode: scraping real pprof targets, bad targets, TLS and auth, file and HTTP discovery.
 mod scrape;
 /// The spool on disk: restarts, the data directory lock, the age bound.

@@ -19,6 +19,10 @@ mod sdk;
 /// through an outage, a full spool.
 mod transport;
 
+/// The whole path of a CPU sample: the agent's real eBPF sampler (as root) → window → spool →
+/// QUIC → store → `/render`.
+mod ebpf_to_store;
+
 /// QUIC ingest against hostile or mistaken clients: authentication, protocol versions,
 /// truncated, oversized, garbage and decompression-bomb streams.
 mod quic;

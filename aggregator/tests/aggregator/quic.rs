@@ -489,3 +489,37 @@ async fn bad_credentials_and_versions_are_refused_while_other_agents_ship() {
     }
     aggregator.stop().await;
 }
+
+#[tokio::test]
+async fn batches_over_the_rate_limit_are_refused_as_retryable() {
+    let mut config = Config::default();
+    config.ingest.quic.max_batches_per_second = 2;
+    let aggregator = Aggregator::with_config(config).await;
+    let ca = aggregator.dir().join("tls/ca.pem");
+    let token = std::fs::read_to_string(aggregator.dir().join("tls/agent-token")).unwrap();
+    let conn = connect(aggregator.quic_addr(), &ca, None).await.unwrap();
+    assert_eq!(
+        kind(&exchange(&conn, &hello(token.trim())).await),
+        FrameKind::Welcome
+    );
+    let mut acked = 0;
+    let mut limited = 0;
+    for sequence in 1..=5 {
+        let bytes = frame::encode(FrameKind::Batch, &batch(sequence, "main;paced", 1));
+        let answer = exchange(&conn, &bytes).await;
+        if kind(&answer) == FrameKind::Ack {
+            acked += 1;
+        } else {
+            let reject = reject(&answer);
+            assert!(reject.retryable, "{}", reject.reason);
+            assert!(reject.reason.starts_with("rate limit"), "{}", reject.reason);
+            assert_eq!(reject.sequence, 0, "refused before the batch was read");
+            limited += 1;
+        }
+    }
+    assert_eq!((acked, limited), (2, 3), "a burst of two, then refused");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let bytes = frame::encode(FrameKind::Batch, &batch(6, "main;paced", 1));
+    assert_eq!(ack(&exchange(&conn, &bytes).await).sequence, 6, "refilled");
+    aggregator.stop().await;
+}

@@ -20,6 +20,9 @@ pub(crate) fn agent_config(quic: SocketAddr, data: &Path) -> AgentConfig {
         ..AgentConfig::default()
     };
     config.http.listen = "127.0.0.1:0".parse().unwrap();
+    // These tests count the batches of the profiles they submit; the eBPF CPU source would add
+    // the host's own.
+    config.ebpf.enabled = false;
     config.window.length = Duration::from_millis(250);
     config.window.settle = Duration::ZERO;
     config.ship.aggregator = quic.to_string();
@@ -176,6 +179,84 @@ async fn batches_from_an_agent_appear_in_render() {
         1.0,
         "QUIC batches go through ingest's metrics: {served}"
     );
+    agent.stop().await.unwrap();
+    aggregator.stop().await;
+}
+
+#[tokio::test]
+async fn a_stopping_agent_ships_its_last_window_first() {
+    let aggregator = Aggregator::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let mut config = agent_config(aggregator.quic_addr(), aggregator.dir());
+    // A window longer than the test (yet short enough that its end is not refused as being
+    // from the future): only stopping closes it.
+    config.window.length = Duration::from_secs(60);
+    let agent = agent_app::start_in(config, state.path()).await.unwrap();
+    agent
+        .submitter()
+        .submit(profile("last.cpu", "main;exit", 9, SystemTime::now()))
+        .await
+        .unwrap();
+    agent.stop().await.unwrap();
+    let base = aggregator.url("");
+    assert_eq!(
+        ticks(&aggregator.http, &base, "last.cpu").await,
+        9,
+        "shipped before the agent returned"
+    );
+    aggregator.stop().await;
+}
+
+#[tokio::test]
+async fn a_rate_limited_agent_is_paced_and_loses_nothing() {
+    let mut config = smolder_aggregator::config::Config::default();
+    config.ingest.quic.max_batches_per_second = 2;
+    let aggregator = Aggregator::with_config(config).await;
+    let state = tempfile::tempdir().unwrap();
+    let agent = agent_app::start_in(
+        agent_config(aggregator.quic_addr(), aggregator.dir()),
+        state.path(),
+    )
+    .await
+    .unwrap();
+    // Ten windows at once, five times what the aggregator takes per second.
+    let first = SystemTime::now() - Duration::from_secs(30);
+    let mut produced = 0;
+    for i in 0..10u64 {
+        let at = first + Duration::from_millis(250 * i + 100);
+        agent
+            .submitter()
+            .submit(profile("paced.cpu", "main;work", i + 1, at))
+            .await
+            .unwrap();
+        produced += i + 1;
+    }
+    let base = aggregator.url("");
+    eventually(Duration::from_secs(30), "every batch delivered", || async {
+        ticks(&aggregator.http, &base, "paced.cpu").await == produced
+    })
+    .await;
+    let text = agent_metrics(&agent).await;
+    assert!(
+        metric(
+            &text,
+            "smolder_agent_ship_batches_rejected_total",
+            "retryable=\"true\""
+        ) >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "smolder_agent_spool_batches_dropped_total", ""),
+        0.0
+    );
+    eventually(Duration::from_secs(10), "the spool drains", || async {
+        metric(
+            &agent_metrics(&agent).await,
+            "smolder_agent_spool_batches",
+            "",
+        ) == 0.0
+    })
+    .await;
     agent.stop().await.unwrap();
     aggregator.stop().await;
 }

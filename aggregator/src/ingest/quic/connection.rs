@@ -8,12 +8,12 @@ use smolder_common::wire::{
     self, Ack, BatchError, BatchMessage, FrameError, FrameHeader, FrameKind, FrameLimits, Hello,
     RateLimiter, Reject, Welcome, code,
 };
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::QuicConfig;
 use super::tls::Credentials;
 use crate::app::AppState;
-use crate::ingest::{Batch, IngestError, pprof::type_label, record};
+use crate::ingest::{Batch, IngestError, chain, pprof::type_label, record};
 use crate::metrics::QuicMetrics;
 use crate::store::{BatchMarker, unix};
 
@@ -374,10 +374,24 @@ async fn batch_stream(
                     .inc();
             }
             let retryable = err.retryable();
-            if retryable {
-                debug!(agent_id = %agent, sequence, %err, "batch refused for now");
-            } else {
-                info!(agent_id = %agent, sequence, %err, "batch rejected");
+            match &err {
+                // The aggregator's own failures are the operator's business.
+                StreamError::Ingest(IngestError::Store { source }) => error!(
+                    agent_id = %agent,
+                    sequence,
+                    error = %chain(source),
+                    "storing a batch failed; the agent will resend it"
+                ),
+                StreamError::Ingest(IngestError::Panicked { reason }) => error!(
+                    agent_id = %agent,
+                    sequence,
+                    %reason,
+                    "decoding a batch panicked; the agent will resend it"
+                ),
+                _ if retryable => {
+                    debug!(agent_id = %agent, sequence, %err, "batch refused for now")
+                }
+                _ => info!(agent_id = %agent, sequence, %err, "batch rejected"),
             }
             // Whatever is still coming on this stream is not wanted.
             let _ = recv.stop(code::PROTOCOL.into());

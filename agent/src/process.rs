@@ -1,0 +1,433 @@
+//! Process metadata and the labels it becomes: what a CPU sample's series is called.
+//!
+//! Input: a process id, read once from `/proc/PID/{comm,exe,cmdline,cgroup,status}` when the
+//! sampler first sees the process ([`ProcessInfo::read`]). Output: a [`Series`] named
+//! `<service_name>.cpu`, or nothing when the `ebpf.relabel-configs` rules drop the process
+//! ([`Labeller::series`]). Caller: the CPU source ([`crate::cpu`]). Owns no files or tasks.
+//!
+//! Before relabelling, a process has the `__meta_process_*` labels (`pid`, `comm`, `exe`,
+//! `cmdline`, `cgroup`, `systemd_unit`, `container_id`, `user`) and the preset labels
+//! `service_name`, `hostname`, and, where known, `systemd_unit` and `container_id`. The default
+//! `service_name` is the process's systemd service (`nginx` for `nginx.service`), else its
+//! container id (the 12-character short form, as `docker ps` shows it), else the executable's
+//! file name, else `kernel` for kernel threads. Labels starting with `__` are removed after
+//! relabelling.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use smolder_common::{Labels, Series};
+
+use crate::relabel::{LabelSet, Relabeler};
+
+/// Longest `__meta_process_cmdline` kept, in bytes; longer command lines are cut at a character
+/// boundary (the aggregator's default `ingest.max-label-bytes` is 1024).
+const MAX_CMDLINE: usize = 512;
+
+/// What the agent knows about a process, read from `/proc` while it runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// The process id.
+    pub pid: u32,
+    /// `/proc/PID/comm`: the kernel's name for it, at most 15 bytes.
+    pub comm: String,
+    /// `/proc/PID/exe`: the executable's path as the process sees it; `None` for kernel threads
+    /// and when the agent may not read it.
+    pub exe: Option<String>,
+    /// `/proc/PID/cmdline`, arguments joined by spaces, cut at 512 bytes.
+    pub cmdline: String,
+    /// The process's cgroup path (cgroup v2's, else the systemd hierarchy's of cgroup v1).
+    pub cgroup: String,
+    /// The systemd unit (service or scope) the process runs in.
+    pub systemd_unit: Option<String>,
+    /// The container id (64 hex digits) from the cgroup path.
+    pub container_id: Option<String>,
+    /// The real user id.
+    pub uid: Option<u32>,
+    /// The parent's process id.
+    pub ppid: Option<u32>,
+}
+
+/// The process is gone or its `/proc` entry cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("reading /proc/{pid}/{file} failed")]
+pub struct ProcessError {
+    /// The process.
+    pub pid: u32,
+    /// The file under `/proc/PID`.
+    pub file: &'static str,
+    /// Why.
+    pub source: std::io::Error,
+}
+
+impl ProcessInfo {
+    /// Reads a process's metadata from `proc` (normally `/proc`).
+    ///
+    /// # Errors
+    ///
+    /// [`ProcessError`] when `comm` cannot be read (the process has exited). Other files that
+    /// cannot be read leave their field empty.
+    pub fn read(proc: &Path, pid: u32) -> Result<ProcessInfo, ProcessError> {
+        let dir = proc.join(pid.to_string());
+        let comm = std::fs::read_to_string(dir.join("comm")).map_err(|source| ProcessError {
+            pid,
+            file: "comm",
+            source,
+        })?;
+        let exe = std::fs::read_link(dir.join("exe"))
+            .ok()
+            .map(|path| path.to_string_lossy().into_owned());
+        let cmdline = std::fs::read(dir.join("cmdline"))
+            .map(|bytes| cmdline_text(&bytes))
+            .unwrap_or_default();
+        let cgroup = std::fs::read_to_string(dir.join("cgroup"))
+            .map(|text| parse_cgroup(&text))
+            .unwrap_or_default();
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        let status_field = |name: &str| -> Option<u32> {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        };
+        Ok(ProcessInfo {
+            pid,
+            comm: comm.trim_end_matches('\n').to_owned(),
+            exe,
+            cmdline,
+            cgroup: cgroup.path,
+            systemd_unit: cgroup.systemd_unit,
+            container_id: cgroup.container_id,
+            uid: status_field("Uid:"),
+            ppid: status_field("PPid:"),
+        })
+    }
+
+    /// Whether this is a kernel thread: no executable, and `kthreadd` (pid 2) or its child.
+    pub fn is_kernel_thread(&self) -> bool {
+        self.exe.is_none() && (self.pid == 2 || self.ppid == Some(2))
+    }
+
+    /// The default `service_name`: systemd service, else short container id, else executable
+    /// file name, else `kernel` for kernel threads, else `comm`. Characters a series name cannot
+    /// hold become `_`.
+    pub fn service_name(&self) -> String {
+        let service = self
+            .systemd_unit
+            .as_deref()
+            .and_then(|unit| unit.strip_suffix(".service"))
+            // A template instance (`getty@tty1.service`) is one service with many instances.
+            .map(|unit| unit.split('@').next().unwrap_or(unit));
+        let name = match (service, &self.container_id, &self.exe) {
+            (Some(service), _, _) => service.to_owned(),
+            (None, Some(id), _) => id.chars().take(12).collect(),
+            (None, None, Some(exe)) => {
+                let exe = exe.strip_suffix(" (deleted)").unwrap_or(exe);
+                exe.rsplit('/').next().unwrap_or(exe).to_owned()
+            }
+            (None, None, None) if self.is_kernel_thread() => "kernel".to_owned(),
+            (None, None, None) => self.comm.clone(),
+        };
+        sanitize_app_name(&name)
+    }
+}
+
+/// Replaces characters outside `[A-Za-z0-9_.-]` with `_`; an empty name becomes `unknown`.
+fn sanitize_app_name(name: &str) -> String {
+    if name.is_empty() {
+        return "unknown".to_owned();
+    }
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn cmdline_text(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut joined = text.trim_end_matches('\0').replace('\0', " ");
+    if joined.len() > MAX_CMDLINE {
+        let mut cut = MAX_CMDLINE;
+        while !joined.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        joined.truncate(cut);
+    }
+    joined
+}
+
+/// What a process's `/proc/PID/cgroup` says about where it runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CgroupInfo {
+    /// The cgroup v2 path when it is not the root, else the `name=systemd` v1 path, else the
+    /// first path listed.
+    pub path: String,
+    /// The innermost systemd unit (`*.service` or `*.scope`) on any hierarchy's path; a
+    /// container's scope does not count.
+    pub systemd_unit: Option<String>,
+    /// The container id on any hierarchy's path (docker, containerd, CRI-O, podman, kubepods).
+    pub container_id: Option<String>,
+}
+
+/// Parses `/proc/PID/cgroup` in cgroup v1 (`N:controllers:/path`), v2 (`0::/path`) or hybrid
+/// form.
+pub fn parse_cgroup(text: &str) -> CgroupInfo {
+    let mut v2 = None;
+    let mut systemd = None;
+    let mut first = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        first.get_or_insert(path);
+        if id == "0" && controllers.is_empty() {
+            v2 = Some(path);
+        } else if controllers == "name=systemd" {
+            systemd = Some(path);
+        }
+    }
+    let candidates = [v2, systemd, first];
+    let path = candidates
+        .iter()
+        .flatten()
+        .find(|path| **path != "/")
+        .or(candidates.iter().flatten().next())
+        .map(|path| (*path).to_owned())
+        .unwrap_or_default();
+    // Units and containers are looked for on the systemd hierarchy first (it is systemd's own
+    // view), then v2, then every other line.
+    let ordered = [systemd, v2]
+        .into_iter()
+        .flatten()
+        .chain(text.lines().filter_map(|line| line.splitn(3, ':').nth(2)));
+    let mut systemd_unit = None;
+    let mut container_id = None;
+    for cgroup_path in ordered {
+        if container_id.is_none() {
+            container_id = cgroup_path.split('/').rev().find_map(container_id_of);
+        }
+        if systemd_unit.is_none() {
+            systemd_unit = cgroup_path
+                .split('/')
+                .rev()
+                .find(|part| {
+                    (part.ends_with(".service") || part.ends_with(".scope"))
+                        && container_id_of(part).is_none()
+                })
+                .map(str::to_owned);
+        }
+    }
+    CgroupInfo {
+        path,
+        systemd_unit,
+        container_id,
+    }
+}
+
+/// The container id a cgroup path component names: 64 hex digits, bare (`/docker/<id>`,
+/// kubepods) or wrapped as `docker-<id>.scope`, `cri-containerd-<id>.scope`, `crio-<id>.scope`,
+/// `libpod-<id>.scope`.
+fn container_id_of(part: &str) -> Option<String> {
+    let part = part.strip_suffix(".scope").unwrap_or(part);
+    let id = part.rsplit(['-', ':']).next().unwrap_or(part);
+    (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
+}
+
+/// Turns process metadata into series, applying the configured relabel rules.
+#[derive(Clone, Debug)]
+pub struct Labeller {
+    relabeler: Relabeler,
+    hostname: String,
+    users: HashMap<u32, String>,
+}
+
+impl Labeller {
+    /// A labeller for `hostname`, with user names from `/etc/passwd`.
+    pub fn new(relabeler: Relabeler, hostname: String) -> Labeller {
+        let users = std::fs::read_to_string("/etc/passwd")
+            .map(|text| parse_passwd(&text))
+            .unwrap_or_default();
+        Labeller {
+            relabeler,
+            hostname,
+            users,
+        }
+    }
+
+    /// The labels of `info` before relabelling: `__meta_process_*` and the presets.
+    pub fn meta_labels(&self, info: &ProcessInfo) -> LabelSet {
+        let mut labels = LabelSet::new();
+        let mut set = |name: &str, value: &str| {
+            if !value.is_empty() {
+                labels.insert(name.to_owned(), value.to_owned());
+            }
+        };
+        set("__meta_process_pid", &info.pid.to_string());
+        set("__meta_process_comm", &info.comm);
+        set("__meta_process_exe", info.exe.as_deref().unwrap_or(""));
+        set("__meta_process_cmdline", &info.cmdline);
+        set("__meta_process_cgroup", &info.cgroup);
+        let unit = info.systemd_unit.as_deref().unwrap_or("");
+        let container = info.container_id.as_deref().unwrap_or("");
+        set("__meta_process_systemd_unit", unit);
+        set("__meta_process_container_id", container);
+        let user = info.uid.map(|uid| {
+            self.users
+                .get(&uid)
+                .cloned()
+                .unwrap_or_else(|| uid.to_string())
+        });
+        set("__meta_process_user", user.as_deref().unwrap_or(""));
+        set("service_name", &info.service_name());
+        set("hostname", &self.hostname);
+        set("systemd_unit", unit);
+        set("container_id", container);
+        labels
+    }
+
+    /// The series of `info`'s CPU samples, or `None` when a relabel rule drops the process.
+    /// Labels that are not valid series label names after relabelling are left out.
+    pub fn series(&self, info: &ProcessInfo) -> Option<Series> {
+        let mut labels = self.meta_labels(info);
+        if !self.relabeler.apply(&mut labels) {
+            return None;
+        }
+        let service = labels
+            .get("service_name")
+            .map(|name| sanitize_app_name(name))
+            .unwrap_or_else(|| info.service_name());
+        let mut kept = Labels::new();
+        for (name, value) in labels.iter().filter(|(name, _)| !name.starts_with("__")) {
+            if kept.insert(name.as_str(), value.as_str()).is_err() {
+                tracing::debug!(label = %name, "relabelling made an invalid label name; left out");
+            }
+        }
+        let _ = kept.insert("service_name", service.as_str());
+        Some(Series::new(format!("{service}.cpu"), kept).expect("a sanitized app name is valid"))
+    }
+}
+
+/// User names by uid from `/etc/passwd`'s `name:x:uid:...` lines.
+fn parse_passwd(text: &str) -> HashMap<u32, String> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(':');
+            let name = fields.next()?;
+            let uid = fields.nth(1)?.parse().ok()?;
+            Some((uid, name.to_owned()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::relabel::RelabelConfig;
+
+    const DOCKER: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn cgroup_v2_service() {
+        let info = parse_cgroup("0::/system.slice/nginx.service\n");
+        assert_eq!(info.path, "/system.slice/nginx.service");
+        assert_eq!(info.systemd_unit.as_deref(), Some("nginx.service"));
+        assert_eq!(info.container_id, None);
+    }
+
+    #[test]
+    fn cgroup_v1_hybrid_prefers_the_systemd_hierarchy() {
+        let text = "12:cpu,cpuacct:/\n1:name=systemd:/system.slice/smolder-test-1.service\n0::/\n";
+        let info = parse_cgroup(text);
+        assert_eq!(info.systemd_unit.as_deref(), Some("smolder-test-1.service"));
+        assert_eq!(info.path, "/system.slice/smolder-test-1.service");
+    }
+
+    #[test]
+    fn cgroup_containers() {
+        for path in [
+            format!("0::/system.slice/docker-{DOCKER}.scope"),
+            format!("0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-{DOCKER}.scope"),
+            format!("4:memory:/docker/{DOCKER}"),
+            format!("0::/kubepods/besteffort/pod9/{DOCKER}"),
+        ] {
+            let info = parse_cgroup(&path);
+            assert_eq!(info.container_id.as_deref(), Some(DOCKER), "{path}");
+            assert_eq!(info.systemd_unit, None, "{path}");
+        }
+    }
+
+    #[test]
+    fn service_name_order() {
+        let mut info = ProcessInfo {
+            pid: 10,
+            comm: "worker".into(),
+            exe: Some("/usr/local/bin/my app (deleted)".into()),
+            ..ProcessInfo::default()
+        };
+        assert_eq!(info.service_name(), "my_app");
+        info.container_id = Some(DOCKER.into());
+        assert_eq!(info.service_name(), "0123456789ab");
+        info.systemd_unit = Some("getty@tty1.service".into());
+        assert_eq!(info.service_name(), "getty");
+        let kthread = ProcessInfo {
+            pid: 77,
+            ppid: Some(2),
+            comm: "kworker/0:1".into(),
+            ..ProcessInfo::default()
+        };
+        assert_eq!(kthread.service_name(), "kernel");
+    }
+
+    #[test]
+    fn series_after_relabelling() {
+        let rules: Vec<RelabelConfig> = serde_norway::from_str(
+            r#"
+- source_labels: [__meta_process_comm]
+  regex: "sshd"
+  action: drop
+- source_labels: [__meta_process_user]
+  target_label: user
+"#,
+        )
+        .unwrap();
+        let labeller = Labeller {
+            relabeler: Relabeler::new(&rules).unwrap(),
+            hostname: "host-1".into(),
+            users: HashMap::from([(1000, "ada".to_owned())]),
+        };
+        let info = ProcessInfo {
+            pid: 5,
+            comm: "server".into(),
+            exe: Some("/srv/server".into()),
+            uid: Some(1000),
+            systemd_unit: Some("api.service".into()),
+            ..ProcessInfo::default()
+        };
+        let series = labeller.series(&info).unwrap();
+        assert_eq!(
+            series.to_string(),
+            "api.cpu{hostname=host-1,service_name=api,systemd_unit=api.service,user=ada}"
+        );
+        let sshd = ProcessInfo {
+            comm: "sshd".into(),
+            ..info
+        };
+        assert!(labeller.series(&sshd).is_none());
+    }
+
+    #[test]
+    fn cmdline_is_joined_and_cut() {
+        assert_eq!(cmdline_text(b"sleep\x0010\x00"), "sleep 10");
+        assert_eq!(cmdline_text(&[b'a'; 600]).len(), MAX_CMDLINE);
+    }
+}

@@ -1,0 +1,198 @@
+//! Symbolization: addresses of sampled stacks to function names, on a thread of its own.
+//!
+//! Input: [`Sample`](crate::ebpf::Sample)s of one drain, plus [`Symbolizer::capture`] calls for
+//! processes the sampler sees for the first time (or after an exec) and [`Symbolizer::forget`]
+//! calls once an exited process's grace period is over. Output: [`SymbolizedSample`]s whose
+//! frames are names, root first (user frames, then the kernel frames below them). Caller: the
+//! CPU source ([`crate::cpu`]). Owns the `smolder-symbolize` thread, which owns a blazesym
+//! `Symbolizer` (not `Send`), the captured process maps, the open binaries and the frame cache.
+//!
+//! User frames come from the binaries' symbol tables (`.symtab`, `.dynsym`; no DWARF, so no line
+//! numbers), demangled for Rust and C++; code in anonymous memory from the runtime's perf map
+//! (`/tmp/perf-PID.map`) while the process lives; kernel frames from `/proc/kallsyms`. A frame
+//! that cannot be resolved reads `module+0xoffset` (file offset) or `[unknown]`, never a bare
+//! address. Stacks unwound with frame pointers stop early in code built without them; such
+//! stacks are counted as truncated (see [`TRUNCATION_ROOTS`]).
+
+mod cache;
+mod maps;
+mod resolve;
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ebpf::Sample;
+use crate::metrics::SymbolizeMetrics;
+
+/// Frames a complete user stack starts from: the entry points of processes and threads in glibc,
+/// musl and Go. A user stack without one of them, and without `main`, was cut short by a frame
+/// without a frame pointer.
+pub const TRUNCATION_ROOTS: &[&str] = &[
+    "_start",
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "start_thread",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+    "thread_start",
+    "runtime.goexit",
+    "runtime.goexit.abi0",
+    "runtime.mstart",
+    "runtime.rt0_go",
+    "runtime.rt0_go.abi0",
+];
+
+/// The symbolizer's settings (`symbolize:` in the config file).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct SymbolizeConfig {
+    /// Binaries held open for symbolization; the least recently used is closed first (and
+    /// reopened from a live process when needed again). Default `256`, well below the usual
+    /// 1024 open-file limit.
+    pub max_open_files: usize,
+    /// Resolved frames remembered across drains. Default `65536` (a few MiB).
+    pub max_cached_frames: usize,
+    /// Whether kernel frames are shown below user frames. Default `true`.
+    pub kernel_frames: bool,
+}
+
+impl Default for SymbolizeConfig {
+    fn default() -> Self {
+        SymbolizeConfig {
+            max_open_files: 256,
+            max_cached_frames: 65536,
+            kernel_frames: true,
+        }
+    }
+}
+
+/// A sample with names for its frames.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SymbolizedSample {
+    /// The process id.
+    pub pid: u32,
+    /// Frame names, root first: user frames, then kernel frames.
+    pub frames: Vec<Arc<str>>,
+    /// How many times the stack was sampled.
+    pub count: u64,
+    /// Whether the user stack was cut short (no [`TRUNCATION_ROOTS`] frame, no `main`).
+    pub truncated: bool,
+}
+
+/// Why the symbolizer could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum SymbolizeError {
+    /// The symbolizer thread could not be started.
+    #[error("starting the symbolizer thread failed")]
+    Spawn(#[source] std::io::Error),
+    /// The symbolizer thread has stopped (it panicked); the source stops with it.
+    #[error("the symbolizer thread has stopped")]
+    Stopped,
+}
+
+enum Request {
+    Capture(u32),
+    Forget(u32),
+    Symbolize(Vec<Sample>, mpsc::Sender<Vec<SymbolizedSample>>),
+}
+
+/// A pending answer to [`Symbolizer::submit`].
+pub struct Pending(mpsc::Receiver<Vec<SymbolizedSample>>);
+
+impl Pending {
+    /// The answer, waiting at most `timeout` for it.
+    ///
+    /// # Errors
+    ///
+    /// [`SymbolizeError::Stopped`] when the thread stopped without answering.
+    pub fn wait_for(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Vec<SymbolizedSample>>, SymbolizeError> {
+        match self.0.recv_timeout(timeout) {
+            Ok(answer) => Ok(Some(answer)),
+            Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(SymbolizeError::Stopped),
+        }
+    }
+}
+
+/// The handle to the symbolizer thread; dropping it stops the thread.
+pub struct Symbolizer {
+    tx: Option<mpsc::Sender<Request>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Symbolizer {
+    /// Starts the symbolizer thread.
+    ///
+    /// # Errors
+    ///
+    /// [`SymbolizeError::Spawn`] when the thread cannot be created.
+    pub fn start(
+        config: SymbolizeConfig,
+        metrics: SymbolizeMetrics,
+    ) -> Result<Symbolizer, SymbolizeError> {
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("smolder-symbolize".to_owned())
+            .spawn(move || resolve::run(config, metrics, rx))
+            .map_err(SymbolizeError::Spawn)?;
+        Ok(Symbolizer {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    fn send(&self, request: Request) -> Result<(), SymbolizeError> {
+        self.tx
+            .as_ref()
+            .expect("the sender lives until drop")
+            .send(request)
+            .map_err(|_| SymbolizeError::Stopped)
+    }
+
+    /// Captures `pid`'s memory map and opens its binaries now, while it runs; it goes ahead of
+    /// any symbolization in progress. Called again after an exec.
+    ///
+    /// # Errors
+    ///
+    /// [`SymbolizeError::Stopped`] when the thread has stopped.
+    pub fn capture(&self, pid: u32) -> Result<(), SymbolizeError> {
+        self.send(Request::Capture(pid))
+    }
+
+    /// Drops what was captured for `pid` (after its exit and grace period).
+    ///
+    /// # Errors
+    ///
+    /// [`SymbolizeError::Stopped`] when the thread has stopped.
+    pub fn forget(&self, pid: u32) -> Result<(), SymbolizeError> {
+        self.send(Request::Forget(pid))
+    }
+
+    /// Queues `samples` for symbolization; the answer keeps their order.
+    ///
+    /// # Errors
+    ///
+    /// [`SymbolizeError::Stopped`] when the thread has stopped.
+    pub fn submit(&self, samples: Vec<Sample>) -> Result<Pending, SymbolizeError> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Request::Symbolize(samples, reply))?;
+        Ok(Pending(answer))
+    }
+}
+
+impl Drop for Symbolizer {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,525 @@
+//! The symbolizer thread: process maps, open binaries, the frame cache and blazesym.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer as Blaze, evict};
+use blazesym::{MaybeDefault, Pid};
+use tracing::{debug, debug_span};
+
+use super::cache::FrameCache;
+use super::maps::{FileKey, Files, Object, ProcessMap};
+use super::{Request, SymbolizeConfig, SymbolizedSample, TRUNCATION_ROOTS};
+use crate::ebpf::{Sample, Stack};
+use crate::metrics::SymbolizeMetrics;
+
+/// What a frame's name is cached under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum FrameKey {
+    /// A file offset in a binary.
+    File(FileKey, u64),
+    /// A kernel address.
+    Kernel(u64),
+}
+
+struct State {
+    config: SymbolizeConfig,
+    metrics: SymbolizeMetrics,
+    blaze: Blaze,
+    processes: HashMap<u32, ProcessMap>,
+    files: Files,
+    frames: FrameCache<FrameKey>,
+    /// Counts requests, for least-recently-used file eviction.
+    tick: u64,
+}
+
+/// Serves requests until the handle is dropped. Captures jump the queue: they are taken between
+/// the processes of a symbolization in progress, so a short-lived process started during a drain
+/// is captured before it exits.
+pub(super) fn run(config: SymbolizeConfig, metrics: SymbolizeMetrics, rx: mpsc::Receiver<Request>) {
+    let blaze = Blaze::builder()
+        .enable_code_info(false)
+        .enable_inlined_fns(false)
+        .enable_demangling(true)
+        .build();
+    let mut state = State {
+        files: Files::new(config.max_open_files),
+        frames: FrameCache::new(config.max_cached_frames),
+        config,
+        metrics,
+        blaze,
+        processes: HashMap::new(),
+        tick: 0,
+    };
+    let mut deferred = VecDeque::new();
+    loop {
+        let request = match deferred.pop_front() {
+            Some(request) => request,
+            None => match rx.recv() {
+                Ok(request) => request,
+                Err(_) => return,
+            },
+        };
+        match request {
+            Request::Capture(pid) => state.capture(pid),
+            Request::Forget(pid) => state.forget(pid),
+            Request::Symbolize(samples, reply) => {
+                let _span = debug_span!("symbolize", samples = samples.len()).entered();
+                let started = Instant::now();
+                let answer = state.symbolize(samples, || {
+                    // Between processes: capture newcomers now, keep the rest for later.
+                    deferred.extend(rx.try_iter());
+                    let captures: Vec<u32> = deferred
+                        .iter()
+                        .filter_map(|r| match r {
+                            Request::Capture(pid) => Some(*pid),
+                            _ => None,
+                        })
+                        .collect();
+                    deferred.retain(|r| !matches!(r, Request::Capture(_)));
+                    captures
+                });
+                state
+                    .metrics
+                    .duration
+                    .observe(started.elapsed().as_secs_f64());
+                let _ = reply.send(answer);
+            }
+        }
+    }
+}
+
+impl State {
+    fn capture(&mut self, pid: u32) {
+        self.tick += 1;
+        let text = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            Ok(text) => text,
+            Err(err) => {
+                debug!(pid, error = %err, "process gone before its memory map was captured");
+                self.metrics.capture_failures.inc();
+                return;
+            }
+        };
+        let mut evicted = Vec::new();
+        self.files.open_for(pid, &text, self.tick, &mut evicted);
+        self.evict_files(evicted);
+        self.processes.insert(pid, ProcessMap::parse(&text));
+        self.metrics.captures.inc();
+        self.update_gauges();
+    }
+
+    fn forget(&mut self, pid: u32) {
+        self.processes.remove(&pid);
+        self.frames
+            .retain(|key| *key != live_key(pid, key.offset()));
+        let _ = self
+            .blaze
+            .evict(&evict::Process::new(Pid::from(pid)).into());
+        self.update_gauges();
+    }
+
+    fn evict_files(&mut self, paths: Vec<PathBuf>) {
+        for path in paths {
+            self.metrics.files_evicted.inc();
+            let _ = self.blaze.evict(&evict::Elf::new(path).into());
+        }
+        // A closed file's descriptor number may be reused for another file; frames cached
+        // under its key stay right, since keys are device and inode, not paths.
+    }
+
+    fn update_gauges(&self) {
+        self.metrics
+            .processes
+            .set(i64::try_from(self.processes.len()).unwrap_or(i64::MAX));
+        self.metrics
+            .open_files
+            .set(i64::try_from(self.files.len()).unwrap_or(i64::MAX));
+        self.metrics
+            .cached_frames
+            .set(i64::try_from(self.frames.len()).unwrap_or(i64::MAX));
+    }
+
+    fn symbolize(
+        &mut self,
+        samples: Vec<Sample>,
+        mut between: impl FnMut() -> Vec<u32>,
+    ) -> Vec<SymbolizedSample> {
+        self.tick += 1;
+        let mut order: Vec<usize> = (0..samples.len()).collect();
+        order.sort_by_key(|&i| samples[i].pid);
+        let mut out: Vec<Option<SymbolizedSample>> = vec![None; samples.len()];
+        let mut start = 0;
+        while start < order.len() {
+            let pid = samples[order[start]].pid;
+            let end = start + order[start..].partition_point(|&i| samples[i].pid == pid);
+            let group: Vec<&Sample> = order[start..end].iter().map(|&i| &samples[i]).collect();
+            self.resolve_process(pid, &group);
+            for &i in &order[start..end] {
+                out[i] = Some(self.name(&samples[i]));
+            }
+            for newcomer in between() {
+                self.capture(newcomer);
+            }
+            start = end;
+        }
+        self.update_gauges();
+        out.into_iter()
+            .map(|s| s.expect("every sample is named"))
+            .collect()
+    }
+
+    /// Resolves every uncached address of one process's samples, one blazesym call per binary.
+    fn resolve_process(&mut self, pid: u32, samples: &[&Sample]) {
+        let mut by_file: HashMap<FileKey, Vec<u64>> = HashMap::new();
+        let mut live: Vec<u64> = Vec::new();
+        let mut kernel: Vec<u64> = Vec::new();
+        for sample in samples {
+            if let Stack::Frames(frames) = &sample.user {
+                for (depth, &addr) in frames.iter().enumerate() {
+                    let addr = call_site(addr, depth);
+                    match self.user_key(pid, addr) {
+                        Some(FrameKey::File(file, offset)) => {
+                            if self.frames.get(&FrameKey::File(file, offset)).is_none() {
+                                by_file.entry(file).or_default().push(offset);
+                            }
+                        }
+                        _ => {
+                            if self.frames.get(&live_key(pid, addr)).is_none() {
+                                live.push(addr);
+                            }
+                        }
+                    }
+                }
+            }
+            if self.config.kernel_frames
+                && let Stack::Frames(frames) = &sample.kernel
+            {
+                for (depth, &addr) in frames.iter().enumerate() {
+                    let addr = call_site(addr, depth);
+                    if self.frames.get(&FrameKey::Kernel(addr)).is_none() {
+                        kernel.push(addr);
+                    }
+                }
+            }
+        }
+        if by_file.keys().any(|&file| !self.files.is_open(file)) {
+            // Closed to stay within max-open-files since capture: reopen from the live process.
+            if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+                let mut evicted = Vec::new();
+                self.files.open_for(pid, &text, self.tick, &mut evicted);
+                self.evict_files(evicted);
+            }
+        }
+        let mut resolved = 0u64;
+        let mut unresolved = 0u64;
+        for (file, mut offsets) in by_file {
+            offsets.sort_unstable();
+            offsets.dedup();
+            let Some(path) = self.files.path(file, self.tick).map(|p| p.to_path_buf()) else {
+                continue;
+            };
+            let mut elf = Elf::new(path);
+            elf.debug_syms = false;
+            let names = self
+                .blaze
+                .symbolize(&Source::Elf(elf), Input::FileOffset(&offsets));
+            match names {
+                Ok(names) => {
+                    for (offset, name) in offsets.iter().zip(names) {
+                        if let Symbolized::Sym(sym) = name {
+                            resolved += 1;
+                            self.frames
+                                .insert(FrameKey::File(file, *offset), Arc::from(&*sym.name));
+                        } else {
+                            unresolved += 1;
+                        }
+                    }
+                }
+                Err(err) => {
+                    unresolved += offsets.len() as u64;
+                    debug!(pid, error = %err, "symbolizing a binary failed");
+                }
+            }
+        }
+        if !kernel.is_empty() {
+            kernel.sort_unstable();
+            kernel.dedup();
+            // kallsyms only: a vmlinux image would cost memory for no better names.
+            let source = Kernel {
+                vmlinux: MaybeDefault::None,
+                debug_syms: false,
+                ..Kernel::default()
+            };
+            match self
+                .blaze
+                .symbolize(&Source::Kernel(source), Input::AbsAddr(&kernel))
+            {
+                Ok(names) => {
+                    for (addr, name) in kernel.iter().zip(names) {
+                        if let Symbolized::Sym(sym) = name {
+                            resolved += 1;
+                            self.frames
+                                .insert(FrameKey::Kernel(*addr), Arc::from(&*sym.name));
+                        } else {
+                            unresolved += 1;
+                        }
+                    }
+                }
+                Err(err) => {
+                    unresolved += kernel.len() as u64;
+                    debug!(error = %err, "symbolizing kernel addresses failed");
+                }
+            }
+        }
+        self.metrics.frames_resolved.inc_by(resolved);
+        self.metrics.frames_unresolved.inc_by(unresolved);
+        // Anonymous and vDSO code: only the live process (its perf map, its vDSO) can tell.
+        if !live.is_empty() && std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            live.sort_unstable();
+            live.dedup();
+            self.resolve_live(pid, &live);
+        }
+    }
+
+    /// Names of anonymous-memory (JIT) and vDSO addresses, cached per process under a pseudo
+    /// file key holding the pid ([`live_key`]), which [`State::forget`] clears.
+    fn resolve_live(&mut self, pid: u32, addrs: &[u64]) {
+        let mut process = Process::new(Pid::from(pid));
+        process.debug_syms = false;
+        process.map_files = false;
+        let Ok(names) = self
+            .blaze
+            .symbolize(&Source::Process(process), Input::AbsAddr(addrs))
+        else {
+            return;
+        };
+        for (addr, name) in addrs.iter().zip(names) {
+            if let Symbolized::Sym(sym) = name {
+                self.frames
+                    .insert(live_key(pid, *addr), Arc::from(&*sym.name));
+            }
+        }
+    }
+
+    fn user_key(&self, pid: u32, addr: u64) -> Option<FrameKey> {
+        let mapping = self.processes.get(&pid)?.find(addr)?;
+        match &mapping.object {
+            Object::File { key, .. } => {
+                Some(FrameKey::File(*key, addr - mapping.start + mapping.offset))
+            }
+            Object::Vdso | Object::Anonymous => None,
+        }
+    }
+
+    /// The name of a user frame: cached symbol, else `module+0xoffset`, else `[vdso]`,
+    /// `[anonymous]` or `[unknown]`.
+    fn user_frame(&mut self, pid: u32, addr: u64) -> Arc<str> {
+        let Some(mapping) = self.processes.get(&pid).and_then(|map| map.find(addr)) else {
+            return Arc::from("[unknown]");
+        };
+        match &mapping.object {
+            Object::File { key, name } => {
+                let offset = addr - mapping.start + mapping.offset;
+                let name = Arc::clone(name);
+                self.frames
+                    .get(&FrameKey::File(*key, offset))
+                    .unwrap_or_else(|| Arc::from(format!("{name}+0x{offset:x}")))
+            }
+            Object::Vdso => self
+                .frames
+                .get(&live_key(pid, addr))
+                .unwrap_or_else(|| Arc::from("[vdso]")),
+            Object::Anonymous => self
+                .frames
+                .get(&live_key(pid, addr))
+                .unwrap_or_else(|| Arc::from("[anonymous]")),
+        }
+    }
+
+    fn name(&mut self, sample: &Sample) -> SymbolizedSample {
+        let mut frames: Vec<Arc<str>> = Vec::new();
+        let mut truncated = false;
+        match &sample.user {
+            Stack::Frames(addrs) => {
+                let mut user: Vec<Arc<str>> = addrs
+                    .iter()
+                    .enumerate()
+                    .map(|(depth, &addr)| self.user_frame(sample.pid, call_site(addr, depth)))
+                    .collect();
+                // Leaf first; frames beyond a thread's entry point are unwinding garbage. A
+                // stack that reaches `main` is complete too: only the C runtime's start frames,
+                // unnamed where libc is stripped to its dynamic symbols (Debian), lie above it.
+                match user
+                    .iter()
+                    .position(|name| TRUNCATION_ROOTS.contains(&&**name))
+                {
+                    Some(root) => user.truncate(root + 1),
+                    None => truncated = !user.iter().any(|name| &**name == "main"),
+                }
+                frames.extend(user.into_iter().rev());
+            }
+            Stack::None => {}
+            Stack::Lost => frames.push(Arc::from("[user stack lost]")),
+        }
+        if self.config.kernel_frames {
+            match &sample.kernel {
+                Stack::Frames(addrs) => {
+                    let kernel: Vec<Arc<str>> = addrs
+                        .iter()
+                        .enumerate()
+                        .map(|(depth, &addr)| {
+                            self.frames
+                                .get(&FrameKey::Kernel(call_site(addr, depth)))
+                                .unwrap_or_else(|| Arc::from("[unknown kernel]"))
+                        })
+                        .collect();
+                    frames.extend(kernel.into_iter().rev());
+                }
+                Stack::None => {}
+                Stack::Lost => frames.push(Arc::from("[kernel stack lost]")),
+            }
+        }
+        if frames.is_empty() {
+            frames.push(Arc::from("[no stack]"));
+        }
+        if truncated {
+            self.metrics.truncated_stacks.inc_by(sample.count);
+        }
+        SymbolizedSample {
+            pid: sample.pid,
+            frames,
+            count: sample.count,
+            truncated,
+        }
+    }
+}
+
+impl FrameKey {
+    fn offset(&self) -> u64 {
+        match self {
+            FrameKey::File(_, offset) | FrameKey::Kernel(offset) => *offset,
+        }
+    }
+}
+
+/// The key of an anonymous or vDSO address of a live process.
+fn live_key(pid: u32, addr: u64) -> FrameKey {
+    FrameKey::File(
+        FileKey {
+            dev: u64::MAX,
+            inode: u64::from(pid),
+        },
+        addr,
+    )
+}
+
+/// The address to look up for a frame: a caller's frame holds the return address, which may
+/// already belong to the next function when the call was the last instruction of its own.
+fn call_site(addr: u64, depth: usize) -> u64 {
+    if depth == 0 {
+        addr
+    } else {
+        addr.saturating_sub(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+
+    const MAPS: &str = "\
+55d0c0a01000-55d0c0a02000 r-xp 00001000 fd:01 1234                       /usr/bin/work
+7f0000000000-7f0000100000 r-xp 00028000 fd:01 99                         /usr/lib/x86_64-linux-gnu/libc.so.6
+";
+
+    fn state() -> State {
+        let mut state = State {
+            config: SymbolizeConfig::default(),
+            metrics: Metrics::new().symbolize.clone(),
+            blaze: Blaze::new(),
+            processes: HashMap::from([(7, ProcessMap::parse(MAPS))]),
+            files: Files::new(4),
+            frames: FrameCache::new(64),
+            tick: 0,
+        };
+        let work = FileKey {
+            dev: (0xfd << 32) | 1,
+            inode: 1234,
+        };
+        let libc = FileKey {
+            dev: (0xfd << 32) | 1,
+            inode: 99,
+        };
+        // Callers are looked up one byte before their return address.
+        state
+            .frames
+            .insert(FrameKey::File(work, 0x1100), Arc::from("leaf"));
+        state
+            .frames
+            .insert(FrameKey::File(work, 0x11ff), Arc::from("main"));
+        state.frames.insert(
+            FrameKey::File(libc, 0x28010 - 1),
+            Arc::from("__libc_start_call_main"),
+        );
+        state
+    }
+
+    #[test]
+    fn frames_are_root_first_and_cut_at_the_thread_entry() {
+        let mut state = state();
+        let sample = Sample {
+            pid: 7,
+            user: Stack::Frames(Arc::from(
+                [0x55d0c0a01100, 0x55d0c0a01200, 0x7f0000000010, 0xdead].as_slice(),
+            )),
+            kernel: Stack::None,
+            count: 3,
+        };
+        let named = state.name(&sample);
+        let frames: Vec<&str> = named.frames.iter().map(|f| &**f).collect();
+        assert_eq!(frames, ["__libc_start_call_main", "main", "leaf"]);
+        assert!(!named.truncated);
+    }
+
+    #[test]
+    fn unknown_frames_show_their_module_and_truncation_is_counted() {
+        let mut state = state();
+        let sample = Sample {
+            pid: 7,
+            user: Stack::Frames(Arc::from([0x55d0c0a01100, 0x55d0c0a01801, 0x10].as_slice())),
+            kernel: Stack::Lost,
+            count: 2,
+        };
+        let named = state.name(&sample);
+        let frames: Vec<&str> = named.frames.iter().map(|f| &**f).collect();
+        assert_eq!(
+            frames,
+            ["[unknown]", "work+0x1800", "leaf", "[kernel stack lost]"]
+        );
+        assert!(named.truncated);
+        assert_eq!(state.metrics.truncated_stacks.get(), 2);
+    }
+
+    #[test]
+    fn a_stack_that_reaches_main_is_complete_without_named_libc_frames() {
+        let mut state = state();
+        let sample = Sample {
+            pid: 7,
+            // leaf, main, then libc's start frame at an offset with no cached name.
+            user: Stack::Frames(Arc::from(
+                [0x55d0c0a01100, 0x55d0c0a01200, 0x7f0000000500].as_slice(),
+            )),
+            kernel: Stack::None,
+            count: 1,
+        };
+        let named = state.name(&sample);
+        let frames: Vec<&str> = named.frames.iter().map(|f| &**f).collect();
+        assert_eq!(frames, ["libc.so.6+0x284ff", "main", "leaf"]);
+        assert!(!named.truncated);
+    }
+}
