@@ -46,6 +46,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 struct Known {
     /// Its series; `None` when a relabel rule drops it.
     series: Option<Series>,
+    /// When it started (`ProcessInfo::start_time`).
+    start_time: u64,
     /// When it exited, and the number of the drain that was next at that moment.
     exited: Option<(Instant, u64)>,
 }
@@ -58,16 +60,22 @@ pub struct Processes {
 }
 
 impl Processes {
-    /// Records a process seen for the first time, or exec'd, with its series (`None`: dropped).
-    /// A pid that exited and came back (pid reuse) starts afresh.
-    pub fn seen(&mut self, pid: u32, series: Option<Series>) {
+    /// Records a process seen for the first time, or exec'd, with its series (`None`: dropped)
+    /// and start time. A pid that exited and came back (pid reuse) starts afresh.
+    pub fn seen(&mut self, pid: u32, series: Option<Series>, start_time: u64) {
         self.known.insert(
             pid,
             Known {
                 series,
+                start_time,
                 exited: None,
             },
         );
+    }
+
+    /// The start time recorded for `pid`, if it is known.
+    pub fn start_time(&self, pid: u32) -> Option<u64> {
+        self.known.get(&pid).map(|known| known.start_time)
     }
 
     /// Whether `pid` is known (alive or in its grace period).
@@ -157,15 +165,20 @@ impl Collector {
         })
     }
 
-    /// Reads the labels of `pid` and has its memory map captured.
-    fn learn(&mut self, pid: u32) -> anyhow::Result<()> {
+    /// Reads the labels of `pid` and has its memory map captured; `exec` says it exec'd, so
+    /// that what is known of it is stale.
+    fn learn(&mut self, pid: u32, exec: bool) -> anyhow::Result<()> {
         match ProcessInfo::read(Path::new("/proc"), pid) {
+            // Sampled again after its exit event, while the kernel tears it down: the same
+            // process (same start time), not a new one reusing the pid, and it can no longer be
+            // read properly (its executable link is gone).
+            Ok(info) if !exec && self.processes.start_time(pid) == Some(info.start_time) => {}
             Ok(info) => {
                 let series = self.labeller.series(&info);
                 if series.is_some() {
                     self.symbolizer.capture(pid)?;
                 }
-                self.processes.seen(pid, series);
+                self.processes.seen(pid, series, info.start_time);
             }
             Err(err) => debug!(pid, error = %err, "process gone before it was read"),
         }
@@ -182,7 +195,8 @@ impl Collector {
                 // Announced again after the kernel's LRU forgot it; a pid that exited and is
                 // announced again has been reused by a new process.
                 ProcessEventKind::FirstSight if self.processes.is_alive(event.pid) => {}
-                ProcessEventKind::FirstSight | ProcessEventKind::Exec => self.learn(event.pid)?,
+                ProcessEventKind::FirstSight => self.learn(event.pid, false)?,
+                ProcessEventKind::Exec => self.learn(event.pid, true)?,
                 ProcessEventKind::Exit => self.processes.exited(event.pid, now, self.drained),
             }
         }
@@ -228,7 +242,7 @@ impl Collector {
         for sample in samples {
             if !self.processes.contains(sample.pid) {
                 // Its first-sight event was lost or came after the drain began.
-                self.learn(sample.pid)?;
+                self.learn(sample.pid, false)?;
             }
             match self.processes.series(sample.pid) {
                 Some(Some(_)) => kept.push(sample),
@@ -485,8 +499,8 @@ mod tests {
     fn exited_processes_stay_for_the_grace_period_and_the_next_drain() {
         let mut processes = Processes::default();
         let series: Series = "a.cpu{}".parse().unwrap();
-        processes.seen(7, Some(series.clone()));
-        processes.seen(8, None);
+        processes.seen(7, Some(series.clone()), 100);
+        processes.seen(8, None, 100);
         let t0 = Instant::now();
         let grace = Duration::from_secs(30);
         // Exit during drain 3 (3 drains done, the 4th pending).
@@ -503,9 +517,10 @@ mod tests {
         assert_eq!(processes.series(8), Some(None));
         assert!(processes.is_alive(8));
         // The pid comes back: it is alive again and stays.
-        processes.seen(8, Some(series));
+        processes.seen(8, Some(series), 100);
         processes.exited(8, t0, 0);
-        processes.seen(8, None);
+        assert_eq!(processes.start_time(8), Some(100));
+        processes.seen(8, None, 200);
         assert!(processes.purge(t0 + grace * 2, 9, grace).is_empty());
         assert_eq!(processes.len(), 1);
     }

@@ -46,6 +46,9 @@ pub struct ProcessInfo {
     pub uid: Option<u32>,
     /// The parent's process id.
     pub ppid: Option<u32>,
+    /// When the process started, in clock ticks since boot (`/proc/PID/stat` field 22): with the
+    /// pid, what tells a process from a later one that reuses its pid.
+    pub start_time: u64,
 }
 
 /// The process is gone or its `/proc` entry cannot be read.
@@ -83,6 +86,12 @@ impl ProcessInfo {
         let cgroup = std::fs::read_to_string(dir.join("cgroup"))
             .map(|text| parse_cgroup(&text))
             .unwrap_or_default();
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        // Fields after the parenthesised comm (which may hold spaces); starttime is the 22nd.
+        let start_time = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(19)?.parse().ok())
+            .unwrap_or(0);
         let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
         let status_field = |name: &str| -> Option<u32> {
             status
@@ -103,6 +112,7 @@ impl ProcessInfo {
             container_id: cgroup.container_id,
             uid: status_field("Uid:"),
             ppid: status_field("PPid:"),
+            start_time,
         })
     }
 
@@ -423,6 +433,15 @@ mod tests {
             ..info
         };
         assert!(labeller.series(&sshd).is_none());
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let info = ProcessInfo::read(Path::new("/proc"), std::process::id()).unwrap();
+        assert!(info.start_time > 0);
+        assert!(info.exe.is_some());
+        assert!(!info.comm.is_empty());
+        assert!(ProcessInfo::read(Path::new("/proc"), u32::MAX).is_err());
     }
 
     #[test]

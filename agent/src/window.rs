@@ -5,7 +5,10 @@
 //! falls in (windows start at multiples of [`WindowConfig::length`] since the epoch, so agents
 //! on different hosts agree), merges trees of the same series and profile meta, and, once a
 //! window has ended and [`WindowConfig::settle`] has passed for stragglers, hands it to every
-//! sink as one [`Window`]. A profile that arrives after its window was handed on goes into the
+//! sink as one [`Window`]. Trees of a series whose values add up (CPU samples, allocations) are
+//! summed; snapshots ([`Aggregation::Average`]: in-use memory, goroutines) are averaged over the
+//! snapshots that fell in the window, so a scrape interval shorter than the window does not
+//! double them. A profile that arrives after its window was handed on goes into the
 //! window that is open now and is counted as late: late data is moved, never dropped.
 
 use std::collections::{BTreeMap, HashMap};
@@ -13,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use smolder_common::{Profile, ProfileMeta, Series, Tree};
+use smolder_common::{Aggregation, Profile, ProfileMeta, Series, Tree};
 use tokio::sync::mpsc;
 use tracing::debug;
 
@@ -100,10 +103,13 @@ pub fn window_start(t: SystemTime, length: Duration) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(u64::try_from(start_ns).unwrap_or(u64::MAX))
 }
 
+/// One open window's series and meta, each with its merged tree and how many profiles made it.
+type WindowSeries = HashMap<(Series, ProfileMeta), (Tree, u64)>;
+
 /// The windows still open, each merging its profiles.
 struct Open {
     length: Duration,
-    windows: BTreeMap<SystemTime, HashMap<(Series, ProfileMeta), Tree>>,
+    windows: BTreeMap<SystemTime, WindowSeries>,
     /// End of the latest window handed on; profiles for earlier windows are late.
     closed_until: SystemTime,
 }
@@ -124,11 +130,13 @@ impl Open {
         }
         let series = self.windows.entry(start).or_default();
         match series.entry((profile.series, profile.meta)) {
-            std::collections::hash_map::Entry::Occupied(mut tree) => {
-                tree.get_mut().merge(&profile.tree)
+            std::collections::hash_map::Entry::Occupied(mut merged) => {
+                let (tree, count) = merged.get_mut();
+                tree.merge(&profile.tree);
+                *count += 1;
             }
             std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(profile.tree);
+                slot.insert((profile.tree, 1));
             }
         }
         late
@@ -146,12 +154,17 @@ impl Open {
             let profiles = entry
                 .remove()
                 .into_iter()
-                .map(|((series, meta), tree)| Profile {
-                    series,
-                    meta,
-                    from: start,
-                    until: end,
-                    tree,
+                .map(|((series, meta), (mut tree, count))| {
+                    if meta.aggregation == Aggregation::Average && count > 1 {
+                        tree.scale(1, count);
+                    }
+                    Profile {
+                        series,
+                        meta,
+                        from: start,
+                        until: end,
+                        tree,
+                    }
                 })
                 .collect();
             self.closed_until = self.closed_until.max(end);
@@ -291,6 +304,37 @@ mod tests {
             open.next_close(settle),
             Some(UNIX_EPOCH + Duration::from_secs(32))
         );
+    }
+
+    #[test]
+    fn snapshots_in_one_window_are_averaged_not_summed() {
+        let mut open = open();
+        let now = UNIX_EPOCH + Duration::from_secs(25);
+        let snapshot = |value, from| {
+            let mut p = profile(
+                "app.inuse_space{}",
+                &["main", "alloc"],
+                value,
+                from,
+                from + 5,
+            );
+            p.meta.aggregation = Aggregation::Average;
+            p
+        };
+        open.add(snapshot(100, 10), now);
+        open.add(snapshot(300, 15), now);
+        open.add(profile("app.cpu{}", &["main"], 7, 10, 15), now);
+        open.add(profile("app.cpu{}", &["main"], 5, 15, 20), now);
+        let closed = open.close(UNIX_EPOCH + Duration::from_secs(40), Duration::ZERO);
+        let total = |name: &str| {
+            closed[0]
+                .profiles
+                .iter()
+                .find(|p| p.series.app() == name)
+                .map(|p| p.tree.total())
+        };
+        assert_eq!(total("app.inuse_space"), Some(200));
+        assert_eq!(total("app.cpu"), Some(12));
     }
 
     #[test]

@@ -312,10 +312,25 @@ async fn bad_targets_fail_alone_with_clear_errors() {
         Redirect::temporary("/debug/pprof/heap").into_response()
     })))
     .await;
+    // A raw protobuf sent with `Content-Encoding: gzip`, as a compressing proxy would: fine.
+    let encoded_body = {
+        use std::io::Write as _;
+        let mut tree = Tree::new();
+        tree.insert_names(["main.main", "main.work"], 4096);
+        let raw = pprof::encode(&tree, &EncodeOptions::new("inuse_space", "bytes")).to_bytes(false);
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(&raw).unwrap();
+        encoder.finish().unwrap()
+    };
+    let encoded = serve(Router::new().fallback(get(move || {
+        let body = encoded_body.clone();
+        async move { ([("content-encoding", "gzip")], body) }
+    })))
+    .await;
 
     let mut config = Config::default();
     config.http.listen = "127.0.0.1:0".parse().unwrap();
-    let targets = [good, refused, slow, html, oversize, bomb, redirect]
+    let targets = [good, refused, slow, html, oversize, bomb, redirect, encoded]
         .iter()
         .map(|a| format!("'{a}'"))
         .collect::<Vec<_>>()
@@ -337,7 +352,7 @@ async fn bad_targets_fail_alone_with_clear_errors() {
             .await
             .unwrap();
         let active = doc["activeTargets"].as_array().unwrap();
-        if active.len() == 7 && active.iter().all(|t| t["health"] != "unknown") {
+        if active.len() == 8 && active.iter().all(|t| t["health"] != "unknown") {
             break doc;
         }
         assert!(
@@ -355,6 +370,7 @@ async fn bad_targets_fail_alone_with_clear_errors() {
             .unwrap_or_else(|| panic!("no target {addr}: {doc:#}"))
             .clone()
     };
+    assert_eq!(by_instance(encoded)["health"], "up", "{doc:#}");
     let good_target = by_instance(good);
     assert_eq!(good_target["health"], "up", "{good_target:#}");
     assert_eq!(good_target["lastError"], "");
@@ -396,7 +412,7 @@ async fn bad_targets_fail_alone_with_clear_errors() {
         "smolder_agent_scrape_failures_total{job=\"bad\",profile=\"mem\",reason=\"too_large\"}",
         "smolder_agent_scrape_failures_total{job=\"bad\",profile=\"mem\",reason=\"redirects\"}",
         "smolder_agent_scrape_profiles_submitted_total{job=\"bad\",profile=\"mem\"}",
-        "smolder_agent_scrape_targets{health=\"up\",job=\"bad\"} 1",
+        "smolder_agent_scrape_targets{health=\"up\",job=\"bad\"} 2",
         "smolder_agent_scrape_targets{health=\"down\",job=\"bad\"} 6",
         "smolder_agent_scrape_duration_seconds_count{job=\"bad\",profile=\"mem\"}",
     ] {
