@@ -11,10 +11,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
+use sd_notify::NotifyState;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::cpu::{self, CpuSource};
@@ -42,8 +43,10 @@ pub fn run(config: Config, data_dir: &Path) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let agent = start_in(config, data_dir).await?;
+        notify_ready();
         shutdown_signal().await;
         info!("shutting down");
+        notify_stopping();
         agent.stop().await
     })
 }
@@ -218,6 +221,38 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         task,
         cpu,
     })
+}
+
+/// Tells systemd (`Type=notify`) that the daemon is ready: its listeners are bound and its
+/// stages started. When the unit sets `WatchdogSec=`, pings the watchdog from a task on this
+/// runtime every half of `WATCHDOG_USEC`, so that a wedged runtime misses its pings and systemd
+/// restarts it. Without `NOTIFY_SOCKET` (not under systemd) it sends nothing.
+fn notify_ready() {
+    if let Err(err) = sd_notify::notify(&[NotifyState::Ready]) {
+        warn!(error = %err, "telling systemd the daemon is ready failed");
+    }
+    let Some(timeout) = sd_notify::watchdog_enabled() else {
+        return;
+    };
+    let period = timeout / 2;
+    info!(?period, "pinging the systemd watchdog");
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            if let Err(err) = sd_notify::notify(&[NotifyState::Watchdog]) {
+                warn!(error = %err, "pinging the systemd watchdog failed");
+            }
+        }
+    });
+}
+
+/// Tells systemd the daemon is stopping (a no-op without `NOTIFY_SOCKET`).
+fn notify_stopping() {
+    if let Err(err) = sd_notify::notify(&[NotifyState::Stopping]) {
+        warn!(error = %err, "telling systemd the daemon is stopping failed");
+    }
 }
 
 /// Resolves on SIGTERM (systemd's stop) or SIGINT (Ctrl-C).

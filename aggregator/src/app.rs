@@ -4,11 +4,12 @@
 //! and ready, which tests use to talk to a real aggregator over real HTTP.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
+use sd_notify::NotifyState;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -17,7 +18,7 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::http;
 use crate::ingest::quic;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, StoreMetrics};
 use crate::rules::{self, Rules};
 use crate::store::Store;
 
@@ -43,8 +44,10 @@ pub fn run(config: Config, data_dir: &Path) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let server = start(config, data_dir).await?;
+        notify_ready();
         shutdown_signal().await;
         info!("shutting down");
+        notify_stopping();
         server.stop().await
     })
 }
@@ -108,6 +111,8 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     let retention = tokio::spawn(retention_loop(
         store.clone(),
         config.store.retention_interval,
+        data_dir.to_owned(),
+        metrics.store.clone(),
     ));
     let rollup = tokio::spawn(rollup_loop(store.clone()));
     let remote_write = (!config.rules.remote_write_url.is_empty()).then(|| {
@@ -150,8 +155,14 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     })
 }
 
-/// Applies retention on an interval, for as long as the server runs.
-async fn retention_loop(store: Store, interval: Duration) {
+/// Applies retention on an interval, for as long as the server runs, and after each pass
+/// reports the data directory's free space (the first tick is immediate).
+async fn retention_loop(
+    store: Store,
+    interval: Duration,
+    data_dir: PathBuf,
+    metrics: StoreMetrics,
+) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -159,7 +170,40 @@ async fn retention_loop(store: Store, interval: Duration) {
         if let Err(err) = store.enforce_retention(SystemTime::now()).await {
             warn!(error = %err, "retention pass failed; retrying at the next interval");
         }
+        match filesystem_space(&data_dir) {
+            Ok((free, size)) => {
+                metrics.filesystem_free_bytes.set(saturate(free));
+                metrics.filesystem_size_bytes.set(saturate(size));
+            }
+            Err(err) => warn!(error = %err, "reading the data directory's free space failed"),
+        }
     }
+}
+
+fn saturate(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+/// Bytes available to an unprivileged writer and total size of the filesystem holding `path`
+/// (statvfs(3)).
+fn filesystem_space(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other("the data directory path holds a NUL byte"))?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c_path` is a NUL-terminated string and `stat` is writable memory of the right
+    // type, which statvfs fills on success.
+    let result = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
+    if result != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it initialised `stat`.
+    let stat = unsafe { stat.assume_init() };
+    // fsblkcnt_t and unsigned long are both u64 on the 64-bit targets Smolder ships for.
+    Ok((
+        stat.f_bavail.saturating_mul(stat.f_frsize),
+        stat.f_blocks.saturating_mul(stat.f_frsize),
+    ))
 }
 
 /// How often closed rollups are built: often enough that a query rarely reads around more than
@@ -175,6 +219,38 @@ async fn rollup_loop(store: Store) {
         if let Err(err) = store.rollup(SystemTime::now()).await {
             warn!(error = %err, "building rollups failed; retrying at the next interval");
         }
+    }
+}
+
+/// Tells systemd (`Type=notify`) that the daemon is ready: its listeners are bound and its
+/// stages started. When the unit sets `WatchdogSec=`, pings the watchdog from a task on this
+/// runtime every half of `WATCHDOG_USEC`, so that a wedged runtime misses its pings and systemd
+/// restarts it. Without `NOTIFY_SOCKET` (not under systemd) it sends nothing.
+fn notify_ready() {
+    if let Err(err) = sd_notify::notify(&[NotifyState::Ready]) {
+        warn!(error = %err, "telling systemd the daemon is ready failed");
+    }
+    let Some(timeout) = sd_notify::watchdog_enabled() else {
+        return;
+    };
+    let period = timeout / 2;
+    info!(?period, "pinging the systemd watchdog");
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            if let Err(err) = sd_notify::notify(&[NotifyState::Watchdog]) {
+                warn!(error = %err, "pinging the systemd watchdog failed");
+            }
+        }
+    });
+}
+
+/// Tells systemd the daemon is stopping (a no-op without `NOTIFY_SOCKET`).
+fn notify_stopping() {
+    if let Err(err) = sd_notify::notify(&[NotifyState::Stopping]) {
+        warn!(error = %err, "telling systemd the daemon is stopping failed");
     }
 }
 

@@ -76,6 +76,11 @@ pub(crate) struct StoreMetrics {
     pub(crate) retention_buckets_deleted: IntCounter,
     /// `smolder_aggregator_store_retention_duration_seconds`: one retention pass.
     pub(crate) retention_duration: Histogram,
+    /// `smolder_aggregator_store_filesystem_free_bytes`: bytes available to the aggregator on
+    /// the data directory's filesystem, updated at start and after every retention pass.
+    pub(crate) filesystem_free_bytes: IntGauge,
+    /// `smolder_aggregator_store_filesystem_size_bytes`: size of that filesystem.
+    pub(crate) filesystem_size_bytes: IntGauge,
 }
 
 impl Metrics {
@@ -190,6 +195,22 @@ impl Metrics {
                     "smolder_aggregator_store_retention_duration_seconds",
                     "Time of one retention pass.",
                     latency.clone(),
+                ),
+                filesystem_free_bytes: register(
+                    &registry,
+                    IntGauge::new(
+                        "smolder_aggregator_store_filesystem_free_bytes",
+                        "Bytes available to the aggregator on the data directory's filesystem.",
+                    )
+                    .expect("valid metric"),
+                ),
+                filesystem_size_bytes: register(
+                    &registry,
+                    IntGauge::new(
+                        "smolder_aggregator_store_filesystem_size_bytes",
+                        "Size of the data directory's filesystem in bytes.",
+                    )
+                    .expect("valid metric"),
                 ),
             },
             quic: QuicMetrics {

@@ -31,6 +31,17 @@ metrics-export-rules:
     node: slow_function
     group_by: [hostname]
 YAML
+if [ -n "$HOST_ROOT" ]; then
+    # A simulated host of the multi-host test shares the machine's processes with the other
+    # hosts: profile only the programs under its own root (its workload).
+    cat >>"$ETC/agent.yaml" <<YAML
+ebpf:
+  relabel-configs:
+    - source_labels: [__meta_process_exe]
+      regex: "$HOST_ROOT/.*"
+      action: keep
+YAML
+fi
 chmod 0640 "$ETC/agent.yaml"
 if has_systemd; then
     chown root:smolder-agent "$ETC/agent.yaml"

@@ -7,6 +7,9 @@ mod rules;
 /// Pull mode: scraping real pprof targets, bad targets, TLS and auth, file and HTTP discovery.
 mod scrape;
 
+/// The binary under systemd: READY=1, watchdog pings, STOPPING=1 over `NOTIFY_SOCKET`.
+mod systemd;
+
 /// The spool on disk: restarts, the data directory lock, the age bound.
 mod spool;
 

@@ -888,3 +888,20 @@ async fn bad_input_is_a_4xx_naming_the_problem_and_stores_nothing() {
     assert_eq!(status, StatusCode::OK);
     agg.stop().await;
 }
+
+/// The data directory's filesystem is reported from the first retention pass on, which runs at
+/// start: free space for the disk alerts (monitoring/prometheus/smolder-rules.yml).
+#[tokio::test]
+async fn reports_the_data_directory_filesystem() {
+    let agg = Aggregator::start().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (mut free, mut size) = (0.0, 0.0);
+    while std::time::Instant::now() < deadline && size == 0.0 {
+        // Size first: the loop sets free, then size, so a size means free is there too.
+        size = metric(&agg, "smolder_aggregator_store_filesystem_size_bytes").await;
+        free = metric(&agg, "smolder_aggregator_store_filesystem_free_bytes").await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(size > 0.0, "no filesystem size reported");
+    assert!(free > 0.0 && free <= size, "free {free} of {size}");
+}

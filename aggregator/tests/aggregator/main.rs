@@ -3,6 +3,8 @@
 
 /// The aggregator as a process: kill -9 durability, the data directory lock.
 mod process;
+/// The binary under systemd: READY=1, watchdog pings, STOPPING=1 over `NOTIFY_SOCKET`.
+mod systemd;
 /// Fixtures: a running aggregator, an HTTP client, helpers to ingest and render.
 mod util;
 
