@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use smolder_common::pprof::Limits;
 use tracing::{debug, warn};
 
+use super::ScrapeMetrics;
 use super::convert::{self, ConvertError, Scraped, Span};
 use super::delta::Deltas;
 use super::discovery::error_chain;
@@ -22,7 +23,6 @@ use super::fetch::{FetchError, Fetcher};
 use super::schedule;
 use super::status::{Health, LastScrape, SharedScrape};
 use super::target::Target;
-use crate::metrics::ScrapeMetrics;
 use crate::window::Submitter;
 
 /// What Go's `net/http/pprof` and most pprof servers answer with.

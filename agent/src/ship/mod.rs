@@ -14,6 +14,7 @@
 //! creates the development CA) connects once the files exist.
 
 pub mod backoff;
+mod metrics;
 mod tls;
 
 use std::net::SocketAddr;
@@ -30,10 +31,10 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use crate::metrics::ShipMetrics;
 use crate::spool::Spool;
 
 use self::backoff::Backoff;
+pub use self::metrics::ShipMetrics;
 
 /// Where and how batches are shipped.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]

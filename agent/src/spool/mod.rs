@@ -16,6 +16,7 @@
 //! identified by (agent id, sequence), so a new spool must mean a new id, or the aggregator
 //! would take the new batches for the old ones and drop them as duplicates.
 
+mod metrics;
 pub mod queue;
 
 use std::path::{Path, PathBuf};
@@ -27,9 +28,9 @@ use smolder_common::wire::{BatchMessage, FrameKind, frame};
 use tokio::sync::{Notify, mpsc};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use crate::metrics::SpoolMetrics;
 use crate::window::Window;
 
+pub use self::metrics::SpoolMetrics;
 use self::queue::{DropReason, Dropped, Queue};
 
 /// Bounds of the on-disk spool.

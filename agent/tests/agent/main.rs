@@ -1,6 +1,6 @@
 //! The agent as a whole, over its real HTTP port.
 
-/// The eBPF CPU source: the real sampler, loaded as root, sampling workloads the tests build.
+/// The eBPF source: the real sampler, loaded as root, sampling workloads the tests build.
 mod ebpf;
 /// Rules: the documented example on every window, `/exported-metrics`, invalid rules.
 mod rules;

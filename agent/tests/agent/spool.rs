@@ -13,7 +13,7 @@ use smolder_common::{Profile, ProfileMeta, Tree};
 fn unreachable_config(dir: &Path) -> Config {
     let mut config = Config::default();
     config.http.listen = "127.0.0.1:0".parse().unwrap();
-    // These tests count the batches of the profiles they submit; the eBPF CPU source would add
+    // These tests count the batches of the profiles they submit; the eBPF source would add
     // the host's own.
     config.ebpf.enabled = false;
     config.window.length = Duration::from_millis(250);

@@ -7,6 +7,8 @@
 //! aggregator's), which `GET /exported-metrics` renders. Owns: the task [`run`] and the
 //! counters; they start at zero with the process, like any Prometheus counter.
 
+mod metrics;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -15,7 +17,7 @@ use smolder_common::rules::{Counters, RuleError, RuleSet, RuleSpec};
 use tokio::sync::mpsc;
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::metrics::RulesMetrics;
+pub use self::metrics::RulesMetrics;
 use crate::window::Window;
 
 /// Windows queued for the rules before the window loop waits: evaluation is much cheaper than
