@@ -23,7 +23,8 @@
 //!   backoff; a batch leaves the spool only on its ack.
 //! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics`, `/exported-metrics`,
 //!   `/targets` and `/healthz`.
-//! - [`metrics`]: the registry every stage's metrics are created in.
+//! - [`metrics`]: the registry every stage's metrics are created in, and the tier's two
+//!   counters with the stage as a label: errors and dropped data.
 //! - [`config`]: the YAML file, one section per stage.
 //! - [`app`]: wires the stages together; [`app::start`] is what the binary and the tests run.
 

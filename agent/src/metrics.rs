@@ -1,9 +1,23 @@
-//! The agent's metrics registry and the helpers that register metrics in it.
+//! The agent's metrics registry, the helpers that register metrics in it, and the two counters
+//! every stage shares: errors and dropped data.
 //!
 //! Each stage defines its own metrics beside its code (`ebpf/metrics.rs`, `scrape/metrics.rs`,
 //! `window/metrics.rs`, `rules/metrics.rs`, `spool/metrics.rs`, `ship/metrics.rs`); [`Metrics`]
 //! creates them all in one registry, which `/metrics` renders. Names are
-//! `smolder_agent_<stage>_<noun>_<unit>`; each long-running loop has its own group.
+//! `smolder_agent_<stage>_<noun>_<unit>[_total]`, and only counters end in `_total`; each
+//! long-running loop has its own group. The tier's own counters take the stage as a label
+//! ([`StageCounters`]):
+//!
+//! - `smolder_agent_errors_total{stage,error_type}`: failures a stage handled (and logged once,
+//!   where it handled them).
+//! - `smolder_agent_dropped_<unit>_total{stage,reason,intentional}`: data a stage let go, in the
+//!   unit it lost ([`DroppedUnit`]): `samples` (ebpf), `batches` and `bytes` (spool),
+//!   `increments` (rules). `intentional="true"` when the configuration asked for it (a relabel
+//!   rule's `drop`), `"false"` when a bound or a failure forced it. Work that is retried is never
+//!   dropped.
+//!
+//! Every `stage`, `error_type`, `reason` combination a stage can emit exists at zero from the
+//! start, so that `increase()` sees the first one and a missing series means a renamed metric.
 
 use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
@@ -40,14 +54,15 @@ impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Self {
         let registry = Registry::new();
+        let tier = TierCounters::new(&registry);
         Metrics {
-            ebpf: EbpfMetrics::new(&registry),
+            ebpf: EbpfMetrics::new(&registry, &tier),
             symbolize: SymbolizeMetrics::new(&registry),
-            scrape: ScrapeMetrics::new(&registry),
+            scrape: ScrapeMetrics::new(&registry, &tier),
             window: WindowMetrics::new(&registry),
-            rules: RulesMetrics::new(&registry),
-            spool: SpoolMetrics::new(&registry),
-            ship: ShipMetrics::new(&registry),
+            rules: RulesMetrics::new(&registry, &tier),
+            spool: SpoolMetrics::new(&registry, &tier),
+            ship: ShipMetrics::new(&registry, &tier),
             registry,
         }
     }
@@ -65,6 +80,148 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
+    }
+}
+
+/// What a `smolder_agent_dropped_<unit>_total` counter counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DroppedUnit {
+    /// `smolder_agent_dropped_samples_total`: samples (eBPF CPU samples).
+    Samples,
+    /// `smolder_agent_dropped_batches_total`: spooled batches.
+    Batches,
+    /// `smolder_agent_dropped_bytes_total`: bytes of spooled batches, as sent.
+    Bytes,
+    /// `smolder_agent_dropped_increments_total`: rule counter increments.
+    Increments,
+}
+
+/// Why a stage drops data: the `reason` label, and whether the configuration asked for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropCause {
+    /// The `reason` label: bounded, one of the stage's.
+    pub reason: &'static str,
+    /// The `intentional` label: the configuration asked for it (a relabel rule's `drop`).
+    pub intentional: bool,
+}
+
+impl DropCause {
+    /// Data dropped because the configuration asked for it.
+    pub const fn intentional(reason: &'static str) -> DropCause {
+        DropCause {
+            reason,
+            intentional: true,
+        }
+    }
+
+    /// Data dropped because a bound or a failure forced it.
+    pub const fn forced(reason: &'static str) -> DropCause {
+        DropCause {
+            reason,
+            intentional: false,
+        }
+    }
+
+    fn intentional_label(self) -> &'static str {
+        if self.intentional { "true" } else { "false" }
+    }
+}
+
+/// The tier's counters, registered once and shared by every stage.
+#[derive(Clone)]
+pub(crate) struct TierCounters {
+    errors: IntCounterVec,
+    samples: IntCounterVec,
+    batches: IntCounterVec,
+    bytes: IntCounterVec,
+    increments: IntCounterVec,
+}
+
+impl TierCounters {
+    fn new(registry: &Registry) -> TierCounters {
+        let dropped = |name: &str, help: &str| {
+            counter_vec(registry, name, help, &["stage", "reason", "intentional"])
+        };
+        TierCounters {
+            errors: counter_vec(
+                registry,
+                "smolder_agent_errors_total",
+                "Failures the agent's stages handled, by stage and error type.",
+                &["stage", "error_type"],
+            ),
+            samples: dropped(
+                "smolder_agent_dropped_samples_total",
+                "Samples not profiled, by stage and reason; intentional=true when configured so.",
+            ),
+            batches: dropped(
+                "smolder_agent_dropped_batches_total",
+                "Batches that left the spool without an ack, by stage and reason.",
+            ),
+            bytes: dropped(
+                "smolder_agent_dropped_bytes_total",
+                "Bytes of batches that left the spool without an ack, by stage and reason.",
+            ),
+            increments: dropped(
+                "smolder_agent_dropped_increments_total",
+                "Rule counter increments not added, by stage and reason.",
+            ),
+        }
+    }
+
+    /// These counters for `stage`, with each of its `error_types` and `drops` at zero.
+    pub(crate) fn stage(
+        &self,
+        stage: &'static str,
+        error_types: &[&str],
+        drops: &[(DroppedUnit, DropCause)],
+    ) -> StageCounters {
+        let counters = StageCounters {
+            stage,
+            tier: self.clone(),
+        };
+        for error_type in error_types {
+            counters.error_counter(error_type);
+        }
+        for &(unit, cause) in drops {
+            counters.dropped_counter(unit, cause);
+        }
+        counters
+    }
+}
+
+/// `smolder_agent_errors_total` and the `smolder_agent_dropped_<unit>_total` counters, with one
+/// stage's `stage` label.
+#[derive(Clone)]
+pub struct StageCounters {
+    stage: &'static str,
+    tier: TierCounters,
+}
+
+impl StageCounters {
+    /// Counts one failure of `error_type`, one of the stage's bounded set.
+    pub fn error(&self, error_type: &str) {
+        self.error_counter(error_type).inc();
+    }
+
+    /// Counts `n` `unit`s dropped for `cause`.
+    pub fn dropped(&self, unit: DroppedUnit, cause: DropCause, n: u64) {
+        self.dropped_counter(unit, cause).inc_by(n);
+    }
+
+    fn error_counter(&self, error_type: &str) -> IntCounter {
+        self.tier
+            .errors
+            .with_label_values(&[self.stage, error_type])
+    }
+
+    fn dropped_counter(&self, unit: DroppedUnit, cause: DropCause) -> IntCounter {
+        let counters = match unit {
+            DroppedUnit::Samples => &self.tier.samples,
+            DroppedUnit::Batches => &self.tier.batches,
+            DroppedUnit::Bytes => &self.tier.bytes,
+            DroppedUnit::Increments => &self.tier.increments,
+        };
+        counters.with_label_values(&[self.stage, cause.reason, cause.intentional_label()])
     }
 }
 

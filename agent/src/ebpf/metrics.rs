@@ -1,25 +1,35 @@
 //! The eBPF source's metrics: the sampler's (`smolder_agent_ebpf_*`, updated once per drain by
 //! the `smolder-ebpf` thread) and the symbolizer's (`smolder_agent_symbolize_*`, by the
-//! `smolder-symbolize` thread).
+//! `smolder-symbolize` thread). The source's errors and dropped samples are counted in the
+//! tier's counters with `stage="ebpf"`.
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 
 use super::ErrorCounts;
-use crate::metrics::{counter, counter_vec, gauge, histogram};
+use crate::metrics::{
+    DropCause, DroppedUnit, StageCounters, TierCounters, counter, counter_vec, gauge, histogram,
+};
+
+/// Samples that found the kernel's counts map full (raise `ebpf.counts-map-entries`).
+pub(crate) const COUNTS_MAP_FULL: DropCause = DropCause::forced("counts_map_full");
+/// Samples of a process an `ebpf.relabel-configs` rule dropped.
+pub(crate) const RELABEL: DropCause = DropCause::intentional("relabel");
+/// Samples of a process that exited before the agent could read it.
+pub(crate) const UNKNOWN_PROCESS: DropCause = DropCause::forced("unknown_process");
+
+/// The `error_type`s of `smolder_agent_errors_total{stage="ebpf"}`: a drain of the sample maps
+/// failed, or reading the kernel's error counters did.
+const ERROR_TYPES: [&str; 2] = ["drain", "read_errors"];
 
 /// The eBPF sampler's metrics (the `smolder-ebpf` thread), updated once per drain.
 #[derive(Clone)]
 pub struct EbpfMetrics {
     /// `smolder_agent_ebpf_samples_total`: samples drained from the kernel, before relabelling.
     pub samples: IntCounter,
-    /// `smolder_agent_ebpf_dropped_samples_total{reason,intentional}`: samples not profiled:
-    /// `counts_map_full` (raise `ebpf.counts-map-entries`), `relabel` (a rule dropped the
-    /// process, intentional), `unknown_process` (it exited before the agent could read it).
-    pub dropped_samples: IntCounterVec,
-    /// `smolder_agent_ebpf_stack_errors_total{stack,reason}`: samples kept without their `user`
+    /// `smolder_agent_ebpf_lost_stacks_total{stack,reason}`: samples kept without their `user`
     /// or `kernel` stack, because its stack-map slot was taken (`collision`; raise
     /// `ebpf.stack-map-entries`) or the helper failed (`failed`).
-    pub stack_errors: IntCounterVec,
+    pub lost_stacks: IntCounterVec,
     /// `smolder_agent_ebpf_lost_events_total`: process events lost to a full ring buffer.
     pub lost_events: IntCounter,
     /// `smolder_agent_ebpf_drains_total`.
@@ -31,28 +41,27 @@ pub struct EbpfMetrics {
     pub processes: IntGauge,
     /// `smolder_agent_ebpf_series`: series submitted by the last drain.
     pub series: IntGauge,
-    /// `smolder_agent_ebpf_errors_total{error_type}`: drains or reads that failed.
-    pub errors: IntCounterVec,
+    /// `smolder_agent_errors_total{stage="ebpf",error_type}`: drains or reads that failed;
+    /// `smolder_agent_dropped_samples_total{stage="ebpf",reason,intentional}`: samples not
+    /// profiled: `counts_map_full` (raise `ebpf.counts-map-entries`), `relabel` (a rule dropped
+    /// the process, intentional), `unknown_process` (it exited before the agent could read it).
+    pub tier: StageCounters,
 }
 
 impl EbpfMetrics {
     /// Creates the sampler's metrics in `registry`.
-    pub(crate) fn new(registry: &Registry) -> Self {
+    pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
+        let drops =
+            [COUNTS_MAP_FULL, RELABEL, UNKNOWN_PROCESS].map(|cause| (DroppedUnit::Samples, cause));
         EbpfMetrics {
             samples: counter(
                 registry,
                 "smolder_agent_ebpf_samples_total",
                 "CPU samples drained from the kernel, before relabelling.",
             ),
-            dropped_samples: counter_vec(
+            lost_stacks: counter_vec(
                 registry,
-                "smolder_agent_ebpf_dropped_samples_total",
-                "CPU samples not profiled, by reason; intentional=true when configured so.",
-                &["reason", "intentional"],
-            ),
-            stack_errors: counter_vec(
-                registry,
-                "smolder_agent_ebpf_stack_errors_total",
+                "smolder_agent_ebpf_lost_stacks_total",
                 "CPU samples kept without their user or kernel stack, by stack and reason.",
                 &["stack", "reason"],
             ),
@@ -81,30 +90,20 @@ impl EbpfMetrics {
                 "smolder_agent_ebpf_series",
                 "Series submitted by the last drain.",
             ),
-            errors: counter_vec(
-                registry,
-                "smolder_agent_ebpf_errors_total",
-                "Failed drains and map reads of the eBPF sampler, by error type.",
-                &["error_type"],
-            ),
+            tier: tier.stage("ebpf", &ERROR_TYPES, &drops),
         }
     }
 
-    /// Counts `samples` not profiled for `reason`; nothing when there are none.
-    pub(crate) fn dropped(&self, reason: &str, intentional: bool, samples: u64) {
-        if samples > 0 {
-            let intentional = if intentional { "true" } else { "false" };
-            self.dropped_samples
-                .with_label_values(&[reason, intentional])
-                .inc_by(samples);
-        }
+    /// Counts `samples` not profiled for `cause`.
+    pub(crate) fn dropped(&self, cause: DropCause, samples: u64) {
+        self.tier.dropped(DroppedUnit::Samples, cause, samples);
     }
 
     /// Counts what the kernel side's error counters say happened since their last read.
     pub(crate) fn kernel_errors(&self, errors: &ErrorCounts) {
-        self.dropped("counts_map_full", false, errors.counts_full);
+        self.dropped(COUNTS_MAP_FULL, errors.counts_full);
         let stack = |stack: &str, reason: &str, n: u64| {
-            self.stack_errors
+            self.lost_stacks
                 .with_label_values(&[stack, reason])
                 .inc_by(n);
         };

@@ -79,11 +79,11 @@ pub struct EbpfConfig {
     pub relabel_configs: Vec<RelabelConfig>,
     /// Distinct (process, user stack, kernel stack) keys each of the two counts maps holds per
     /// window. Default `16384`; a sample that finds the map full is dropped and counted in
-    /// `smolder_agent_ebpf_dropped_samples_total{reason="counts_map_full"}`.
+    /// `smolder_agent_dropped_samples_total{stage="ebpf",reason="counts_map_full"}`.
     pub counts_map_entries: u32,
     /// Distinct stacks each of the two stack maps holds per window (each entry takes 1016 bytes
     /// of kernel memory). Default `16384`. A stack whose slot is taken is counted in
-    /// `smolder_agent_ebpf_stack_errors_total` and its sample kept without it.
+    /// `smolder_agent_ebpf_lost_stacks_total` and its sample kept without it.
     pub stack_map_entries: u32,
     /// How long an exited process's labels and memory map are kept for its last samples.
     /// Default `30s`; they are kept at least until the drain after the exit in any case.
@@ -197,7 +197,7 @@ impl Collector {
         let samples = match self.sampler.drain() {
             Ok(samples) => samples,
             Err(err) => {
-                self.metrics.errors.with_label_values(&["drain"]).inc();
+                self.metrics.tier.error("drain");
                 return Err(err.into());
             }
         };
@@ -223,8 +223,8 @@ impl Collector {
                 None => unknown += sample.count,
             }
         }
-        self.metrics.dropped("relabel", true, relabel_dropped);
-        self.metrics.dropped("unknown_process", false, unknown);
+        self.metrics.dropped(metrics::RELABEL, relabel_dropped);
+        self.metrics.dropped(metrics::UNKNOWN_PROCESS, unknown);
 
         let pending = self.symbolizer.submit(kept)?;
         let symbolized = loop {
@@ -264,10 +264,7 @@ impl Collector {
                 }
             }
             Err(err) => {
-                self.metrics
-                    .errors
-                    .with_label_values(&["read_errors"])
-                    .inc();
+                self.metrics.tier.error("read_errors");
                 warn!(error = %err, "reading the eBPF error counters failed");
             }
         }

@@ -3,7 +3,12 @@
 
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Registry, exponential_buckets};
 
-use crate::metrics::{counter, gauge, register};
+use crate::metrics::{
+    DropCause, DroppedUnit, StageCounters, TierCounters, counter, gauge, register,
+};
+
+/// Increments for a new label combination past the per-rule series limit.
+pub(crate) const SERIES_LIMIT: DropCause = DropCause::forced("series_limit");
 
 /// The rules' metrics.
 #[derive(Clone)]
@@ -14,16 +19,17 @@ pub struct RulesMetrics {
     pub series: IntGauge,
     /// `smolder_agent_rules_windows_evaluated_total`.
     pub windows_evaluated: IntCounter,
-    /// `smolder_agent_rules_increments_dropped_total`: increments for a new label combination
-    /// past the per-rule series limit.
-    pub increments_dropped: IntCounter,
     /// `smolder_agent_rules_evaluation_duration_seconds`: one window.
     pub evaluation_duration: Histogram,
+    /// `smolder_agent_errors_total{stage="rules",error_type="panic"}`: windows whose evaluation
+    /// panicked; `smolder_agent_dropped_increments_total{stage="rules",reason="series_limit"}`:
+    /// increments for a new label combination past the per-rule series limit.
+    pub tier: StageCounters,
 }
 
 impl RulesMetrics {
     /// Creates the rules' metrics in `registry`.
-    pub(crate) fn new(registry: &Registry) -> Self {
+    pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
         RulesMetrics {
             rules: gauge(registry, "smolder_agent_rules_loaded", "Rules in force."),
             series: gauge(
@@ -36,11 +42,6 @@ impl RulesMetrics {
                 "smolder_agent_rules_windows_evaluated_total",
                 "Windows the rules were evaluated on.",
             ),
-            increments_dropped: counter(
-                registry,
-                "smolder_agent_rules_increments_dropped_total",
-                "Counter increments not added: a new label combination past the per-rule limit.",
-            ),
             evaluation_duration: register(
                 registry,
                 Histogram::with_opts(
@@ -51,6 +52,11 @@ impl RulesMetrics {
                     .buckets(exponential_buckets(0.000_05, 2.0, 18).expect("valid buckets")),
                 )
                 .expect("a valid histogram"),
+            ),
+            tier: tier.stage(
+                "rules",
+                &["panic"],
+                &[(DroppedUnit::Increments, SERIES_LIMIT)],
             ),
         }
     }

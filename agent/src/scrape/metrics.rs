@@ -1,9 +1,25 @@
 //! The pprof scraper's metrics (`smolder_agent_scrape_*`), per job: updated per scrape, per
-//! target set change and per discovery document.
+//! target set change and per discovery document. Failed scrapes and refused discovery documents
+//! are also counted in `smolder_agent_errors_total{stage="scrape"}`, without the job.
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use crate::metrics::{counter_vec, register};
+use crate::metrics::{StageCounters, TierCounters, counter_vec, register};
+
+/// The `error_type`s of `smolder_agent_errors_total{stage="scrape"}`: a failed scrape's reason
+/// (as in `smolder_agent_scrape_failures_total`), or `discovery` for a refused document.
+const ERROR_TYPES: [&str; 10] = [
+    "timeout",
+    "connect",
+    "redirects",
+    "request",
+    "status",
+    "too_large",
+    "credentials",
+    "decode",
+    "panic",
+    "discovery",
+];
 
 /// The pprof scraper's metrics (`scrape-configs`), per job. Labels are bounded: `job` and
 /// `profile` come from the config, `reason` and `mechanism` from fixed lists.
@@ -35,11 +51,13 @@ pub struct ScrapeMetrics {
     pub discovery_refreshes: IntCounterVec,
     /// `smolder_agent_scrape_discovery_failures_total{job,mechanism}`: documents refused.
     pub discovery_failures: IntCounterVec,
+    /// `smolder_agent_errors_total{stage="scrape",error_type}`.
+    pub tier: StageCounters,
 }
 
 impl ScrapeMetrics {
     /// Creates the scraper's metrics in `registry`.
-    pub(crate) fn new(registry: &Registry) -> Self {
+    pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
         let counters =
             |name: &str, help: &str, labels: &[&str]| counter_vec(registry, name, help, labels);
         let gauges = |name: &str, help: &str, labels: &[&str]| {
@@ -114,6 +132,7 @@ impl ScrapeMetrics {
                 "Discovery documents refused; the previous targets were kept.",
                 &["job", "mechanism"],
             ),
+            tier: tier.stage("scrape", &ERROR_TYPES, &[]),
         }
     }
 
@@ -129,5 +148,14 @@ impl ScrapeMetrics {
         self.discovery_failures
             .with_label_values(&[job, mechanism])
             .inc();
+        self.tier.error("discovery");
+    }
+
+    /// Counts a failed scrape of `job`'s `profile`, for `reason`.
+    pub fn failure(&self, job: &str, profile: &str, reason: &str) {
+        self.failures
+            .with_label_values(&[job, profile, reason])
+            .inc();
+        self.tier.error(reason);
     }
 }

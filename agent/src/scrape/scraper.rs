@@ -178,10 +178,7 @@ impl ScrapeLoop {
                 }
                 Err(err) => {
                     let message = error_chain(&err);
-                    self.metrics
-                        .failures
-                        .with_label_values(&[labels[0], labels[1], err.reason()])
-                        .inc();
+                    self.metrics.failure(labels[0], labels[1], err.reason());
                     warn!(target: "smolder_agent::scrape", job = %target.job,
                         profile = %target.profile, url = %target.url, error = %message,
                         "scrape failed");

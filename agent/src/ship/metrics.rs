@@ -1,11 +1,13 @@
 //! The shipper's metrics (`smolder_agent_ship_*`), updated per connection and per batch sent.
+//! Why connections fail is counted in `smolder_agent_errors_total{stage="ship",error_type}`.
 
 use prometheus::{
     Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Registry,
     exponential_buckets,
 };
 
-use crate::metrics::{counter, counter_vec, gauge, register};
+use super::ShipError;
+use crate::metrics::{StageCounters, TierCounters, counter, counter_vec, gauge, register};
 
 /// The shipper's metrics.
 #[derive(Clone)]
@@ -29,11 +31,14 @@ pub struct ShipMetrics {
     pub rtt: Gauge,
     /// `smolder_agent_ship_ack_duration_seconds`: from opening a batch's stream to its ack.
     pub ack_duration: Histogram,
+    /// `smolder_agent_errors_total{stage="ship",error_type}`: failed connection attempts and
+    /// lost connections, by [`ShipError::kind`].
+    pub tier: StageCounters,
 }
 
 impl ShipMetrics {
     /// Creates the shipper's metrics in `registry`.
-    pub(crate) fn new(registry: &Registry) -> Self {
+    pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
         ShipMetrics {
             batches_sent: counter(
                 registry,
@@ -90,6 +95,7 @@ impl ShipMetrics {
                 )
                 .expect("a valid histogram"),
             ),
+            tier: tier.stage("ship", &ShipError::KINDS, &[]),
         }
     }
 }

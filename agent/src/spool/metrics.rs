@@ -1,10 +1,17 @@
 //! The spool's metrics (`smolder_agent_spool_*`), updated per batch written, acknowledged or
-//! dropped.
+//! dropped. Its errors and dropped batches are counted in the tier's counters with
+//! `stage="spool"`.
 
-use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Registry};
+use prometheus::{Gauge, IntCounter, IntGauge, Registry};
 
-use super::queue::Dropped;
-use crate::metrics::{counter, counter_vec, gauge, register};
+use super::queue::{DropReason, Dropped};
+use crate::metrics::{
+    DropCause, DroppedUnit, StageCounters, TierCounters, counter, gauge, register,
+};
+
+/// The `error_type`s of `smolder_agent_errors_total{stage="spool"}`: spooling a window failed
+/// (it is lost), applying `spool.max-age` failed, or the final flush did.
+const ERROR_TYPES: [&str; 3] = ["write", "expire", "flush"];
 
 /// The spool's metrics.
 #[derive(Clone)]
@@ -19,17 +26,23 @@ pub struct SpoolMetrics {
     pub batches_written: IntCounter,
     /// `smolder_agent_spool_bytes_written_total`.
     pub bytes_written: IntCounter,
-    /// `smolder_agent_spool_batches_dropped_total{reason}`: batches that left unacknowledged:
-    /// `full` (`spool.max-bytes`), `expired` (`spool.max-age`), `rejected` (by the aggregator,
-    /// for good).
-    pub batches_dropped: IntCounterVec,
-    /// `smolder_agent_spool_bytes_dropped_total{reason}`: their bytes.
-    pub bytes_dropped: IntCounterVec,
+    /// `smolder_agent_dropped_batches_total{stage="spool",reason}` and
+    /// `smolder_agent_dropped_bytes_total{stage="spool",reason}`: batches that left
+    /// unacknowledged, and their bytes: `full` (`spool.max-bytes`), `expired` (`spool.max-age`),
+    /// `rejected` (by the aggregator, for good); `smolder_agent_errors_total{stage="spool"}`.
+    pub tier: StageCounters,
 }
 
 impl SpoolMetrics {
     /// Creates the spool's metrics in `registry`.
-    pub(crate) fn new(registry: &Registry) -> Self {
+    pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
+        let reasons = [DropReason::Full, DropReason::Expired, DropReason::Rejected];
+        let drops: Vec<(DroppedUnit, DropCause)> = reasons
+            .iter()
+            .flat_map(|&reason| {
+                [DroppedUnit::Batches, DroppedUnit::Bytes].map(|unit| (unit, cause(reason)))
+            })
+            .collect();
         SpoolMetrics {
             bytes: gauge(
                 registry,
@@ -59,27 +72,19 @@ impl SpoolMetrics {
                 "smolder_agent_spool_bytes_written_total",
                 "Bytes of batches written to the spool.",
             ),
-            batches_dropped: counter_vec(
-                registry,
-                "smolder_agent_spool_batches_dropped_total",
-                "Batches that left the spool without an ack, by reason: full, expired, rejected.",
-                &["reason"],
-            ),
-            bytes_dropped: counter_vec(
-                registry,
-                "smolder_agent_spool_bytes_dropped_total",
-                "Bytes of batches that left the spool without an ack, by reason.",
-                &["reason"],
-            ),
+            tier: tier.stage("spool", &ERROR_TYPES, &drops),
         }
     }
 
     /// Counts a dropped batch.
     pub fn dropped(&self, batch: &Dropped) {
-        let reason = [batch.reason.as_str()];
-        self.batches_dropped.with_label_values(&reason).inc();
-        self.bytes_dropped
-            .with_label_values(&reason)
-            .inc_by(batch.bytes);
+        let cause = cause(batch.reason);
+        self.tier.dropped(DroppedUnit::Batches, cause, 1);
+        self.tier.dropped(DroppedUnit::Bytes, cause, batch.bytes);
     }
+}
+
+/// A batch leaves the spool unacknowledged only when a bound or the aggregator forces it.
+fn cause(reason: DropReason) -> DropCause {
+    DropCause::forced(reason.as_str())
 }

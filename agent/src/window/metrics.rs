@@ -13,7 +13,7 @@ pub struct WindowMetrics {
     /// `smolder_agent_window_late_profiles_total`: profiles whose window had already closed,
     /// filed under the open one instead.
     pub late_profiles: IntCounter,
-    /// `smolder_agent_window_closed_total`.
+    /// `smolder_agent_window_windows_closed_total`: windows handed to the sinks.
     pub windows_closed: IntCounter,
     /// `smolder_agent_window_series`: series in the last closed window.
     pub series: IntGauge,
@@ -37,7 +37,7 @@ impl WindowMetrics {
             ),
             windows_closed: counter(
                 registry,
-                "smolder_agent_window_closed_total",
+                "smolder_agent_window_windows_closed_total",
                 "Windows closed and handed to the sinks.",
             ),
             series: gauge(

@@ -35,7 +35,7 @@ async fn serves_health_and_metrics() {
         .await
         .unwrap();
     assert!(
-        metrics.contains("smolder_agent_window_closed_total"),
+        metrics.contains("smolder_agent_window_windows_closed_total"),
         "{metrics}"
     );
     agent.stop().await.unwrap();

@@ -136,7 +136,7 @@ async fn batches_past_the_age_bound_are_dropped_and_counted() {
     // The age bound is applied every 10 s.
     wait_for(
         &agent,
-        "smolder_agent_spool_batches_dropped_total",
+        "smolder_agent_dropped_batches_total",
         "reason=\"expired\"",
         3.0,
     )
