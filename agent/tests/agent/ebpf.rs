@@ -426,8 +426,7 @@ fn the_daemon_drains_the_sampler_every_window() {
     let _host = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "smolder-daemon", BUSY);
-    let mut config = Config::default();
-    config.http.listen = "127.0.0.1:0".parse().unwrap();
+    let mut config = crate::util::isolated(Config::default());
     config.window.length = Duration::from_secs(1);
     config.window.settle = Duration::from_secs(1);
     let runtime = tokio::runtime::Runtime::new().unwrap();

@@ -13,13 +13,14 @@ mod systemd;
 /// The spool on disk: restarts, the data directory lock, the age bound.
 mod spool;
 
+/// Fixtures: agents under test on port 0, shipping to a socket that never answers.
+mod util;
+
 use smolder_agent::app;
 use smolder_agent::config::Config;
 
 fn local_config() -> Config {
-    let mut config = Config::default();
-    config.http.listen = "127.0.0.1:0".parse().unwrap();
-    config
+    util::isolated(Config::default())
 }
 
 #[tokio::test]

@@ -328,8 +328,7 @@ async fn bad_targets_fail_alone_with_clear_errors() {
     })))
     .await;
 
-    let mut config = Config::default();
-    config.http.listen = "127.0.0.1:0".parse().unwrap();
+    let mut config = crate::util::isolated(Config::default());
     let targets = [good, refused, slow, html, oversize, bomb, redirect, encoded]
         .iter()
         .map(|a| format!("'{a}'"))
