@@ -5,6 +5,9 @@
 //! `CAP_SYS_PTRACE`, `CAP_DAC_READ_SEARCH` and `CAP_SYSLOG` to read other processes' memory maps,
 //! binaries and the kernel's symbol addresses. Nothing else: kernels since 5.11 charge BPF maps to
 //! the memory cgroup, so `RLIMIT_MEMLOCK` is not raised.
+//!
+//! What loading yields, [`Sampler`], holds the object and one field per kernel object; the map
+//! readers beside this file (`counts.rs`, `events.rs`, `errors.rs`) read them.
 
 use std::io;
 

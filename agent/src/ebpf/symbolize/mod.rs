@@ -1,6 +1,6 @@
 //! Symbolization: addresses of sampled stacks to function names, on a thread of its own.
 //!
-//! Input: [`StackCount`]s of one drain, of any [`SampleKind`](crate::ebpf::SampleKind), plus
+//! Input: [`StackCount`]s of one drain, of any [`SampleKind`], plus
 //! [`Symbolizer::capture`] calls for processes the sampler sees for the first time (or after an
 //! exec) and [`Symbolizer::forget`] calls once an exited process's grace period is over. Output:
 //! [`SymbolizedSample`]s whose frames are names, root first (user frames, then the kernel frames
