@@ -18,9 +18,9 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::cpu::{self, CpuSource};
+use crate::ebpf::{self, EbpfSource};
 use crate::http::{self, HttpState};
-use crate::metrics::{Metrics, ScrapeMetrics};
+use crate::metrics::Metrics;
 use crate::rules;
 use crate::scrape::{self, Scraper};
 use crate::ship;
@@ -59,8 +59,8 @@ pub struct Running {
     scraper: Scraper,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<()>>,
-    /// The eBPF CPU source, when `ebpf.enabled`.
-    cpu: Option<CpuSource>,
+    /// The eBPF source, when `ebpf.enabled`.
+    ebpf: Option<EbpfSource>,
 }
 
 impl Running {
@@ -88,9 +88,9 @@ impl Running {
     /// When serving failed.
     pub async fn stop(self) -> anyhow::Result<()> {
         self.scraper.stop().await;
-        if let Some(cpu) = self.cpu {
+        if let Some(ebpf) = self.ebpf {
             // Its last drain submits the partial window before the window loop closes.
-            tokio::task::spawn_blocking(move || cpu.stop())
+            tokio::task::spawn_blocking(move || ebpf.stop())
                 .await
                 .context("stopping the eBPF sampler")?;
         }
@@ -170,7 +170,7 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         vec![rules_sink, spool_sink],
         metrics.window.clone(),
     ));
-    let cpu = if config.ebpf.enabled {
+    let ebpf = if config.ebpf.enabled {
         let (config, hostname, submitter, metrics) = (
             config.clone(),
             hostname.clone(),
@@ -178,20 +178,17 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
             Arc::clone(&metrics),
         );
         // Loading attaches to every CPU and reads /proc: blocking work.
-        let source =
-            tokio::task::spawn_blocking(move || cpu::start(&config, hostname, submitter, &metrics))
-                .await
-                .context("starting the eBPF sampler")??;
+        let source = tokio::task::spawn_blocking(move || {
+            ebpf::start(&config, hostname, submitter, &metrics)
+        })
+        .await
+        .context("starting the eBPF sampler")??;
         Some(source)
     } else {
         None
     };
-    let scraper = scrape::start(
-        &config.scrape_configs,
-        &submitter,
-        &ScrapeMetrics::new(metrics.registry()),
-    )
-    .context("starting the pprof scraper")?;
+    let scraper = scrape::start(&config.scrape_configs, &submitter, &metrics.scrape)
+        .context("starting the pprof scraper")?;
     let state = HttpState {
         metrics,
         targets: scraper.status(),
@@ -219,7 +216,7 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         scraper,
         stop,
         task,
-        cpu,
+        ebpf,
     })
 }
 

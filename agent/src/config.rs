@@ -12,10 +12,10 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub use crate::ebpf::EbpfConfig;
+pub use crate::ebpf::symbolize::SymbolizeConfig;
 pub use crate::scrape::ScrapeConfig;
 pub use crate::ship::ShipConfig;
 pub use crate::spool::SpoolConfig;
-pub use crate::symbolize::SymbolizeConfig;
 pub use crate::window::WindowConfig;
 pub use smolder_common::rules::RuleSpec;
 
@@ -29,9 +29,9 @@ pub struct Config {
     pub http: HttpConfig,
     /// How stacks are grouped in time.
     pub window: WindowConfig,
-    /// The eBPF CPU sampler.
+    /// The eBPF source: sampling every process in the kernel.
     pub ebpf: EbpfConfig,
-    /// How sampled addresses become function names.
+    /// How the eBPF source's addresses become function names.
     pub symbolize: SymbolizeConfig,
     /// Pyroscope's metrics-export rules, keyed by metric name: counters of every window's
     /// values, served on `/exported-metrics`. Default none.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use smolder_agent::{app, config::Config, cpu};
+use smolder_agent::{app, config::Config, ebpf};
 
 /// Smolder's agent: profiles every process on this host and ships the stacks to an aggregator.
 #[derive(Parser)]
@@ -40,8 +40,8 @@ enum Mode {
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         duration: std::time::Duration,
         /// Output format: `folded` prints `service_name;frame;...;leaf count` lines.
-        #[arg(long, value_enum, default_value_t = cpu::RecordFormat::Folded)]
-        format: cpu::RecordFormat,
+        #[arg(long, value_enum, default_value_t = ebpf::RecordFormat::Folded)]
+        format: ebpf::RecordFormat,
     },
 }
 
@@ -83,7 +83,7 @@ fn run(flags: Flags) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Mode::Record { duration, format }) => {
-            cpu::print_record(&config, duration, format, std::io::stdout().lock())
+            ebpf::print_record(&config, duration, format, std::io::stdout().lock())
                 .map(|()| ExitCode::SUCCESS)
         }
     }

@@ -1,4 +1,5 @@
-//! Drains the double-buffered `counts_N` and `stacks_N` maps.
+//! Drains the double-buffered `counts_N` and `stacks_N` maps: the CPU samples, as
+//! [`StackCount`]s of [`SampleKind::Cpu`].
 //!
 //! The program writes to the buffer that `buffer[0]` names. A drain points it at the other
 //! buffer, waits for programs already running to finish with the old one, and then reads and
@@ -12,7 +13,7 @@ use std::time::Duration;
 use aya::maps::MapError;
 use smolder_agent_ebpf::{self as kernel, SampleKey};
 
-use super::{EbpfError, Sample, Sampler, Stack};
+use super::{EbpfError, SampleKind, Sampler, Stack, StackCount};
 
 /// How long a drain waits after flipping the buffer before reading the old one. A perf_event
 /// program runs to completion in interrupt context within microseconds (§5 of the eBPF
@@ -36,7 +37,7 @@ impl Sampler {
     ///
     /// [`EbpfError::Map`] when a map cannot be written or read; the samples of that buffer are
     /// then lost, and the next drain starts from a consistent state again once its maps work.
-    pub fn drain(&mut self) -> Result<Vec<Sample>, EbpfError> {
+    pub fn drain(&mut self) -> Result<Vec<StackCount>, EbpfError> {
         let idle = self.active;
         self.active = 1 - idle;
         self.buffer
@@ -87,7 +88,8 @@ impl Sampler {
             };
             let user = stack(key.user_stack_id)?;
             let kernel = stack(key.kernel_stack_id)?;
-            samples.push(Sample {
+            samples.push(StackCount {
+                kind: SampleKind::Cpu,
                 pid: key.tgid,
                 user,
                 kernel,

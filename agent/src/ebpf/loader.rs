@@ -5,17 +5,107 @@
 //! `CAP_SYS_PTRACE`, `CAP_DAC_READ_SEARCH` and `CAP_SYSLOG` to read other processes' memory maps,
 //! binaries and the kernel's symbol addresses. Nothing else: kernels since 5.11 charge BPF maps to
 //! the memory cgroup, so `RLIMIT_MEMLOCK` is not raised.
+//!
+//! What loading yields, [`Sampler`], holds the object and one field per kernel object; the map
+//! readers beside this file (`counts.rs`, `events.rs`, `errors.rs`) read them.
 
 use std::io;
 
-use aya::EbpfLoader;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{PerfEvent, ProgramError, RawTracePoint};
-use smolder_agent_ebpf as kernel;
+use aya::{Ebpf, EbpfLoader};
+use smolder_agent_ebpf::{self as kernel, SampleKey};
 use tracing::{info, warn};
 
-use super::{EbpfConfig, EbpfError, Sampler};
+use super::EbpfConfig;
+
+/// Why the sampler could not start or read its maps.
+#[derive(Debug, thiserror::Error)]
+pub enum EbpfError {
+    /// Loading the object or creating its maps was refused; `missing` names the capabilities the
+    /// agent's process lacks (empty when it has them all).
+    #[error("loading the eBPF sampler failed{}", missing_hint(missing))]
+    Load {
+        /// Capabilities the process lacks, such as `CAP_BPF`.
+        missing: Vec<&'static str>,
+        /// What aya reported.
+        source: Box<aya::EbpfError>,
+    },
+    /// A program is missing from the object or could not be loaded or attached.
+    #[error("eBPF program {program}: {action} failed{}", missing_hint(missing))]
+    Program {
+        /// The program's C function name.
+        program: &'static str,
+        /// `loading`, or what it was attached to.
+        action: String,
+        /// Capabilities the process lacks.
+        missing: Vec<&'static str>,
+        /// What aya reported.
+        source: Option<Box<aya::programs::ProgramError>>,
+    },
+    /// A map is missing from the object or could not be read or written.
+    #[error("eBPF map {map}: {action} failed")]
+    Map {
+        /// The map's name.
+        map: &'static str,
+        /// What was being done.
+        action: &'static str,
+        /// What aya reported.
+        source: Option<Box<aya::maps::MapError>>,
+    },
+    /// The list of online CPUs could not be read.
+    #[error("reading the online CPUs from {path} failed")]
+    OnlineCpus {
+        /// The file read.
+        path: &'static str,
+        /// Why.
+        source: io::Error,
+    },
+    /// `ebpf.frequency` is zero.
+    #[error("ebpf.frequency must be at least 1 Hz")]
+    Frequency,
+}
+
+fn missing_hint(missing: &[&'static str]) -> String {
+    if missing.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (the agent lacks {}; run it as root or grant them, with systemd's AmbientCapabilities= for instance)",
+            missing.join(", ")
+        )
+    }
+}
+
+/// The loaded and attached sampler and its maps: one field per kernel object, read by the map
+/// reader of the same name (`counts.rs`, `events.rs`, `errors.rs`).
+pub struct Sampler {
+    /// Owns the programs; their perf events and links live as long as it does.
+    _ebpf: Ebpf,
+    /// `buffer`: which of the two buffers the program writes to.
+    pub(super) buffer: Array<MapData, u32>,
+    /// `counts_0`, `counts_1`.
+    pub(super) counts: [HashMap<MapData, SampleKey, u64>; 2],
+    /// `stacks_0`, `stacks_1`.
+    pub(super) stacks: [StackTraceMap<MapData>; 2],
+    /// `events`: the process-event ring buffer.
+    pub(super) events: RingBuf<MapData>,
+    /// `errors`: the per-CPU error counters.
+    pub(super) errors: PerCpuArray<MapData, u64>,
+    /// The buffer the program writes to now.
+    pub(super) active: u32,
+    /// Error counters as last read, to report increments.
+    pub(super) errors_seen: [u64; kernel::ErrorIndex::ALL.len()],
+    cpus: usize,
+}
+
+impl Sampler {
+    /// The number of CPUs sampled.
+    pub fn cpus(&self) -> usize {
+        self.cpus
+    }
+}
 
 /// The file [`aya::util::online_cpus`] reads.
 const ONLINE_CPUS: &str = "/sys/devices/system/cpu/online";

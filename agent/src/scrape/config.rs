@@ -301,9 +301,10 @@ pub struct SampleTypeEntry {
     pub sampled: bool,
 }
 
-/// A profile ready to scrape: [`ProfileConfig`] merged over the built-in one and resolved.
+/// One pprof endpoint of a target, ready to scrape: its path, its query parameters and how its
+/// sample types become series ([`ProfileConfig`] merged over the built-in one and resolved).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Profile {
+pub struct ProfileEndpoint {
     /// The URL path.
     pub path: String,
     /// Query parameters, sorted by name.
@@ -346,7 +347,7 @@ fn default_auth_type() -> String {
 }
 
 /// The built-in profiles, as Pyroscope v0.37 defines them (`DefaultConfig`).
-fn builtin(name: &str, use_delta_profiles: bool) -> Option<Profile> {
+fn builtin(name: &str, use_delta_profiles: bool) -> Option<ProfileEndpoint> {
     use Aggregation::{Average, Sum};
     let entry = |display: &str, units: &str, aggregation, cumulative| SampleTypeConfig {
         units: units.to_owned(),
@@ -425,7 +426,7 @@ fn builtin(name: &str, use_delta_profiles: bool) -> Option<Profile> {
         ),
         _ => return None,
     };
-    Some(Profile {
+    Some(ProfileEndpoint {
         path: path.to_owned(),
         params: params
             .into_iter()
@@ -456,7 +457,9 @@ impl ScrapeConfig {
     ///
     /// [`ScrapeConfigError::Profile`] when a custom profile has no path or a sample type an
     /// unknown aggregation.
-    pub fn resolved_profiles(&self) -> Result<BTreeMap<String, Profile>, ScrapeConfigError> {
+    pub fn resolved_profiles(
+        &self,
+    ) -> Result<BTreeMap<String, ProfileEndpoint>, ScrapeConfigError> {
         let mut out = BTreeMap::new();
         for name in BUILTIN_PROFILES {
             if let Some(profile) = builtin(name, self.use_delta_profiles) {
@@ -525,7 +528,7 @@ impl ScrapeConfig {
             }
             out.insert(
                 name.clone(),
-                Profile {
+                ProfileEndpoint {
                     path,
                     params,
                     sample_types,
@@ -678,7 +681,7 @@ impl ScrapeConfig {
 
 /// The `seconds` a duration profile runs for at `interval`: its `seconds` parameter capped at
 /// the interval (Pyroscope's rule), or `None` for instant profiles.
-pub fn duration_seconds(profile: &Profile, interval: Duration) -> Option<u64> {
+pub fn duration_seconds(profile: &ProfileEndpoint, interval: Duration) -> Option<u64> {
     let values = profile.params.get("seconds")?;
     let cap = interval.as_secs().max(1);
     let asked = values

@@ -23,9 +23,9 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+use super::ScrapeMetrics;
 use super::config::{FileSdConfig, HttpSdConfig, TargetGroup};
 use super::fetch::{ClientSettings, Fetcher};
-use crate::metrics::ScrapeMetrics;
 
 /// The largest discovery document read, in bytes.
 pub const MAX_DOCUMENT_BYTES: u64 = 8 << 20;

@@ -27,6 +27,7 @@ pub mod convert;
 pub mod delta;
 pub mod discovery;
 pub mod fetch;
+mod metrics;
 pub mod pool;
 pub mod schedule;
 pub mod scraper;
@@ -39,9 +40,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::ScrapeConfig;
+pub use metrics::ScrapeMetrics;
 pub use status::Status;
 
-use crate::metrics::ScrapeMetrics;
 use crate::relabel::RelabelError;
 use crate::window::Submitter;
 

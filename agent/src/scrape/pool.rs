@@ -14,13 +14,13 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{Instrument as _, info, info_span, warn};
 
+use super::ScrapeMetrics;
 use super::config::{ScrapeConfig, TargetGroup};
 use super::discovery::{self, Update};
 use super::fetch::Fetcher;
 use super::scraper::ScrapeLoop;
 use super::status::{SharedScrape, SourceStatus, Status};
 use super::target::{Builder, Target};
-use crate::metrics::ScrapeMetrics;
 use crate::window::Submitter;
 
 /// What a job's pool needs.

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use smolder_common::pprof::Limits;
 use tracing::{debug, warn};
 
+use super::ScrapeMetrics;
 use super::convert::{self, ConvertError, Scraped, Span};
 use super::delta::Deltas;
 use super::discovery::error_chain;
@@ -22,7 +23,6 @@ use super::fetch::{FetchError, Fetcher};
 use super::schedule;
 use super::status::{Health, LastScrape, SharedScrape};
 use super::target::Target;
-use crate::metrics::ScrapeMetrics;
 use crate::window::Submitter;
 
 /// What Go's `net/http/pprof` and most pprof servers answer with.
@@ -178,10 +178,7 @@ impl ScrapeLoop {
                 }
                 Err(err) => {
                     let message = error_chain(&err);
-                    self.metrics
-                        .failures
-                        .with_label_values(&[labels[0], labels[1], err.reason()])
-                        .inc();
+                    self.metrics.failure(labels[0], labels[1], err.reason());
                     warn!(target: "smolder_agent::scrape", job = %target.job,
                         profile = %target.profile, url = %target.url, error = %message,
                         "scrape failed");

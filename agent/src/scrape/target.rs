@@ -25,7 +25,7 @@ use std::time::Duration;
 use smolder_common::Labels;
 use smolder_common::pprof::SampleTypes;
 
-use super::config::{Profile, ScrapeConfig, TargetGroup, duration_seconds, go_duration};
+use super::config::{ProfileEndpoint, ScrapeConfig, TargetGroup, duration_seconds, go_duration};
 use crate::relabel::{LabelSet, Relabeler};
 
 /// `host:port` to scrape.
@@ -111,7 +111,7 @@ pub struct Builder {
     interval: Duration,
     timeout: Duration,
     enabled: Vec<String>,
-    profiles: BTreeMap<String, Profile>,
+    profiles: BTreeMap<String, ProfileEndpoint>,
     relabeler: Relabeler,
 }
 
@@ -249,7 +249,7 @@ impl Builder {
                     params.insert(key.to_owned(), vec![value.clone()]);
                 }
             }
-            let resolved = Profile {
+            let resolved = ProfileEndpoint {
                 path: path.clone(),
                 params,
                 sample_types: profile.sample_types.clone(),

@@ -14,6 +14,7 @@
 //! creates the development CA) connects once the files exist.
 
 pub mod backoff;
+mod metrics;
 mod tls;
 
 use std::net::SocketAddr;
@@ -30,10 +31,10 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use crate::metrics::ShipMetrics;
 use crate::spool::Spool;
 
 use self::backoff::Backoff;
+pub use self::metrics::ShipMetrics;
 
 /// Where and how batches are shipped.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -157,6 +158,37 @@ pub enum ShipError {
     Spool(#[from] crate::spool::SpoolError),
 }
 
+impl ShipError {
+    /// Every [`kind`](Self::kind), for the metrics.
+    pub const KINDS: [&'static str; 9] = [
+        "tls",
+        "token",
+        "resolve",
+        "connect",
+        "refused",
+        "protocol",
+        "connection",
+        "timeout",
+        "spool",
+    ];
+
+    /// A bounded name for the variant: the `error_type` of
+    /// `smolder_agent_errors_total{stage="ship"}`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ShipError::Tls { .. } => "tls",
+            ShipError::Token { .. } => "token",
+            ShipError::Resolve { .. } => "resolve",
+            ShipError::Connect { .. } => "connect",
+            ShipError::Refused { .. } => "refused",
+            ShipError::Protocol { .. } => "protocol",
+            ShipError::Connection { .. } => "connection",
+            ShipError::Timeout { .. } => "timeout",
+            ShipError::Spool(_) => "spool",
+        }
+    }
+}
+
 /// How long the aggregator has to answer a hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Keep-alives on an idle connection, well inside both sides' idle timeouts.
@@ -221,13 +253,20 @@ pub async fn run(
                             }
                             return;
                         }
-                        Err(err) => warn!(error = %err, "lost the aggregator; reconnecting"),
+                        Err(err) => {
+                            metrics.tier.error(err.kind());
+                            warn!(error = %err, "lost the aggregator; reconnecting");
+                        }
                     }
                 }
                 Err(err @ ShipError::Refused { .. }) => {
+                    metrics.tier.error(err.kind());
                     error!(error = %err, "the aggregator refused this agent; check ship.token, ship.token-file or the client certificate");
                 }
-                Err(err) => warn!(error = %err, "cannot reach the aggregator; batches stay in the spool"),
+                Err(err) => {
+                    metrics.tier.error(err.kind());
+                    warn!(error = %err, "cannot reach the aggregator; batches stay in the spool");
+                }
             }
             if stop.requested() {
                 // The grace period is for a link that works; this one just failed.
@@ -622,5 +661,38 @@ mod tests {
         assert_eq!(server_name(&config), "agg.example");
         config.server_name = "other".to_owned();
         assert_eq!(server_name(&config), "other");
+    }
+
+    #[test]
+    fn every_error_kind_is_listed_for_the_metrics() {
+        let text = || "x".to_owned();
+        let errors = [
+            ShipError::Tls { reason: text() },
+            ShipError::Token {
+                path: PathBuf::from("token"),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            },
+            ShipError::Resolve {
+                address: text(),
+                reason: text(),
+            },
+            ShipError::Connect {
+                address: text(),
+                reason: text(),
+            },
+            ShipError::Refused { reason: text() },
+            ShipError::Protocol { reason: text() },
+            ShipError::Connection { reason: text() },
+            ShipError::Timeout {
+                what: "batch",
+                after: Duration::from_secs(1),
+            },
+            ShipError::Spool(crate::spool::SpoolError::Corrupt {
+                key: text(),
+                reason: "x",
+            }),
+        ];
+        let kinds: Vec<&str> = errors.iter().map(ShipError::kind).collect();
+        assert_eq!(kinds, ShipError::KINDS);
     }
 }

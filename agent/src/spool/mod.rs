@@ -9,13 +9,14 @@
 //! A batch is written and flushed before anything sends it, so a window that reached the spool
 //! survives a crash or restart of the agent; it leaves only on an ack, or when a bound drops
 //! it: past `spool.max-bytes` the oldest batches go first, past `spool.max-age` the old ones go,
-//! each counted in `smolder_agent_spool_batches_dropped_total{reason}`. The bookkeeping is the
+//! each counted in `smolder_agent_dropped_batches_total{stage="spool",reason}`. The bookkeeping is the
 //! sans-IO [`queue::Queue`]; this module applies it to sled.
 //!
 //! The agent id lives in the same database as the sequence numbers on purpose: a batch is
 //! identified by (agent id, sequence), so a new spool must mean a new id, or the aggregator
 //! would take the new batches for the old ones and drop them as duplicates.
 
+mod metrics;
 pub mod queue;
 
 use std::path::{Path, PathBuf};
@@ -27,9 +28,9 @@ use smolder_common::wire::{BatchMessage, FrameKind, frame};
 use tokio::sync::{Notify, mpsc};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use crate::metrics::SpoolMetrics;
 use crate::window::Window;
 
+pub use self::metrics::SpoolMetrics;
 use self::queue::{DropReason, Dropped, Queue};
 
 /// Bounds of the on-disk spool.
@@ -471,6 +472,7 @@ pub async fn run(spool: Spool, mut windows: mpsc::Receiver<Arc<Window>>) {
                 window = windows.recv() => match window {
                     Some(window) => {
                         if let Err(err) = spool.push(window).await {
+                            spool.inner.metrics.tier.error("write");
                             error!(error = %err, "spooling a window failed; its profiles are lost");
                         }
                     }
@@ -478,12 +480,14 @@ pub async fn run(spool: Spool, mut windows: mpsc::Receiver<Arc<Window>>) {
                 },
                 _ = ticker.tick() => {
                     if let Err(err) = spool.expire(SystemTime::now()) {
+                        spool.inner.metrics.tier.error("expire");
                         warn!(error = %err, "applying spool.max-age failed; retrying at the next tick");
                     }
                 }
             }
         }
         if let Err(err) = spool.flush().await {
+            spool.inner.metrics.tier.error("flush");
             error!(error = %err, "final spool flush failed");
         }
     };

@@ -16,7 +16,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    /// The `reason` label of `smolder_agent_spool_batches_dropped_total`.
+    /// The `reason` label of `smolder_agent_dropped_batches_total{stage="spool"}`.
     pub fn as_str(self) -> &'static str {
         match self {
             DropReason::Full => "full",

@@ -1,4 +1,4 @@
-//! The eBPF CPU source end to end: the real sampler loaded as root, the real symbolizer, and
+//! The eBPF source end to end: the real sampler loaded as root, the real symbolizer, and
 //! workloads each test builds with gcc and starts. The tests run one at a time (they all sample
 //! every CPU) and assert on presence and ratios, never on timing.
 
@@ -11,7 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use smolder_agent::config::Config;
-use smolder_agent::cpu;
+use smolder_agent::ebpf;
 use smolder_agent::relabel::RelabelConfig;
 use smolder_common::Profile;
 
@@ -143,7 +143,7 @@ fn release(child: &mut Child) {
 /// Records for `seconds` with `config`, running `during` once the sampler is loaded.
 fn record_during(config: Config, seconds: u64, during: impl FnOnce()) -> Vec<Profile> {
     let recording =
-        thread::spawn(move || cpu::record(&config, Duration::from_secs(seconds)).unwrap());
+        thread::spawn(move || ebpf::record(&config, Duration::from_secs(seconds)).unwrap());
     // Loading and attaching takes tens of milliseconds; leave room on a busy machine.
     thread::sleep(Duration::from_millis(1500));
     during();
@@ -201,7 +201,7 @@ fn frame_pointer_stacks_keep_the_ratio_of_callees() {
     let (mut slow, mut fast) = (0, 0);
     let mut last = Vec::new();
     for _ in 0..20 {
-        last = cpu::record(&config, Duration::from_secs(3)).unwrap();
+        last = ebpf::record(&config, Duration::from_secs(3)).unwrap();
         let stacks = stacks(&last, "smolder-ratio");
         slow += samples_with(&stacks, "main;slow_function");
         fast += samples_with(&stacks, "main;fast_function");
@@ -426,8 +426,7 @@ fn the_daemon_drains_the_sampler_every_window() {
     let _host = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "smolder-daemon", BUSY);
-    let mut config = Config::default();
-    config.http.listen = "127.0.0.1:0".parse().unwrap();
+    let mut config = crate::util::isolated(Config::default());
     config.window.length = Duration::from_secs(1);
     config.window.settle = Duration::from_secs(1);
     let runtime = tokio::runtime::Runtime::new().unwrap();

@@ -1,6 +1,6 @@
 //! The agent as a whole, over its real HTTP port.
 
-/// The eBPF CPU source: the real sampler, loaded as root, sampling workloads the tests build.
+/// The eBPF source: the real sampler, loaded as root, sampling workloads the tests build.
 mod ebpf;
 /// Rules: the documented example on every window, `/exported-metrics`, invalid rules.
 mod rules;
@@ -13,13 +13,14 @@ mod systemd;
 /// The spool on disk: restarts, the data directory lock, the age bound.
 mod spool;
 
+/// Fixtures: agents under test on port 0, shipping to a socket that never answers.
+mod util;
+
 use smolder_agent::app;
 use smolder_agent::config::Config;
 
 fn local_config() -> Config {
-    let mut config = Config::default();
-    config.http.listen = "127.0.0.1:0".parse().unwrap();
-    config
+    util::isolated(Config::default())
 }
 
 #[tokio::test]
@@ -35,7 +36,7 @@ async fn serves_health_and_metrics() {
         .await
         .unwrap();
     assert!(
-        metrics.contains("smolder_agent_window_closed_total"),
+        metrics.contains("smolder_agent_window_windows_closed_total"),
         "{metrics}"
     );
     agent.stop().await.unwrap();

@@ -44,7 +44,7 @@ const STACKS: [(&str, &[(&str, u64)]); 2] = [
 
 fn config(rules: &str) -> Config {
     let mut config: Config = serde_norway::from_str(rules).expect("the documented rules load");
-    config.http.listen = "127.0.0.1:0".parse().unwrap();
+    config = crate::util::isolated(config);
     config.window.length = Duration::from_secs(1);
     config.window.settle = Duration::from_millis(100);
     config

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Redirect};
 use axum::routing::get;
 use serde_json::Value;
 use smolder_agent::config::{Config, ScrapeConfig};
-use smolder_agent::metrics::ScrapeMetrics;
+use smolder_agent::metrics::Metrics;
 use smolder_agent::scrape::{self, Scraper};
 use smolder_agent::window;
 use smolder_common::pprof::{self, EncodeOptions};
@@ -110,8 +110,8 @@ fn scrape_config(yaml: &str) -> ScrapeConfig {
 /// Starts the scraper alone, with the window channel's receiving end for the test to read.
 fn start_scraper(configs: &[ScrapeConfig]) -> (Scraper, mpsc::Receiver<Profile>) {
     let (submitter, profiles) = window::channel();
-    let metrics = ScrapeMetrics::new(&prometheus::Registry::new());
-    let scraper = scrape::start(configs, &submitter, &metrics).unwrap();
+    let metrics = Metrics::new();
+    let scraper = scrape::start(configs, &submitter, &metrics.scrape).unwrap();
     (scraper, profiles)
 }
 
@@ -328,8 +328,7 @@ async fn bad_targets_fail_alone_with_clear_errors() {
     })))
     .await;
 
-    let mut config = Config::default();
-    config.http.listen = "127.0.0.1:0".parse().unwrap();
+    let mut config = crate::util::isolated(Config::default());
     let targets = [good, refused, slow, html, oversize, bomb, redirect, encoded]
         .iter()
         .map(|a| format!("'{a}'"))

@@ -1,7 +1,6 @@
 //! The spool on disk: what the agent produces while no aggregator answers stays, across
 //! restarts, within its bounds.
 
-use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -9,20 +8,15 @@ use smolder_agent::app::{self, Running};
 use smolder_agent::config::Config;
 use smolder_common::{Profile, ProfileMeta, Tree};
 
-/// An agent whose aggregator never answers: a free UDP port and TLS files that do not exist.
+/// An agent whose aggregator never answers: a UDP socket nothing reads and TLS files that do
+/// not exist.
 fn unreachable_config(dir: &Path) -> Config {
-    let mut config = Config::default();
-    config.http.listen = "127.0.0.1:0".parse().unwrap();
-    // These tests count the batches of the profiles they submit; the eBPF CPU source would add
+    let mut config = crate::util::isolated(Config::default());
+    // These tests count the batches of the profiles they submit; the eBPF source would add
     // the host's own.
     config.ebpf.enabled = false;
     config.window.length = Duration::from_millis(250);
     config.window.settle = Duration::ZERO;
-    let port: SocketAddr = UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    config.ship.aggregator = port.to_string();
     config.ship.ca = dir.join("missing-ca.pem");
     config.ship.token_file = dir.join("missing-token");
     config.ship.backoff_min = Duration::from_millis(50);
@@ -136,7 +130,7 @@ async fn batches_past_the_age_bound_are_dropped_and_counted() {
     // The age bound is applied every 10 s.
     wait_for(
         &agent,
-        "smolder_agent_spool_batches_dropped_total",
+        "smolder_agent_dropped_batches_total",
         "reason=\"expired\"",
         3.0,
     )

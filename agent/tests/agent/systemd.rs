@@ -35,7 +35,10 @@ fn notifies_ready_watchdog_and_stopping() {
     let config = dir.path().join("agent.yaml");
     std::fs::write(
         &config,
-        "http:\n  listen: 127.0.0.1:0\nebpf:\n  enabled: false\n",
+        format!(
+            "http:\n  listen: 127.0.0.1:0\nebpf:\n  enabled: false\nship:\n  aggregator: {}\n",
+            crate::util::silent_aggregator()
+        ),
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_smolder-agent"))

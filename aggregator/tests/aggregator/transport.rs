@@ -246,7 +246,7 @@ async fn a_rate_limited_agent_is_paced_and_loses_nothing() {
         "{text}"
     );
     assert_eq!(
-        metric(&text, "smolder_agent_spool_batches_dropped_total", ""),
+        metric(&text, "smolder_agent_dropped_batches_total", ""),
         0.0
     );
     eventually(Duration::from_secs(10), "the spool drains", || async {
@@ -419,7 +419,7 @@ async fn kill_9_mid_stream_stores_every_batch_exactly_once() {
         "{text}"
     );
     assert_eq!(
-        metric(&text, "smolder_agent_spool_batches_dropped_total", ""),
+        metric(&text, "smolder_agent_dropped_batches_total", ""),
         0.0,
         "{text}"
     );
@@ -539,7 +539,7 @@ async fn a_full_spool_drops_the_oldest_batches_only() {
     let text = agent_metrics(&agent).await;
     let dropped = metric(
         &text,
-        "smolder_agent_spool_batches_dropped_total",
+        "smolder_agent_dropped_batches_total",
         "reason=\"full\"",
     );
     let kept = metric(&text, "smolder_agent_spool_batches", "");

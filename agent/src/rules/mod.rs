@@ -7,6 +7,8 @@
 //! aggregator's), which `GET /exported-metrics` renders. Owns: the task [`run`] and the
 //! counters; they start at zero with the process, like any Prometheus counter.
 
+mod metrics;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -15,7 +17,9 @@ use smolder_common::rules::{Counters, RuleError, RuleSet, RuleSpec};
 use tokio::sync::mpsc;
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::metrics::RulesMetrics;
+pub use self::metrics::RulesMetrics;
+use self::metrics::SERIES_LIMIT;
+use crate::metrics::DroppedUnit;
 use crate::window::Window;
 
 /// Windows queued for the rules before the window loop waits: evaluation is much cheaper than
@@ -91,6 +95,7 @@ pub async fn run(
             let (increments, profiles) = match evaluated {
                 Ok(done) => done,
                 Err(err) => {
+                    metrics.tier.error("panic");
                     warn!(error = %err, "evaluating a window panicked; its counts are lost");
                     continue;
                 }
@@ -103,7 +108,11 @@ pub async fn run(
             metrics.series.set(counters.series() as i64);
             drop(counters);
             if applied.over_limit > 0 {
-                metrics.increments_dropped.inc_by(applied.over_limit as u64);
+                metrics.tier.dropped(
+                    DroppedUnit::Increments,
+                    SERIES_LIMIT,
+                    applied.over_limit as u64,
+                );
                 warn!(
                     dropped = applied.over_limit,
                     limit = smolder_common::rules::MAX_SERIES_PER_RULE,

@@ -1,10 +1,11 @@
 //! Symbolization: addresses of sampled stacks to function names, on a thread of its own.
 //!
-//! Input: [`Sample`](crate::ebpf::Sample)s of one drain, plus [`Symbolizer::capture`] calls for
-//! processes the sampler sees for the first time (or after an exec) and [`Symbolizer::forget`]
-//! calls once an exited process's grace period is over. Output: [`SymbolizedSample`]s whose
-//! frames are names, root first (user frames, then the kernel frames below them). Caller: the
-//! CPU source ([`crate::cpu`]). Owns the `smolder-symbolize` thread, which owns a blazesym
+//! Input: [`StackCount`]s of one drain, of any [`SampleKind`], plus
+//! [`Symbolizer::capture`] calls for processes the sampler sees for the first time (or after an
+//! exec) and [`Symbolizer::forget`] calls once an exited process's grace period is over. Output:
+//! [`SymbolizedSample`]s whose frames are names, root first (user frames, then the kernel frames
+//! below them). Caller: the eBPF source ([`crate::ebpf`]). Owns the `smolder-symbolize` thread,
+//! which owns a blazesym
 //! `Symbolizer` (not `Send`), the captured process maps, the open binaries and the frame cache.
 //!
 //! User frames come from the binaries' symbol tables (`.symtab`, `.dynsym`; no DWARF, so no line
@@ -24,8 +25,8 @@ use std::thread::JoinHandle;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ebpf::Sample;
-use crate::metrics::SymbolizeMetrics;
+use super::metrics::SymbolizeMetrics;
+use super::sample::{SampleKind, StackCount};
 
 /// Frames a complete user stack starts from: the entry points of processes and threads in glibc,
 /// musl and Go. A user stack without one of them, and without `main`, was cut short by a frame
@@ -71,9 +72,11 @@ impl Default for SymbolizeConfig {
     }
 }
 
-/// A sample with names for its frames.
+/// A [`StackCount`] with names for its frames.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SymbolizedSample {
+    /// What the samples measure.
+    pub kind: SampleKind,
     /// The process id.
     pub pid: u32,
     /// Frame names, root first: user frames, then kernel frames.
@@ -98,7 +101,7 @@ pub enum SymbolizeError {
 enum Request {
     Capture(u32),
     Forget(u32),
-    Symbolize(Vec<Sample>, mpsc::Sender<Vec<SymbolizedSample>>),
+    Symbolize(Vec<StackCount>, mpsc::Sender<Vec<SymbolizedSample>>),
 }
 
 /// A pending answer to [`Symbolizer::submit`].
@@ -181,7 +184,7 @@ impl Symbolizer {
     /// # Errors
     ///
     /// [`SymbolizeError::Stopped`] when the thread has stopped.
-    pub fn submit(&self, samples: Vec<Sample>) -> Result<Pending, SymbolizeError> {
+    pub fn submit(&self, samples: Vec<StackCount>) -> Result<Pending, SymbolizeError> {
         let (reply, answer) = mpsc::channel();
         self.send(Request::Symbolize(samples, reply))?;
         Ok(Pending(answer))

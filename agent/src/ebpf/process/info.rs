@@ -1,24 +1,12 @@
-//! Process metadata and the labels it becomes: what a CPU sample's series is called.
+//! What a process is, read from `/proc` while it runs.
 //!
-//! Input: a process id, read once from `/proc/PID/{comm,exe,cmdline,cgroup,status}` when the
-//! sampler first sees the process ([`ProcessInfo::read`]). Output: a [`Series`] named
-//! `<service_name>.cpu`, or nothing when the `ebpf.relabel-configs` rules drop the process
-//! ([`Labeller::series`]). Caller: the CPU source ([`crate::cpu`]). Owns no files or tasks.
-//!
-//! Before relabelling, a process has the `__meta_process_*` labels (`pid`, `comm`, `exe`,
-//! `cmdline`, `cgroup`, `systemd_unit`, `container_id`, `user`) and the preset labels
-//! `service_name`, `hostname`, and, where known, `systemd_unit` and `container_id`. The default
-//! `service_name` is the process's systemd service (`nginx` for `nginx.service`), else its
-//! container id (the 12-character short form, as `docker ps` shows it), else the executable's
-//! file name, else `kernel` for kernel threads. Labels starting with `__` are removed after
-//! relabelling.
+//! Input: a process id, read once from `/proc/PID/{comm,exe,cmdline,cgroup,stat,status}` when
+//! the sampler first sees the process or after it exec'd ([`ProcessInfo::read`]). Output: a
+//! [`ProcessInfo`], with the systemd unit and container id taken from the cgroup path
+//! ([`parse_cgroup`]). Caller: the eBPF source, which hands it to the
+//! [`Labeller`](super::Labeller). Owns no files or tasks.
 
-use std::collections::HashMap;
 use std::path::Path;
-
-use smolder_common::{Labels, Series};
-
-use crate::relabel::{LabelSet, Relabeler};
 
 /// Longest `__meta_process_cmdline` kept, in bytes; longer command lines are cut at a character
 /// boundary (the aggregator's default `ingest.max-label-bytes` is 1024).
@@ -120,45 +108,6 @@ impl ProcessInfo {
     pub fn is_kernel_thread(&self) -> bool {
         self.exe.is_none() && (self.pid == 2 || self.ppid == Some(2))
     }
-
-    /// The default `service_name`: systemd service, else short container id, else executable
-    /// file name, else `kernel` for kernel threads, else `comm`. Characters a series name cannot
-    /// hold become `_`.
-    pub fn service_name(&self) -> String {
-        let service = self
-            .systemd_unit
-            .as_deref()
-            .and_then(|unit| unit.strip_suffix(".service"))
-            // A template instance (`getty@tty1.service`) is one service with many instances.
-            .map(|unit| unit.split('@').next().unwrap_or(unit));
-        let name = match (service, &self.container_id, &self.exe) {
-            (Some(service), _, _) => service.to_owned(),
-            (None, Some(id), _) => id.chars().take(12).collect(),
-            (None, None, Some(exe)) => {
-                let exe = exe.strip_suffix(" (deleted)").unwrap_or(exe);
-                exe.rsplit('/').next().unwrap_or(exe).to_owned()
-            }
-            (None, None, None) if self.is_kernel_thread() => "kernel".to_owned(),
-            (None, None, None) => self.comm.clone(),
-        };
-        sanitize_app_name(&name)
-    }
-}
-
-/// Replaces characters outside `[A-Za-z0-9_.-]` with `_`; an empty name becomes `unknown`.
-fn sanitize_app_name(name: &str) -> String {
-    if name.is_empty() {
-        return "unknown".to_owned();
-    }
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 fn cmdline_text(bytes: &[u8]) -> String {
@@ -253,96 +202,9 @@ fn container_id_of(part: &str) -> Option<String> {
     (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
 }
 
-/// Turns process metadata into series, applying the configured relabel rules.
-#[derive(Clone, Debug)]
-pub struct Labeller {
-    relabeler: Relabeler,
-    hostname: String,
-    users: HashMap<u32, String>,
-}
-
-impl Labeller {
-    /// A labeller for `hostname`, with user names from `/etc/passwd`.
-    pub fn new(relabeler: Relabeler, hostname: String) -> Labeller {
-        let users = std::fs::read_to_string("/etc/passwd")
-            .map(|text| parse_passwd(&text))
-            .unwrap_or_default();
-        Labeller {
-            relabeler,
-            hostname,
-            users,
-        }
-    }
-
-    /// The labels of `info` before relabelling: `__meta_process_*` and the presets.
-    pub fn meta_labels(&self, info: &ProcessInfo) -> LabelSet {
-        let mut labels = LabelSet::new();
-        let mut set = |name: &str, value: &str| {
-            if !value.is_empty() {
-                labels.insert(name.to_owned(), value.to_owned());
-            }
-        };
-        set("__meta_process_pid", &info.pid.to_string());
-        set("__meta_process_comm", &info.comm);
-        set("__meta_process_exe", info.exe.as_deref().unwrap_or(""));
-        set("__meta_process_cmdline", &info.cmdline);
-        set("__meta_process_cgroup", &info.cgroup);
-        let unit = info.systemd_unit.as_deref().unwrap_or("");
-        let container = info.container_id.as_deref().unwrap_or("");
-        set("__meta_process_systemd_unit", unit);
-        set("__meta_process_container_id", container);
-        let user = info.uid.map(|uid| {
-            self.users
-                .get(&uid)
-                .cloned()
-                .unwrap_or_else(|| uid.to_string())
-        });
-        set("__meta_process_user", user.as_deref().unwrap_or(""));
-        set("service_name", &info.service_name());
-        set("hostname", &self.hostname);
-        set("systemd_unit", unit);
-        set("container_id", container);
-        labels
-    }
-
-    /// The series of `info`'s CPU samples, or `None` when a relabel rule drops the process.
-    /// Labels that are not valid series label names after relabelling are left out.
-    pub fn series(&self, info: &ProcessInfo) -> Option<Series> {
-        let mut labels = self.meta_labels(info);
-        if !self.relabeler.apply(&mut labels) {
-            return None;
-        }
-        let service = labels
-            .get("service_name")
-            .map(|name| sanitize_app_name(name))
-            .unwrap_or_else(|| info.service_name());
-        let mut kept = Labels::new();
-        for (name, value) in labels.iter().filter(|(name, _)| !name.starts_with("__")) {
-            if kept.insert(name.as_str(), value.as_str()).is_err() {
-                tracing::debug!(label = %name, "relabelling made an invalid label name; left out");
-            }
-        }
-        let _ = kept.insert("service_name", service.as_str());
-        Some(Series::new(format!("{service}.cpu"), kept).expect("a sanitized app name is valid"))
-    }
-}
-
-/// User names by uid from `/etc/passwd`'s `name:x:uid:...` lines.
-fn parse_passwd(text: &str) -> HashMap<u32, String> {
-    text.lines()
-        .filter_map(|line| {
-            let mut fields = line.split(':');
-            let name = fields.next()?;
-            let uid = fields.nth(1)?.parse().ok()?;
-            Some((uid, name.to_owned()))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relabel::RelabelConfig;
 
     const DOCKER: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
@@ -374,65 +236,6 @@ mod tests {
             assert_eq!(info.container_id.as_deref(), Some(DOCKER), "{path}");
             assert_eq!(info.systemd_unit, None, "{path}");
         }
-    }
-
-    #[test]
-    fn service_name_order() {
-        let mut info = ProcessInfo {
-            pid: 10,
-            comm: "worker".into(),
-            exe: Some("/usr/local/bin/my app (deleted)".into()),
-            ..ProcessInfo::default()
-        };
-        assert_eq!(info.service_name(), "my_app");
-        info.container_id = Some(DOCKER.into());
-        assert_eq!(info.service_name(), "0123456789ab");
-        info.systemd_unit = Some("getty@tty1.service".into());
-        assert_eq!(info.service_name(), "getty");
-        let kthread = ProcessInfo {
-            pid: 77,
-            ppid: Some(2),
-            comm: "kworker/0:1".into(),
-            ..ProcessInfo::default()
-        };
-        assert_eq!(kthread.service_name(), "kernel");
-    }
-
-    #[test]
-    fn series_after_relabelling() {
-        let rules: Vec<RelabelConfig> = serde_norway::from_str(
-            r#"
-- source_labels: [__meta_process_comm]
-  regex: "sshd"
-  action: drop
-- source_labels: [__meta_process_user]
-  target_label: user
-"#,
-        )
-        .unwrap();
-        let labeller = Labeller {
-            relabeler: Relabeler::new(&rules).unwrap(),
-            hostname: "host-1".into(),
-            users: HashMap::from([(1000, "ada".to_owned())]),
-        };
-        let info = ProcessInfo {
-            pid: 5,
-            comm: "server".into(),
-            exe: Some("/srv/server".into()),
-            uid: Some(1000),
-            systemd_unit: Some("api.service".into()),
-            ..ProcessInfo::default()
-        };
-        let series = labeller.series(&info).unwrap();
-        assert_eq!(
-            series.to_string(),
-            "api.cpu{hostname=host-1,service_name=api,systemd_unit=api.service,user=ada}"
-        );
-        let sshd = ProcessInfo {
-            comm: "sshd".into(),
-            ..info
-        };
-        assert!(labeller.series(&sshd).is_none());
     }
 
     #[test]

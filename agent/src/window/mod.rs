@@ -11,6 +11,8 @@
 //! double them. A profile that arrives after its window was handed on goes into the
 //! window that is open now and is counted as late: late data is moved, never dropped.
 
+mod metrics;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,7 +22,7 @@ use smolder_common::{Aggregation, Profile, ProfileMeta, Series, Tree};
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use crate::metrics::WindowMetrics;
+pub use self::metrics::WindowMetrics;
 
 /// How stacks are grouped in time.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]

@@ -14,8 +14,8 @@ use tracing::{debug, debug_span};
 use super::cache::FrameCache;
 use super::maps::{FileKey, Files, Object, ProcessMap};
 use super::{Request, SymbolizeConfig, SymbolizedSample, TRUNCATION_ROOTS};
-use crate::ebpf::{Sample, Stack};
-use crate::metrics::SymbolizeMetrics;
+use crate::ebpf::metrics::SymbolizeMetrics;
+use crate::ebpf::sample::{Stack, StackCount};
 
 /// What a frame's name is cached under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -145,7 +145,7 @@ impl State {
 
     fn symbolize(
         &mut self,
-        samples: Vec<Sample>,
+        samples: Vec<StackCount>,
         mut between: impl FnMut() -> Vec<u32>,
     ) -> Vec<SymbolizedSample> {
         self.tick += 1;
@@ -156,7 +156,7 @@ impl State {
         while start < order.len() {
             let pid = samples[order[start]].pid;
             let end = start + order[start..].partition_point(|&i| samples[i].pid == pid);
-            let group: Vec<&Sample> = order[start..end].iter().map(|&i| &samples[i]).collect();
+            let group: Vec<&StackCount> = order[start..end].iter().map(|&i| &samples[i]).collect();
             self.resolve_process(pid, &group);
             for &i in &order[start..end] {
                 out[i] = Some(self.name(&samples[i]));
@@ -173,7 +173,7 @@ impl State {
     }
 
     /// Resolves every uncached address of one process's samples, one blazesym call per binary.
-    fn resolve_process(&mut self, pid: u32, samples: &[&Sample]) {
+    fn resolve_process(&mut self, pid: u32, samples: &[&StackCount]) {
         let mut by_file: HashMap<FileKey, Vec<u64>> = HashMap::new();
         let mut live: Vec<u64> = Vec::new();
         let mut kernel: Vec<u64> = Vec::new();
@@ -340,7 +340,7 @@ impl State {
         }
     }
 
-    fn name(&mut self, sample: &Sample) -> SymbolizedSample {
+    fn name(&mut self, sample: &StackCount) -> SymbolizedSample {
         let mut frames: Vec<Arc<str>> = Vec::new();
         let mut truncated = false;
         match &sample.user {
@@ -390,6 +390,7 @@ impl State {
             self.metrics.truncated_stacks.inc_by(sample.count);
         }
         SymbolizedSample {
+            kind: sample.kind,
             pid: sample.pid,
             frames,
             count: sample.count,
@@ -430,6 +431,7 @@ fn call_site(addr: u64, depth: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ebpf::SampleKind;
     use crate::metrics::Metrics;
 
     const MAPS: &str = "\
@@ -472,7 +474,8 @@ mod tests {
     #[test]
     fn frames_are_root_first_and_cut_at_the_thread_entry() {
         let mut state = state();
-        let sample = Sample {
+        let sample = StackCount {
+            kind: SampleKind::Cpu,
             pid: 7,
             user: Stack::Frames(Arc::from(
                 [0x55d0c0a01100, 0x55d0c0a01200, 0x7f0000000010, 0xdead].as_slice(),
@@ -489,7 +492,8 @@ mod tests {
     #[test]
     fn unknown_frames_show_their_module_and_truncation_is_counted() {
         let mut state = state();
-        let sample = Sample {
+        let sample = StackCount {
+            kind: SampleKind::Cpu,
             pid: 7,
             user: Stack::Frames(Arc::from([0x55d0c0a01100, 0x55d0c0a01801, 0x10].as_slice())),
             kernel: Stack::Lost,
@@ -508,7 +512,8 @@ mod tests {
     #[test]
     fn a_stack_that_reaches_main_is_complete_without_named_libc_frames() {
         let mut state = state();
-        let sample = Sample {
+        let sample = StackCount {
+            kind: SampleKind::Cpu,
             pid: 7,
             // leaf, main, then libc's start frame at an offset with no cached name.
             user: Stack::Frames(Arc::from(
