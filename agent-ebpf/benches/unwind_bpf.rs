@@ -36,7 +36,7 @@ fn scenario(depth: u32, tables: bool) -> (f64, f64, u64, f64) {
     let mut ebpf = EbpfLoader::new()
         .load(OBJECT)
         .expect("load the unwinder (as root)");
-    let mut victim = Victim::start(depth);
+    let mut victim = Victim::start(depth, "plain");
     Process::load(victim.pid, tables.then_some(&mut ebpf));
     let program: &mut UProbe = ebpf
         .program_mut(PROGRAM_UPROBE)

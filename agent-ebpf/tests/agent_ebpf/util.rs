@@ -27,8 +27,9 @@ pub(crate) struct Victim {
 }
 
 impl Victim {
-    /// Starts the victim with a recursion `depth`; it waits for [`Victim::go`].
-    pub(crate) fn start(depth: u32) -> Victim {
+    /// Starts the victim with a recursion `depth` in `mode` (`plain`, `syscalls`, `signal`; see
+    /// `victim.c`); it waits for [`Victim::go`].
+    pub(crate) fn start(depth: u32, mode: &str) -> Victim {
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("victim.c");
         std::fs::write(&source, include_str!("../data/victim.c")).unwrap();
@@ -46,6 +47,7 @@ impl Victim {
         );
         let mut child = Command::new(&binary)
             .arg(depth.to_string())
+            .arg(mode)
             .stdin(Stdio::piped())
             .spawn()
             .unwrap();
@@ -198,12 +200,19 @@ impl Process {
         }
     }
 
-    /// A walk's frames as a root-first path of tokens (return addresses looked up at `- 1`).
+    /// A walk's frames as a root-first path of tokens. Return addresses are looked up at
+    /// `- 1` (their call); a frame interrupted by a signal is exact, which the `- 1` lookup only
+    /// misses at a function's first byte, where the exact address is tried.
     pub(crate) fn path(&self, frames: &[u64]) -> String {
         let tokens: Vec<String> = frames
             .iter()
             .enumerate()
-            .map(|(i, &pc)| self.token(if i == 0 { pc } else { pc - 1 }))
+            .map(
+                |(i, &pc)| match self.token(if i == 0 { pc } else { pc - 1 }) {
+                    unknown if unknown == "?" => self.token(pc),
+                    token => token,
+                },
+            )
             .rev()
             .collect();
         tokens.join(" ")
