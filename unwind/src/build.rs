@@ -160,7 +160,7 @@ fn read_section<'a, S: UnwindSection<Slice<'a>>>(
     loop {
         let entry = entries
             .next()
-            .map_err(|source| UnwindError::Cfi { offset: 0, source })?;
+            .map_err(|source| UnwindError::Cfi { source })?;
         let Some(entry) = entry else { break };
         let CieOrFde::Fde(partial) = entry else {
             continue;

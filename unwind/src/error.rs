@@ -22,11 +22,10 @@ pub enum UnwindError {
         /// The format or the decompressor's error.
         reason: String,
     },
-    /// The call-frame information does not parse.
-    #[error("malformed call-frame information at section offset {offset:#x}: {source}")]
+    /// The framing of the call-frame information (its sequence of CIEs and FDEs) does not
+    /// parse; a single malformed FDE is skipped and counted instead.
+    #[error("malformed call-frame information: {source}")]
     Cfi {
-        /// Where in the section.
-        offset: usize,
         /// gimli's error.
         source: gimli::Error,
     },

@@ -142,7 +142,8 @@ fn frame_step(regs: &Registers, cfa: Cfa, fp: Fp, mem: &dyn Memory) -> Step {
         },
         Cfa::Plt1 | Cfa::Plt2 => {
             let threshold = if cfa == Cfa::Plt1 { 11 } else { 10 };
-            regs.rsp + 8 + if regs.rip & 15 >= threshold { 8 } else { 0 }
+            regs.rsp
+                .wrapping_add(if regs.rip & 15 >= threshold { 16 } else { 8 })
         }
         Cfa::DerefRsp { offset, add } => match mem.read_u64(regs.rsp.wrapping_add(offset.into())) {
             Some(value) => value.wrapping_add_signed(add.into()),
@@ -152,7 +153,7 @@ fn frame_step(regs: &Registers, cfa: Cfa, fp: Fp, mem: &dyn Memory) -> Step {
     if cfa <= regs.rsp {
         return Step::End(Status::NotMovingUp);
     }
-    let Some(rip) = mem.read_u64(cfa - 8) else {
+    let Some(rip) = mem.read_u64(cfa.wrapping_sub(8)) else {
         return Step::End(Status::ReadFault);
     };
     let rbp = match fp {
@@ -183,7 +184,8 @@ fn frame_pointer_step(regs: &Registers, mem: &dyn Memory, failure: Status) -> St
     if rbp % 8 != 0 || rbp < regs.rsp || rbp - regs.rsp >= MAX_FP_FRAME {
         return Step::End(failure);
     }
-    let (Some(caller_rbp), Some(rip)) = (mem.read_u64(rbp), mem.read_u64(rbp + 8)) else {
+    let (Some(caller_rbp), Some(rip)) = (mem.read_u64(rbp), mem.read_u64(rbp.wrapping_add(8)))
+    else {
         return Step::End(Status::ReadFault);
     };
     if rip == 0 {
@@ -192,7 +194,7 @@ fn frame_pointer_step(regs: &Registers, mem: &dyn Memory, failure: Status) -> St
     Step::Caller {
         regs: Registers {
             rip,
-            rsp: rbp + 16,
+            rsp: rbp.wrapping_add(16),
             rbp: Some(caller_rbp),
         },
         leaf: false,
@@ -200,8 +202,8 @@ fn frame_pointer_step(regs: &Registers, mem: &dyn Memory, failure: Status) -> St
 }
 
 fn signal_step(regs: &Registers, mem: &dyn Memory) -> Step {
-    let gregs = regs.rsp + SIGNAL_GREGS_OFFSET;
-    let read = |index: u64| mem.read_u64(gregs + 8 * index);
+    let gregs = regs.rsp.wrapping_add(SIGNAL_GREGS_OFFSET);
+    let read = |index: u64| mem.read_u64(gregs.wrapping_add(8 * index));
     let (Some(rip), Some(rsp), Some(rbp)) = (
         read(SIGNAL_REG_RIP),
         read(SIGNAL_REG_RSP),
@@ -337,6 +339,37 @@ mod tests {
                 status: Status::Complete
             }
         );
+    }
+
+    proptest::proptest! {
+        /// Any registers over any memory end in a status, never a panic, within the limit.
+        #[test]
+        fn arbitrary_stacks_never_panic(
+            rip in proptest::prelude::any::<u64>(),
+            rsp in proptest::prelude::any::<u64>(),
+            rbp in proptest::prelude::any::<Option<u64>>(),
+            words in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..64),
+        ) {
+            let rows = [
+                (0x1000, Rule::Frame { cfa: Cfa::Rsp(16), fp: Fp::AtCfa(-16) }),
+                (0x1100, Rule::Frame { cfa: Cfa::Rbp(16), fp: Fp::Same }),
+                (0x1200, Rule::Frame { cfa: Cfa::Plt1, fp: Fp::Same }),
+                (0x1300, Rule::Frame { cfa: Cfa::DerefRsp { offset: 8, add: -8 }, fp: Fp::Same }),
+                (0x1400, Rule::Signal),
+                (0x1500, Rule::NoFde),
+                (0x1600, Rule::Frame { cfa: Cfa::Rsp(65_600), fp: Fp::Lost }),
+                (0x1700, Rule::End),
+            ];
+            let table = UnwindTable::from_rows(ExeId::BuildId(vec![1]), &rows, Stats::default(), &Limits::default()).unwrap();
+            // The words lie from rsp up.
+            let stack: HashMap<u64, u64> = words
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| (rsp.wrapping_add(8 * i as u64), w))
+                .collect();
+            let walk = unwind(&One(table, 0), Registers { rip, rsp, rbp }, &Stack(stack), 32);
+            proptest::prop_assert!(walk.frames.len() <= 32);
+        }
     }
 
     #[test]
