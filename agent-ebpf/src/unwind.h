@@ -155,4 +155,12 @@ struct unwind_scratch {
 	__u16 pad;
 };
 
+/* The sizes the Rust mirror asserts too. */
+_Static_assert(sizeof(struct unwind_row) == 8, "unwind_row is 8 bytes");
+_Static_assert(sizeof(struct unwind_mapping_key) == 16, "unwind_mapping_key is 16 bytes");
+_Static_assert(sizeof(struct unwind_mapping) == 32, "unwind_mapping is 32 bytes");
+_Static_assert(sizeof(struct unwind_sample) == 40, "unwind_sample is 40 bytes");
+_Static_assert(__builtin_offsetof(struct unwind_scratch, frames) == sizeof(struct unwind_sample),
+	       "the frames follow the sample header, so that both go out in one ring-buffer write");
+
 #endif
