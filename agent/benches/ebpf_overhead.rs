@@ -7,7 +7,7 @@
 //! they interrupt, and CPU time is less disturbed than wall time by other load on the machine.
 //! The agent starts afresh each round and the workload waits for its first drain (which
 //! symbolizes every binary on the host once), so rounds measure the steady state. With
-//! `kernel.bpf_stats_enabled`, the run time per invocation of the `on_sample` program is read
+//! `kernel.bpf_stats_enabled`, the run time per invocation of the `on_cpu` program is read
 //! from the kernel in the same rounds.
 //!
 //! `footprint`: the daemon runs with 200 processes (ten distinct binaries, each process waking
@@ -132,11 +132,11 @@ fn run_workload(exe: &Path, rounds: u64) -> (f64, f64) {
     (secs(usage.ru_utime) + secs(usage.ru_stime), wall)
 }
 
-/// (run time, run count) of the loaded programs called `on_sample`.
-fn on_sample_stats() -> (Duration, u64) {
+/// (run time, run count) of the loaded programs called `on_cpu`.
+fn on_cpu_stats() -> (Duration, u64) {
     let mut total = (Duration::ZERO, 0);
     for info in aya::programs::loaded_programs().flatten() {
-        if info.name_as_str() == Some("on_sample") {
+        if info.name_as_str() == Some("on_cpu") {
             total.0 += info.run_time();
             total.1 += info.run_count();
         }
@@ -181,9 +181,9 @@ fn slowdown() {
         {
             sleep(Duration::from_millis(200));
         }
-        let before = on_sample_stats();
+        let before = on_cpu_stats();
         let sampled = run_workload(&exe, work);
-        let after = on_sample_stats();
+        let after = on_cpu_stats();
         bpf.0 += after.0.saturating_sub(before.0);
         bpf.1 += after.1.saturating_sub(before.1);
         stop(daemon, libc::SIGTERM);
@@ -239,7 +239,7 @@ fn slowdown() {
     );
     if bpf.1 > 0 {
         println!(
-            "  on_sample: {} invocations, {:.0} ns per invocation",
+            "  on_cpu: {} invocations, {:.0} ns per invocation",
             bpf.1,
             bpf.0.as_nanos() as f64 / bpf.1 as f64
         );
@@ -343,13 +343,16 @@ fn footprint() {
         file as f64 / 1024.0
     );
     println!(
-        "  samples {:.0}, drains {:.0}, processes tracked {:.0}, open files {:.0}, cached frames {:.0}, truncated stacks {:.0}",
+        "  samples {:.0}, drains {:.0}, processes tracked {:.0}, open files {:.0}, cached frames {:.0}, complete walks {:.0}",
         metric(&metrics, "smolder_agent_ebpf_samples_total"),
         metric(&metrics, "smolder_agent_ebpf_drains_total"),
         metric(&metrics, "smolder_agent_ebpf_processes "),
         metric(&metrics, "smolder_agent_symbolize_open_files "),
         metric(&metrics, "smolder_agent_symbolize_cached_frames "),
-        metric(&metrics, "smolder_agent_symbolize_truncated_stacks_total"),
+        metric(
+            &metrics,
+            "smolder_agent_ebpf_unwind_samples_total{outcome=\"complete\"}"
+        ),
     );
     std::fs::remove_dir_all(&dir).ok();
 }

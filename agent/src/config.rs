@@ -77,6 +77,7 @@ impl Config {
             .with_context(|| format!("checking config file {}", path.display()))?;
         crate::rules::compile(&config.metrics_export_rules)
             .with_context(|| format!("checking config file {}", path.display()))?;
+        config.ebpf.warn_deprecated();
         Ok(config)
     }
 
@@ -109,6 +110,20 @@ mod tests {
         let yaml = Config::default_yaml();
         let parsed: Config = serde_norway::from_str(&yaml).unwrap();
         assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn deprecated_ebpf_keys_are_still_read_and_named() {
+        let config: Config =
+            serde_norway::from_str("ebpf:\n  counts-map-entries: 100\n  stack-map-entries: 200\n")
+                .unwrap();
+        assert_eq!(
+            config.ebpf.deprecated_keys(),
+            ["ebpf.counts-map-entries", "ebpf.stack-map-entries"]
+        );
+        assert!(Config::default().ebpf.deprecated_keys().is_empty());
+        let yaml = Config::default_yaml();
+        assert!(!yaml.contains("counts-map-entries") && yaml.contains("max-frames: 128"));
     }
 
     #[test]

@@ -34,12 +34,14 @@ enum Mode {
     CheckConfig,
     /// Print the default configuration as YAML and exit.
     PrintDefaultConfig,
-    /// Sample every process on this host with eBPF for a while and print what was sampled.
+    /// Sample every process on this host with eBPF for a while and print what was sampled
+    /// (unwind tables and debug files are cached in --data-dir, as the daemon does).
     Record {
         /// How long to sample, such as `10s` or `1m`.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         duration: std::time::Duration,
-        /// Output format: `folded` prints `service_name;frame;...;leaf count` lines.
+        /// Output format: `folded` prints `service_name;frame;...;leaf count` lines, `json`
+        /// every window's stacks and when each process's unwind tables went in.
         #[arg(long, value_enum, default_value_t = ebpf::RecordFormat::Folded)]
         format: ebpf::RecordFormat,
     },
@@ -82,10 +84,14 @@ fn run(flags: Flags) -> anyhow::Result<ExitCode> {
             print!("{}", Config::default_yaml());
             Ok(ExitCode::SUCCESS)
         }
-        Some(Mode::Record { duration, format }) => {
-            ebpf::print_record(&config, duration, format, std::io::stdout().lock())
-                .map(|()| ExitCode::SUCCESS)
-        }
+        Some(Mode::Record { duration, format }) => ebpf::print_record(
+            &config,
+            duration,
+            Some(&flags.data_dir),
+            format,
+            std::io::stdout().lock(),
+        )
+        .map(|()| ExitCode::SUCCESS),
     }
 }
 

@@ -2,7 +2,7 @@
 //! this host on the default ports.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use smolder_agent::config::Config;
 
@@ -23,4 +23,11 @@ pub(crate) fn isolated(mut config: Config) -> Config {
     config.http.listen = "127.0.0.1:0".parse().expect("a valid address");
     config.ship.aggregator = silent_aggregator().to_string();
     config
+}
+
+/// Serialises the tests that sample the whole host (`ebpf`, `unwind`): each would see the
+/// others' workloads and compete for the CPUs.
+pub(crate) fn exclusive() -> MutexGuard<'static, ()> {
+    static HOST: Mutex<()> = Mutex::new(());
+    HOST.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
