@@ -390,7 +390,21 @@ pub fn parse_sample(record: &[u8]) -> Result<Sample<'_>, ShortSample> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Whatever the ring buffer holds, reading it never panics, and a sample's frames are
+        /// exactly the ones its header counts.
+        #[test]
+        fn any_record_reads_or_is_refused(record in proptest::collection::vec(any::<u8>(), 0..600)) {
+            if let Ok(sample) = parse_sample(&record) {
+                prop_assert_eq!(sample.user().count(), usize::from(sample.header.len));
+                prop_assert_eq!(sample.kernel().count(), usize::from(sample.header.kernel_len));
+            }
+        }
+    }
 
     #[test]
     fn prefixes_cover_a_range_exactly() {

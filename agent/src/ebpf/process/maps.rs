@@ -186,7 +186,24 @@ pub fn open_mapped(pid: u32, mapping: &Mapping) -> Option<(File, OpenedVia)> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Any text parses without panicking into sorted mappings, and what `find` finds holds
+        /// the address.
+        #[test]
+        fn any_text_parses_into_sorted_mappings(text in "(([0-9a-f]{1,12}-[0-9a-f]{1,12} [r-][w-][x-]p [0-9a-f]{1,8} [0-9a-f]{2}:[0-9a-f]{2} [0-9]{1,6} *(/[a-z ]{0,10}( \\(deleted\\))?|\\[vdso\\])?|.{0,40})\n){0,8}") {
+            let map = ProcessMap::parse(&text);
+            prop_assert!(map.mappings.windows(2).all(|w| w[0].start <= w[1].start));
+            for mapping in &map.mappings {
+                if let Some(found) = map.find(mapping.start) {
+                    prop_assert!(found.start <= mapping.start && mapping.start < found.end);
+                }
+            }
+        }
+    }
 
     const MAPS: &str = "\
 55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 1234                       /usr/bin/work
