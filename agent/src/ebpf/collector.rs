@@ -53,6 +53,23 @@ pub(super) struct Collector {
     pub(super) ready: Option<Vec<Ready>>,
 }
 
+/// The processes running now that the relabel rules keep (kernel threads and the agent aside).
+fn running(labeller: &Labeller) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id();
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| {
+            ProcessInfo::read(Path::new("/proc"), pid)
+                .is_ok_and(|info| info.exe.is_some() && labeller.labels(&info).is_some())
+        })
+        .collect()
+}
+
 impl Collector {
     /// Loads the sampler and starts the unwinder and the symbolizer; `data_dir` holds their disk
     /// caches (none: nothing is kept across starts).
@@ -85,6 +102,12 @@ impl Collector {
         } else {
             None
         };
+        let labeller = Labeller::new(relabeler, hostname);
+        if let Some(unwinder) = &unwinder
+            && config.ebpf.unwind.load_at_start
+        {
+            unwinder.preload(running(&labeller));
+        }
         let symbolizer =
             Symbolizer::start(config.symbolize.clone(), debug, metrics.symbolize.clone())?;
         Ok(Collector {
@@ -92,7 +115,7 @@ impl Collector {
             window: WindowSamples::default(),
             unwinder,
             symbolizer,
-            labeller: Labeller::new(relabeler, hostname),
+            labeller,
             processes: Processes::default(),
             metrics: metrics.ebpf.clone(),
             frequency: config.ebpf.frequency,
@@ -199,7 +222,6 @@ impl Collector {
         let started = Instant::now();
         let samples = self.window.take();
         let counts = self.window.take_counts();
-        self.count(&counts);
         self.count_lost();
         self.metrics
             .drain_duration
@@ -228,6 +250,13 @@ impl Collector {
         }
         self.metrics.dropped(metrics::RELABEL, relabel_dropped);
         self.metrics.dropped(metrics::UNKNOWN_PROCESS, unknown);
+        let mut profiled = UnwindCounts::default();
+        for (pid, counts) in &counts {
+            if sampled.contains(pid) {
+                profiled.add(counts);
+            }
+        }
+        self.count(&profiled);
         if let Some(unwinder) = &self.unwinder {
             unwinder.sampled(sampled.into_iter().collect());
         }
@@ -257,7 +286,7 @@ impl Collector {
         Ok(profiles)
     }
 
-    /// Counts how the window's samples were unwound.
+    /// Counts how the window's samples of profiled processes were unwound.
     fn count(&self, counts: &UnwindCounts) {
         for status in Status::ALL {
             self.metrics
@@ -266,9 +295,9 @@ impl Collector {
                 .inc_by(counts.outcomes[status as usize]);
         }
         let frames: LocalHistogram = self.metrics.unwind_frames.local();
-        for (len, &samples) in counts.frames.iter().enumerate() {
+        for (&len, &samples) in &counts.frames {
             for _ in 0..samples {
-                frames.observe(len as f64);
+                frames.observe(f64::from(len));
             }
         }
         frames.flush();

@@ -38,16 +38,17 @@ pub struct EbpfMetrics {
     /// `smolder_agent_ebpf_samples_total`: CPU samples read from the kernel, before
     /// relabelling.
     pub samples: IntCounter,
-    /// `smolder_agent_ebpf_unwind_samples_total{outcome}`: samples by why their user-stack walk
-    /// ended: `complete` (it reached the stack's root), `truncated` (`ebpf.max-frames`), or
-    /// where it stopped short (`no_table`, `bad_frame_pointer`, `unsupported`, `fp_lost`,
-    /// `read_fault`, `not_moving_up`); `no_user_stack` for kernel threads.
+    /// `smolder_agent_ebpf_unwind_samples_total{outcome}`: samples of the processes profiled
+    /// (kept by relabelling) by why their user-stack walk ended: `complete` (it reached the
+    /// stack's root), `truncated` (`ebpf.max-frames`), or where it stopped short (`no_table`,
+    /// `bad_frame_pointer`, `unsupported`, `fp_lost`, `read_fault`, `not_moving_up`);
+    /// `no_user_stack` for kernel threads.
     pub unwind_samples: IntCounterVec,
-    /// `smolder_agent_ebpf_unwind_frames`: user frames per sample.
+    /// `smolder_agent_ebpf_unwind_frames`: user frames per sample of the processes profiled.
     pub unwind_frames: Histogram,
-    /// `smolder_agent_ebpf_unwind_fp_frames_total`: frames found by frame-pointer steps (no
-    /// table applied: a process whose tables are not loaded yet, JIT code, a binary without
-    /// call-frame information).
+    /// `smolder_agent_ebpf_unwind_fp_frames_total`: frames of the processes profiled found by
+    /// frame-pointer steps (no table applied: a process whose tables are not loaded yet, JIT
+    /// code, a binary without call-frame information).
     pub unwind_fp_frames: IntCounter,
     /// `smolder_agent_ebpf_lost_events_total`: process events lost to a full ring buffer.
     pub lost_events: IntCounter,
@@ -84,7 +85,7 @@ impl EbpfMetrics {
             unwind_samples: counter_vec(
                 registry,
                 "smolder_agent_ebpf_unwind_samples_total",
-                "CPU samples by how their user-stack walk ended (complete: it reached the root).",
+                "CPU samples of the processes profiled, by how their user-stack walk ended (complete: it reached the root).",
                 &["outcome"],
             ),
             unwind_frames: register(
@@ -92,7 +93,7 @@ impl EbpfMetrics {
                 Histogram::with_opts(
                     HistogramOpts::new(
                         "smolder_agent_ebpf_unwind_frames",
-                        "User frames per CPU sample.",
+                        "User frames per CPU sample of the processes profiled.",
                     )
                     .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
                 )
@@ -101,7 +102,7 @@ impl EbpfMetrics {
             unwind_fp_frames: counter(
                 registry,
                 "smolder_agent_ebpf_unwind_fp_frames_total",
-                "User frames found by frame-pointer steps, where no unwind table applied.",
+                "User frames of the processes profiled found by frame-pointer steps, where no unwind table applied.",
             ),
             lost_events: counter(
                 registry,

@@ -8,7 +8,7 @@
 //! by the samples per window (`ebpf.frequency` × CPUs × window length). [`WindowSamples`] is
 //! sans IO: it sees records, never the map.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use smolder_agent_ebpf::unwind::{self as contract, Sample, Status};
@@ -40,15 +40,30 @@ struct Counted {
     count: u64,
 }
 
-/// How the samples of a window were unwound, for the metrics.
+/// How one process's samples of a window were unwound, for the metrics: kept per process, so
+/// that only the processes being profiled count (the others, dropped by relabelling, get no
+/// tables).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UnwindCounts {
     /// Samples per [`Status`], in code order.
     pub outcomes: [u64; Status::ALL.len()],
-    /// Samples per user-frame count, `frames[n]` for `n` frames (0 to 256).
-    pub frames: Vec<u64>,
+    /// Samples per user-frame count.
+    pub frames: BTreeMap<u16, u64>,
     /// Frames found by frame-pointer steps.
     pub fp_frames: u64,
+}
+
+impl UnwindCounts {
+    /// Adds `other` in.
+    pub fn add(&mut self, other: &UnwindCounts) {
+        for (total, n) in self.outcomes.iter_mut().zip(other.outcomes) {
+            *total += n;
+        }
+        for (&len, &n) in &other.frames {
+            *self.frames.entry(len).or_default() += n;
+        }
+        self.fp_frames += other.fp_frames;
+    }
 }
 
 /// A process whose walk left the tables: its user frames, for the unwinder to check against
@@ -67,7 +82,7 @@ pub struct WindowSamples {
     stacks: HashMap<Box<[u8]>, Counted>,
     /// Reused for each sample's key.
     key: Vec<u8>,
-    counts: UnwindCounts,
+    counts: HashMap<u32, UnwindCounts>,
     misses: Vec<Miss>,
 }
 
@@ -86,14 +101,12 @@ impl WindowSamples {
             Some(contract::SampleKind::Uprobe) | None => return,
         };
         let status = Status::from_raw(header.status);
+        let counts = self.counts.entry(header.tgid).or_default();
         if let Some(status) = status {
-            self.counts.outcomes[status as usize] += 1;
+            counts.outcomes[status as usize] += 1;
         }
-        if self.counts.frames.is_empty() {
-            self.counts.frames = vec![0; contract::MAX_FRAMES + 1];
-        }
-        self.counts.frames[usize::from(header.len).min(contract::MAX_FRAMES)] += 1;
-        self.counts.fp_frames += u64::from(header.fp_frames);
+        *counts.frames.entry(header.len).or_default() += 1;
+        counts.fp_frames += u64::from(header.fp_frames);
 
         let mut flags = 0;
         if status == Some(Status::Truncated) {
@@ -149,8 +162,8 @@ impl WindowSamples {
         std::mem::take(&mut self.misses)
     }
 
-    /// How the samples since the last call were unwound.
-    pub fn take_counts(&mut self) -> UnwindCounts {
+    /// How each process's samples since the last call were unwound.
+    pub fn take_counts(&mut self) -> HashMap<u32, UnwindCounts> {
         std::mem::take(&mut self.counts)
     }
 
@@ -215,10 +228,10 @@ mod tests {
             &mut window,
             &record(7, Status::Truncated, 0, &[1, 2, 3], &[]),
         );
-        let counts = window.take_counts();
+        let counts = &window.take_counts()[&7];
         assert_eq!(counts.outcomes[Status::Complete as usize], 4);
         assert_eq!(counts.outcomes[Status::Truncated as usize], 1);
-        assert_eq!((counts.frames[3], counts.frames[2]), (4, 1));
+        assert_eq!((counts.frames[&3], counts.frames[&2]), (4, 1));
         let mut stacks = window.take();
         stacks.sort_by_key(|s| std::cmp::Reverse(s.count));
         assert_eq!(stacks.len(), 3);
@@ -257,7 +270,7 @@ mod tests {
                 }
             ]
         );
-        assert_eq!(window.take_counts().fp_frames, 4);
+        assert_eq!(window.take_counts()[&9].fp_frames, 4);
     }
 
     #[test]

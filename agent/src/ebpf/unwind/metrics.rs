@@ -41,7 +41,8 @@ pub struct UnwindMetrics {
     /// kernel (creating, filling and inserting its map).
     pub load_duration: Histogram,
     /// `smolder_agent_ebpf_unwind_process_ready_seconds`: from a process's first sample to its
-    /// tables and mappings in the kernel.
+    /// tables and mappings in the kernel (for one loaded at the agent's start,
+    /// `ebpf.unwind.load-at-start`, from when its load began).
     pub ready_duration: Histogram,
     /// `smolder_agent_ebpf_unwind_mappings`: LPM entries of the mappings in the kernel.
     pub mappings: IntGauge,
@@ -104,7 +105,7 @@ impl UnwindMetrics {
                 Histogram::with_opts(
                     HistogramOpts::new(
                         "smolder_agent_ebpf_unwind_process_ready_seconds",
-                        "Time from a process's first sample to its unwind tables and mappings in the kernel.",
+                        "Time from a process's first sample (or the start of its load, for those running at the agent's start) to its unwind tables and mappings in the kernel.",
                     )
                     .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0]),
                 )

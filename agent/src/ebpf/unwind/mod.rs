@@ -10,11 +10,12 @@
 //! files while it reads them.
 //!
 //! At a process's first sight (and after an exec, and when a walk leaves its known mappings,
-//! as after a `dlopen`), the thread reads `/proc/PID/maps`, opens each mapped binary
-//! (`/proc/PID/map_files`, else `/proc/PID/root`, see [`crate::ebpf::process`]), names it by
-//! build id, has its table (`source.rs`: the disk cache, else built with `smolder-unwind`, with
-//! the separate debug file's `.debug_frame` where `.eh_frame` is missing), and puts it into the
-//! kernel (`kernel.rs`: an exactly sized array filled through a mapping of its fd). The
+//! as after a `dlopen`; and, with `ebpf.unwind.load-at-start`, for every process running when
+//! the agent starts, after the ones being sampled), the thread reads `/proc/PID/maps`, opens
+//! each mapped binary (`/proc/PID/map_files`, else `/proc/PID/root`, see
+//! [`crate::ebpf::process`]), names it by build id, has its table (`source.rs`: the disk cache,
+//! else built with `smolder-unwind`, with the separate debug file's `.debug_frame` where
+//! `.eh_frame` is missing), and puts it into the kernel (`kernel.rs`: an exactly sized array filled through a mapping of its fd). The
 //! vDSO's table is built from the agent's own copy (`vdso.rs`). Only then do the process's
 //! mappings go into the LPM trie, so the BPF side never finds a mapping without its table;
 //! until then, and wherever no table applies, it steps with frame pointers. Tables stay within
@@ -66,6 +67,13 @@ pub struct UnwindConfig {
     /// Bytes of tables kept on disk under `<data dir>/unwind/`, so that a restart does not
     /// build them again. Default 256 MiB; the least recently used go first.
     pub max_cache_bytes: u64,
+    /// Whether the processes running when the agent starts get their tables right away, after
+    /// those being sampled, rather than at their first sample. Default `true`: on a busy host
+    /// the sampler can take tens of seconds to land on every process once, and each one's first
+    /// samples would be walked with frame pointers. It costs the tables of processes that are
+    /// never sampled (idle daemons): preloading stops at the first eviction (the budget,
+    /// `max-table-bytes`, is full), and unsampled tables are the first evicted.
+    pub load_at_start: bool,
 }
 
 impl Default for UnwindConfig {
@@ -74,6 +82,7 @@ impl Default for UnwindConfig {
             enabled: true,
             max_table_bytes: 64 << 20,
             max_cache_bytes: 256 << 20,
+            load_at_start: true,
         }
     }
 }
@@ -93,6 +102,7 @@ pub struct Ready {
 }
 
 enum Request {
+    Preload(Vec<u32>),
     Seen(u32),
     Exec(u32),
     Exited(u32),
@@ -191,6 +201,12 @@ impl Unwinder {
             .as_ref()
             .expect("the sender lives until drop")
             .send(request);
+    }
+
+    /// `pids` were running when the agent started: load their tables when nothing more urgent
+    /// waits.
+    pub fn preload(&self, pids: Vec<u32>) {
+        self.send(Request::Preload(pids));
     }
 
     /// `pid` was sampled for the first time: load its tables.

@@ -3,11 +3,12 @@
 //! stale, when an exited process is forgotten.
 //!
 //! Input: processes' resolved mappings, loads and evictions done, samples and misses, exits,
-//! all with the time passed in. Output: decisions (what to evict, which LPM keys to delete and
-//! insert, whether to re-read a process's mappings) that the worker carries out on the kernel.
+//! the processes running at the agent's start, all with the time passed in. Output: decisions
+//! (what to evict, which LPM keys to delete and insert, whether to re-read a process's
+//! mappings, which running process to load next) that the worker carries out on the kernel.
 //! Owns no file, map or clock.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use smolder_agent_ebpf::unwind::{Mapping, MappingKey, mapping_prefixes};
@@ -84,6 +85,8 @@ pub(crate) struct Tables {
     next_key: u64,
     max_bytes: u64,
     used_bytes: u64,
+    /// Processes running at the agent's start, not loaded yet (`ebpf.unwind.load-at-start`).
+    preload: VecDeque<u32>,
 }
 
 impl Tables {
@@ -95,6 +98,7 @@ impl Tables {
             next_key: 1,
             max_bytes,
             used_bytes: 0,
+            preload: VecDeque::new(),
         }
     }
 
@@ -115,6 +119,27 @@ impl Tables {
             },
         );
         old
+    }
+
+    /// Queues `pids`, running at the agent's start, to be loaded when no request waits.
+    pub(crate) fn preload(&mut self, pids: impl IntoIterator<Item = u32>) {
+        self.preload.extend(pids);
+    }
+
+    /// Whether processes wait to be preloaded.
+    pub(crate) fn preloading(&self) -> bool {
+        !self.preload.is_empty()
+    }
+
+    /// The next process to preload: queued and not tracked yet (a sample may have got to it
+    /// first). `None` once the queue is empty.
+    pub(crate) fn next_preload(&mut self) -> Option<u32> {
+        while let Some(pid) = self.preload.pop_front() {
+            if !self.processes.contains_key(&pid) {
+                return Some(pid);
+            }
+        }
+        None
     }
 
     /// Whether `pid` is tracked and alive.
@@ -200,10 +225,13 @@ impl Tables {
         key
     }
 
-    /// Records that the executable's table left the kernel; returns its key.
+    /// Records that the executable's table left the kernel; returns its key. The budget is
+    /// full: preloading stops, so that the tables of processes never sampled do not push out
+    /// those of processes sampled (the rest are loaded at their first sample).
     pub(crate) fn evicted(&mut self, id: &ExeId) -> Option<u64> {
         let exe = self.exes.get_mut(id)?;
         let bytes = exe.loaded.take()?;
+        self.preload.clear();
         self.used_bytes -= bytes;
         Some(exe.key)
     }
@@ -534,5 +562,54 @@ mod tests {
         // A new start (exec) forgets the process's keys and starts over.
         tables.start(5, t1);
         assert!(!tables.needs_refresh(5, &[0x9000], t1 + 10 * REFRESH_INTERVAL));
+    }
+
+    #[test]
+    fn running_processes_preload_in_order_skipping_those_sampled_first() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(2 * 4096);
+        assert!(!tables.preloading());
+        assert_eq!(tables.next_preload(), None);
+        tables.preload([1, 2, 3, 4]);
+        assert!(tables.preloading());
+        assert_eq!(tables.next_preload(), Some(1));
+        tables.start(1, t0);
+        // Process 2 was sampled before its turn: it is loaded already.
+        tables.start(2, t0);
+        assert_eq!(tables.next_preload(), Some(3));
+        tables.start(3, t0);
+        assert_eq!(tables.next_preload(), Some(4));
+        assert_eq!(tables.next_preload(), None);
+        assert!(!tables.preloading());
+
+        // A process that exited while queued is tracked until its grace ends: skipped too.
+        tables.exited(3, t0);
+        tables.preload([3, 5]);
+        assert_eq!(tables.next_preload(), Some(5));
+    }
+
+    #[test]
+    fn preloading_stops_once_the_budget_is_full() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(2 * 4096);
+        tables.preload([1, 2, 3, 4]);
+        for n in 1..=2 {
+            assert_eq!(tables.next_preload(), Some(u32::from(n)));
+            tables.start(u32::from(n), t0);
+            tables.key(&id(n), t0);
+            assert_eq!(tables.make_room(4096, &HashSet::new()), Some(vec![]));
+            tables.loaded(&id(n), shape(), 4096, t0);
+            tables.set_mappings(u32::from(n), vec![mapping(0x1000, Some(n))], t0);
+        }
+        assert_eq!(tables.next_preload(), Some(3));
+        tables.start(3, t0);
+        tables.key(&id(3), t0);
+        let keep = HashSet::from([id(3)]);
+        let evict = tables.make_room(4096, &keep).unwrap();
+        assert_eq!(evict.len(), 1);
+        tables.evicted(&evict[0]);
+        tables.loaded(&id(3), shape(), 4096, t0);
+        assert!(!tables.preloading(), "the rest wait for their first sample");
+        assert_eq!(tables.next_preload(), None);
     }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
 use smolder_unwind::{Elf, ExeId, Layout, Limits, Unsupported, UnwindError};
@@ -95,14 +95,26 @@ impl Worker {
         }
     }
 
-    /// Serves requests until the sender is dropped.
+    /// Serves requests until the sender is dropped; preloads when none waits.
     pub(super) fn run(mut self, rx: Receiver<Request>) {
         let mut last_tick = Instant::now();
         loop {
-            match rx.recv_timeout(TICK) {
-                Ok(request) => self.handle(request),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
+            if self.tables.preloading() {
+                match rx.try_recv() {
+                    Ok(request) => self.handle(request),
+                    Err(TryRecvError::Empty) => {
+                        if let Some(pid) = self.tables.next_preload() {
+                            self.start(pid, Instant::now());
+                        }
+                    }
+                    Err(TryRecvError::Disconnected) => return,
+                }
+            } else {
+                match rx.recv_timeout(TICK) {
+                    Ok(request) => self.handle(request),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
             }
             let now = Instant::now();
             if now.duration_since(last_tick) >= TICK {
@@ -115,6 +127,7 @@ impl Worker {
     fn handle(&mut self, request: Request) {
         let now = Instant::now();
         match request {
+            Request::Preload(pids) => self.tables.preload(pids),
             Request::Seen(pid) if self.tables.is_alive(pid) => {}
             Request::Seen(pid) | Request::Exec(pid) => self.start(pid, now),
             Request::Exited(pid) => self.tables.exited(pid, now),
