@@ -643,7 +643,33 @@ fn decode_markers(bytes: &[u8]) -> Result<Vec<Marker>, BlockError> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Behind the CRCs: whatever bytes a section holds, decoding it errors or succeeds,
+        /// never panics.
+        #[test]
+        fn arbitrary_index_sections_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            let meta = BlockMeta::decode(&bytes);
+            let strings: Vec<String> = ["app.cpu", "env", "prod"].map(String::from).to_vec();
+            let _ = decode_postings(&bytes, &strings, 3);
+            let _ = decode_markers(&bytes);
+            let fallback = BlockMeta {
+                tenant: String::new(),
+                start: 0,
+                levels: vec![10, 100],
+                names: 1,
+                series: 1,
+                trees: 0,
+                nodes: 0,
+                markers: 0,
+                compactions: 0,
+            };
+            let _ = decode_series(&bytes, meta.as_ref().unwrap_or(&fallback), 8..1_000);
+        }
+    }
 
     #[test]
     fn markers_round_trip_grouped_by_agent() {

@@ -91,11 +91,12 @@ impl Names {
     }
 }
 
-/// A name table being built: each name once, numbered by first use.
+/// A name table being built: each name once, numbered by first use. Names come from untrusted
+/// input, so the index hashes with a per-process random seed; ids do not depend on it.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Interner {
     names: Names,
-    ids: HashMap<Box<str>, u32, foldhash::fast::FixedState>,
+    ids: HashMap<Box<str>, u32, foldhash::fast::RandomState>,
 }
 
 impl Interner {

@@ -103,7 +103,7 @@ impl Shape {
 pub(crate) struct Trie {
     pub(crate) frames: Vec<u32>,
     pub(crate) parents: Vec<u32>,
-    index: HashMap<(u32, u32), u32, foldhash::fast::FixedState>,
+    index: HashMap<(u32, u32), u32, foldhash::fast::RandomState>,
 }
 
 impl Default for Trie {
@@ -135,8 +135,21 @@ impl Trie {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
     use crate::error::Section;
+
+    proptest! {
+        /// Behind the chunk's CRC: arbitrary bytes decode to a valid shape or an error.
+        #[test]
+        fn arbitrary_shapes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..128)) {
+            let mut r = Reader::new(&bytes, Section::Chunk { series: 0 });
+            if let Ok(shape) = Shape::decode(&mut r, 8) {
+                prop_assert!(shape.parents.iter().enumerate().skip(1).all(|(i, &p)| (p as usize) < i));
+            }
+        }
+    }
 
     #[test]
     fn shapes_round_trip_and_reject_bad_counts() {

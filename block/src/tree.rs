@@ -214,8 +214,27 @@ impl Accumulator {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
     use crate::shape::NO_FRAME;
+
+    proptest! {
+        /// Behind the tree's CRC: arbitrary bytes decode to in-shape, increasing, non-zero
+        /// values or an error, and what decodes encodes back to the same bytes' meaning.
+        #[test]
+        fn arbitrary_trees_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            let mut r = Reader::new(&bytes, Section::Tree { series: 0, entry: 0 });
+            if let Ok(tree) = SparseTree::decode(&mut r, 16) {
+                prop_assert!(tree.values.windows(2).all(|w| w[0].0 < w[1].0));
+                prop_assert!(tree.values.iter().all(|&(n, v)| n < 16 && v > 0));
+                let mut again = Vec::new();
+                tree.encode(&mut again);
+                let mut r = Reader::new(&again, Section::Tree { series: 0, entry: 0 });
+                prop_assert_eq!(SparseTree::decode(&mut r, 16).unwrap(), tree);
+            }
+        }
+    }
 
     #[test]
     fn values_round_trip_scaled_by_their_gcd() {
