@@ -6,8 +6,7 @@
 //! silently deletes nothing is worth telling the caller about, and a script that wants
 //! idempotence can accept 404. Caller: the router in `http.rs` mounts [`routes`]. Owns nothing;
 //! depends on `store`, `metrics`, `api_error` and `tenant`. Failures are counted in
-//! `smolder_aggregator_errors_total{stage="query"}`, where they were before admin was split
-//! from query.
+//! `smolder_aggregator_errors_total{stage="admin"}`.
 
 use std::sync::Arc;
 
@@ -58,7 +57,7 @@ enum AdminError {
 }
 
 impl AdminError {
-    /// The `error_type` label of `smolder_aggregator_errors_total`.
+    /// The `error_type` label of `smolder_aggregator_errors_total{stage="admin"}`.
     fn error_type(&self) -> &'static str {
         match self {
             AdminError::InvalidBody { .. } => "invalid_body",
@@ -108,7 +107,7 @@ async fn delete_app(State(admin): State<Arc<Admin>>, tenant: Tenant, body: Bytes
     match result {
         Ok(()) => ().into_response(),
         Err(err) => {
-            admin.errors.inc("query", err.error_type());
+            admin.errors.inc("admin", err.error_type());
             err.into_api_error().into_response()
         }
     }

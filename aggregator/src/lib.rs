@@ -19,7 +19,7 @@
 //!   reads everything through the query API above.
 //!
 //! Shared leaves: `api_error` (how a handler says no), `tenant` (whose data), `metrics` (the
-//! registry and the tier's errors counter). `http` mounts the stages' routes
+//! registry and the tier's errors and dropped counters). `http` mounts the stages' routes
 //! behind one listener, with `/metrics` and `/healthz`; [`app`] wires everything together in
 //! data-path order; [`config`] is the configuration file, one section per stage. `main.rs` only
 //! parses flags and calls [`app::run`].

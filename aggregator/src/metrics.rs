@@ -1,5 +1,5 @@
-//! The aggregator's metrics registry, the errors counter every stage shares, and the helpers
-//! the stages register their own metrics with.
+//! The aggregator's metrics registry, the two counters every stage shares, and the helpers the
+//! stages register their own metrics with.
 //!
 //! Each stage defines its metrics in its own `metrics` module (`store/metrics.rs`,
 //! `ingest/metrics.rs`, `ingest/quic/metrics.rs`, `query/metrics.rs`, `rules/metrics.rs`; the
@@ -16,16 +16,17 @@ use prometheus::{
     TextEncoder,
 };
 
-/// The registry `/metrics` serves, with the tier's errors counter.
+/// The registry `/metrics` serves, with the tier's errors and dropped counters.
 pub(crate) struct Metrics {
     registry: Registry,
     /// `smolder_aggregator_errors_total{stage,error_type}`.
     pub(crate) errors: Errors,
+    /// `smolder_aggregator_dropped_total{stage,reason,intentional}`.
+    pub(crate) dropped: Dropped,
 }
 
 impl Metrics {
-    /// A registry holding the tier's errors counter; stages add theirs with
-    /// [`Metrics::registry`].
+    /// A registry holding the tier's counters; stages add theirs with [`Metrics::registry`].
     pub(crate) fn new() -> Self {
         let registry = Registry::new();
         let errors = Errors(counter_vec(
@@ -34,7 +35,17 @@ impl Metrics {
             "Failures, by stage and kind; client mistakes included.",
             &["stage", "error_type"],
         ));
-        Metrics { registry, errors }
+        let dropped = Dropped(counter_vec(
+            &registry,
+            "smolder_aggregator_dropped_total",
+            "Items a stage discarded rather than passed on, by stage and reason; intentional=\"true\" when by design or configuration.",
+            &["stage", "reason", "intentional"],
+        ));
+        Metrics {
+            registry,
+            errors,
+            dropped,
+        }
     }
 
     /// The registry the stages register their metrics in.
@@ -57,6 +68,23 @@ impl Errors {
     /// Counts one failure of `stage` of kind `error_type`.
     pub(crate) fn inc(&self, stage: &str, error_type: &str) {
         self.0.with_label_values(&[stage, error_type]).inc();
+    }
+}
+
+/// `smolder_aggregator_dropped_total{stage,reason,intentional}`: one counter for everything a
+/// stage discards instead of passing it on. What one count is depends on the stage (`rules`:
+/// counter increments); retried work is never dropped.
+#[derive(Clone)]
+pub(crate) struct Dropped(IntCounterVec);
+
+impl Dropped {
+    /// Counts `count` items `stage` dropped for `reason`; `intentional` when by design or
+    /// configuration rather than a limit or a failure.
+    pub(crate) fn add(&self, stage: &str, reason: &str, intentional: bool, count: u64) {
+        let intentional = if intentional { "true" } else { "false" };
+        self.0
+            .with_label_values(&[stage, reason, intentional])
+            .inc_by(count);
     }
 }
 

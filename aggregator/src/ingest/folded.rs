@@ -9,7 +9,7 @@ use smolder_common::{FoldedFormat, FoldedLimits, Profile, parse_folded};
 
 use super::body::RequestBody;
 use super::params::{BodyFormat, IngestParams};
-use super::{IngestError, ProfileSet};
+use super::{IngestError, ProfileSet, Transport};
 
 /// Parses a folded or lines body into a profile set for `params.series`.
 ///
@@ -41,6 +41,7 @@ pub(crate) fn parse(params: &IngestParams, body: &RequestBody) -> Result<Profile
         ));
     }
     Ok(ProfileSet {
+        transport: Transport::Http,
         format: params.format.label(),
         sent_bytes: body.sent_bytes,
         profiles,

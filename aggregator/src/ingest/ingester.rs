@@ -24,11 +24,33 @@ use crate::tenant::Tenant;
 /// from the future would sit in a bucket no query reaches and that retention never deletes.
 pub(crate) const MAX_CLOCK_SKEW: Duration = Duration::from_secs(600);
 
+/// How profiles reached the aggregator: the `transport` label of
+/// `smolder_aggregator_ingest_profiles_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// An HTTP request: `/ingest`, Connect push.
+    Http,
+    /// An agent's batch over QUIC.
+    Quic,
+}
+
+impl Transport {
+    /// The label value.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Transport::Http => "http",
+            Transport::Quic => "quic",
+        }
+    }
+}
+
 /// The profiles one ingest request (or one agent batch) carries, parsed, with what the metrics
 /// need to know about them. Stored all or nothing.
 pub(crate) struct ProfileSet {
+    /// How they came.
+    pub(crate) transport: Transport,
     /// The `format` label of `smolder_aggregator_ingest_profiles_total`: what the body was
-    /// (`folded`, `lines`, `pprof`, `jfr`, `push`; `quic` for agents' batches).
+    /// (`folded`, `lines`, `pprof`, `jfr`, `push`, `wire`).
     pub(crate) format: &'static str,
     /// The body's size as sent.
     pub(crate) sent_bytes: usize,
@@ -104,6 +126,7 @@ impl Ingester {
         marker: Option<BatchMarker>,
     ) -> Result<Stored, IngestError> {
         let ProfileSet {
+            transport,
             format,
             sent_bytes,
             profiles,
@@ -155,7 +178,7 @@ impl Ingester {
         self.rules.apply(increments);
         self.metrics
             .profiles
-            .with_label_values(&[format])
+            .with_label_values(&[transport.label(), format])
             .inc_by(stored.profiles as u64);
         // A body with several sample types counts its size under each, as Pyroscope counts a
         // pushed profile under its one `__name__`.
@@ -308,7 +331,7 @@ mod tests {
                     &BTreeMap::from([("app_seconds_total".to_owned(), spec)]),
                     Arc::clone(&shared),
                     Tenant::anonymous(),
-                    RulesMetrics::new(metrics.registry()),
+                    RulesMetrics::new(metrics.registry(), metrics.dropped.clone()),
                 )
                 .unwrap(),
             );
@@ -359,13 +382,19 @@ mod tests {
     }
 
     /// A set of one `series` profile ending now, with `stacks`.
-    fn set(format: &'static str, series: &str, stacks: &[(&str, u64)]) -> ProfileSet {
+    fn set(
+        transport: Transport,
+        format: &'static str,
+        series: &str,
+        stacks: &[(&str, u64)],
+    ) -> ProfileSet {
         let mut tree = Tree::new();
         for (stack, value) in stacks {
             tree.insert_names(stack.split(';'), *value);
         }
         let until = SystemTime::now();
         ProfileSet {
+            transport,
             format,
             sent_bytes: 100,
             profiles: vec![(
@@ -400,7 +429,12 @@ mod tests {
             .ingester
             .ingest(
                 &tenant,
-                set("folded", "app.cpu", &[("main;work", 30), ("main;idle", 2)]),
+                set(
+                    Transport::Http,
+                    "folded",
+                    "app.cpu",
+                    &[("main;work", 30), ("main;idle", 2)],
+                ),
                 None,
             )
             .await
@@ -420,7 +454,9 @@ mod tests {
             fixture.rules.render()
         );
         assert_eq!(
-            fixture.metric("smolder_aggregator_ingest_profiles_total{format=\"folded\"}"),
+            fixture.metric(
+                "smolder_aggregator_ingest_profiles_total{format=\"folded\",transport=\"http\"}"
+            ),
             Some(1.0)
         );
         assert_eq!(
@@ -442,7 +478,7 @@ mod tests {
                 .ingester
                 .ingest(
                     &tenant,
-                    set("quic", "app.cpu", &[("main", 50)]),
+                    set(Transport::Quic, "wire", "app.cpu", &[("main", 50)]),
                     Some(marker(7)),
                 )
                 .await
@@ -452,7 +488,9 @@ mod tests {
         assert_eq!(fixture.stored(), "main 50\n");
         assert!(fixture.rules.render().contains("\napp_seconds_total 0.5\n"));
         assert_eq!(
-            fixture.metric("smolder_aggregator_ingest_profiles_total{format=\"quic\"}"),
+            fixture.metric(
+                "smolder_aggregator_ingest_profiles_total{format=\"wire\",transport=\"quic\"}"
+            ),
             Some(1.0)
         );
     }
@@ -468,7 +506,12 @@ mod tests {
             .ingester
             .ingest(
                 &tenant,
-                set("folded", "app.cpu{a=1,b=2}", &[("main", 5)]),
+                set(
+                    Transport::Http,
+                    "folded",
+                    "app.cpu{a=1,b=2}",
+                    &[("main", 5)],
+                ),
                 None,
             )
             .await;
@@ -484,7 +527,7 @@ mod tests {
             Some(1.0)
         );
 
-        let mut old = set("folded", "app.cpu", &[("main", 5)]);
+        let mut old = set(Transport::Http, "folded", "app.cpu", &[("main", 5)]);
         old.profiles[0].0.until = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
         old.profiles[0].0.from = old.profiles[0].0.until - Duration::from_secs(10);
         let outcome = fixture.ingester.ingest(&tenant, old, None).await;
@@ -509,7 +552,7 @@ mod tests {
             .ingester
             .ingest(
                 &Tenant::anonymous(),
-                set("folded", "app.cpu", &[("main", 5)]),
+                set(Transport::Http, "folded", "app.cpu", &[("main", 5)]),
                 None,
             )
             .await;

@@ -22,7 +22,7 @@ use smolder_common::{ProfileSeries, jfr};
 use super::body::{self, FormFields, RequestBody};
 use super::params::IngestParams;
 use super::pprof::to_profiles;
-use super::{IngestConfig, IngestError, ProfileSet};
+use super::{IngestConfig, IngestError, ProfileSet, Transport};
 
 /// Reads the agent's form from `body` (read under the caps) and returns the `jfr` field. Of a
 /// repeated field the first wins.
@@ -70,6 +70,7 @@ pub(crate) fn parse(
         })
         .collect();
     Ok(ProfileSet {
+        transport: Transport::Http,
         format: "jfr",
         sent_bytes,
         profiles: to_profiles(

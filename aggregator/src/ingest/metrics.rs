@@ -13,8 +13,9 @@ pub(crate) struct IngestMetrics {
     pub(crate) received_compressed_bytes: HistogramVec,
     /// `pyroscope_distributor_received_samples{type}`: samples (stacks) per profile.
     pub(crate) received_samples: HistogramVec,
-    /// `smolder_aggregator_ingest_profiles_total{format}`: profiles stored, by body format
-    /// (`folded`, `lines`, `pprof`, `jfr`, `push`; `quic` for agents' batches).
+    /// `smolder_aggregator_ingest_profiles_total{transport,format}`: profiles stored, by how
+    /// they came (`http`, `quic`) and in what (`folded`, `lines`, `pprof`, `jfr`, `push`;
+    /// `wire` for agents' batches).
     pub(crate) profiles: IntCounterVec,
 }
 
@@ -42,8 +43,8 @@ impl IngestMetrics {
             profiles: counter_vec(
                 registry,
                 "smolder_aggregator_ingest_profiles_total",
-                "Profiles stored, by body format.",
-                &["format"],
+                "Profiles stored, by transport (http, quic) and body format.",
+                &["transport", "format"],
             ),
         }
     }

@@ -51,7 +51,7 @@ use crate::api_error::{ApiError, chain};
 use crate::store::StoreError;
 use crate::tenant::Tenant;
 
-pub(crate) use self::ingester::{Ingester, ProfileSet, Stored};
+pub(crate) use self::ingester::{Ingester, ProfileSet, Stored, Transport};
 pub(crate) use self::metrics::IngestMetrics;
 use self::params::{BodyFormat, IngestParams, SUPPORTED_FORMATS};
 

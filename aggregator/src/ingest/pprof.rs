@@ -16,7 +16,7 @@ use smolder_common::{Aggregation, Profile, ProfileMeta, ProfileSeries, SampleTyp
 
 use super::body::{FormFields, RequestBody};
 use super::params::IngestParams;
-use super::{IngestConfig, IngestError, ProfileSet};
+use super::{IngestConfig, IngestError, ProfileSet, Transport};
 
 /// The pprof limits for `config`: a profile may be as large as a decompressed body.
 pub(crate) fn limits(config: &IngestConfig) -> Limits {
@@ -46,6 +46,7 @@ pub(crate) fn parse_body(
     })?;
     normalize_sdk_series(&mut series, params.meta.sample_rate);
     Ok(ProfileSet {
+        transport: Transport::Http,
         format: "pprof",
         sent_bytes: body.sent_bytes,
         profiles: to_profiles(
@@ -130,6 +131,7 @@ pub(crate) fn parse_form(
         }
     }
     Ok(ProfileSet {
+        transport: Transport::Http,
         format: "pprof",
         sent_bytes,
         profiles: to_profiles(

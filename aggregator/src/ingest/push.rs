@@ -38,7 +38,7 @@ use smolder_common::{Labels, ProfileMeta, Series};
 
 use super::body::{self, RequestBody};
 use super::pprof::{limits, normalize_sdk_series, sdk_sample_types, to_profiles};
-use super::{IngestError, Ingester, ProfileSet, Stored, blocking, content_type};
+use super::{IngestError, Ingester, ProfileSet, Stored, Transport, blocking, content_type};
 use crate::api_error::{ApiError, chain};
 use crate::tenant::Tenant;
 
@@ -294,6 +294,7 @@ fn convert(
         }
     }
     Ok(ProfileSet {
+        transport: Transport::Http,
         format: "push",
         sent_bytes: body.sent_bytes,
         profiles,

@@ -1,9 +1,10 @@
 //! The rules' metrics, `smolder_aggregator_rules_*` (the counters the rules make are on
-//! `/exported-metrics`, not here).
+//! `/exported-metrics`, not here). Increments the rules cannot add are counted in the tier's
+//! `smolder_aggregator_dropped_total{stage="rules"}`.
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 
-use crate::metrics::{counter, counter_vec, gauge, histogram};
+use crate::metrics::{Dropped, counter, counter_vec, gauge, histogram};
 
 /// The rules' metrics.
 #[derive(Clone)]
@@ -16,10 +17,10 @@ pub(crate) struct RulesMetrics {
     pub(crate) profiles_evaluated: IntCounter,
     /// `smolder_aggregator_rules_evaluation_duration_seconds`: one ingest request's profiles.
     pub(crate) evaluation_duration: Histogram,
-    /// `smolder_aggregator_rules_increments_dropped_total{reason}`: `stale` (the rule changed
-    /// while its profiles were being stored) or `series_limit` (a new label combination past
-    /// the per-rule limit).
-    pub(crate) increments_dropped: IntCounterVec,
+    /// `smolder_aggregator_dropped_total{stage="rules",reason,intentional}`: increments not
+    /// added: `stale` (the rule changed while its profiles were being stored; intentional) or
+    /// `series_limit` (a new label combination past the per-rule limit).
+    pub(crate) dropped: Dropped,
     /// `smolder_aggregator_rules_remote_write_requests_total{outcome}`: `success` or `error`.
     pub(crate) remote_write_requests: IntCounterVec,
     /// `smolder_aggregator_rules_remote_write_samples_total`: samples accepted by the receiver.
@@ -29,8 +30,8 @@ pub(crate) struct RulesMetrics {
 }
 
 impl RulesMetrics {
-    /// Creates the rules' metrics in `registry`.
-    pub(crate) fn new(registry: &Registry) -> Self {
+    /// Creates the rules' metrics in `registry`; drops go to the tier's `dropped` counter.
+    pub(crate) fn new(registry: &Registry, dropped: Dropped) -> Self {
         let latency =
             prometheus::exponential_buckets(0.000_05, 2.0, 18).expect("valid latency buckets");
         RulesMetrics {
@@ -55,12 +56,7 @@ impl RulesMetrics {
                 "Time to evaluate the rules on one ingest request's profiles.",
                 latency.clone(),
             ),
-            increments_dropped: counter_vec(
-                registry,
-                "smolder_aggregator_rules_increments_dropped_total",
-                "Counter increments not added, by reason: stale (the rule changed meanwhile) or series_limit.",
-                &["reason"],
-            ),
+            dropped,
             remote_write_requests: counter_vec(
                 registry,
                 "smolder_aggregator_rules_remote_write_requests_total",

@@ -266,15 +266,15 @@ impl Rules {
         let series = counters.series();
         drop(counters);
         self.metrics.series.set(series as i64);
-        for (reason, count) in [
-            ("stale", applied.stale),
-            ("series_limit", applied.over_limit),
+        // A stale increment belongs to a rule that changed: its counter restarted by design.
+        for (reason, intentional, count) in [
+            ("stale", true, applied.stale),
+            ("series_limit", false, applied.over_limit),
         ] {
             if count > 0 {
                 self.metrics
-                    .increments_dropped
-                    .with_label_values(&[reason])
-                    .inc_by(count as u64);
+                    .dropped
+                    .add("rules", reason, intentional, count as u64);
             }
         }
         if applied.over_limit > 0 {

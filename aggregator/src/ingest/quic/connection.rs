@@ -13,7 +13,7 @@ use tracing::{debug, error, info, warn};
 use super::tls::Credentials;
 use super::{QuicConfig, QuicMetrics};
 use crate::api_error::chain;
-use crate::ingest::{IngestError, Ingester, ProfileSet, pprof::type_label};
+use crate::ingest::{IngestError, Ingester, ProfileSet, Transport, pprof::type_label};
 use crate::metrics::Errors;
 use crate::store::{BatchMarker, unix};
 use crate::tenant::Tenant;
@@ -139,7 +139,7 @@ pub(super) async fn serve(incoming: quinn::Incoming, shared: Arc<Shared>) {
         .connections_total
         .with_label_values(&["accepted"])
         .inc();
-    metrics.connections.inc();
+    metrics.connections_open.inc();
     info!(
         agent_id = %hello.agent_id,
         hostname = %hello.hostname,
@@ -163,7 +163,7 @@ pub(super) async fn serve(incoming: quinn::Incoming, shared: Arc<Shared>) {
             Err(err) => break err,
         }
     };
-    metrics.connections.dec();
+    metrics.connections_open.dec();
     info!(agent_id = %agent, %reason, "agent disconnected");
 }
 
@@ -461,7 +461,8 @@ async fn receive(
         });
     }
     let set = ProfileSet {
-        format: "quic",
+        transport: Transport::Quic,
+        format: "wire",
         sent_bytes,
         profiles: profiles
             .into_iter()

@@ -7,8 +7,8 @@ use crate::metrics::{counter, counter_vec, gauge, histogram, latency_buckets};
 /// QUIC ingest's metrics.
 #[derive(Clone)]
 pub(crate) struct QuicMetrics {
-    /// `smolder_aggregator_ingest_quic_connections`: agents connected now.
-    pub(crate) connections: IntGauge,
+    /// `smolder_aggregator_ingest_quic_connections_open`: agents connected now.
+    pub(crate) connections_open: IntGauge,
     /// `smolder_aggregator_ingest_quic_connections_total{outcome}`: connection attempts, by
     /// `accepted`, `refused` (hello: credentials, version) or `handshake_failed` (TLS).
     pub(crate) connections_total: IntCounterVec,
@@ -33,9 +33,9 @@ impl QuicMetrics {
     /// Creates QUIC ingest's metrics in `registry`.
     pub(crate) fn new(registry: &Registry) -> Self {
         QuicMetrics {
-            connections: gauge(
+            connections_open: gauge(
                 registry,
-                "smolder_aggregator_ingest_quic_connections",
+                "smolder_aggregator_ingest_quic_connections_open",
                 "Agents connected over QUIC now.",
             ),
             connections_total: counter_vec(
