@@ -93,7 +93,7 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
 
     rules::check_config(&config.metrics_export_rules, &config.rules)
         .context("checking the rules config")?;
-    let rules_metrics = RulesMetrics::new(registry, metrics.dropped.clone());
+    let rules_metrics = RulesMetrics::new(registry, metrics.dropped_increments.clone());
     let rules = Arc::new(
         Rules::load(
             &config.metrics_export_rules,

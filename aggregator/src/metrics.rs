@@ -1,5 +1,5 @@
-//! The aggregator's metrics registry, the two counters every stage shares, and the helpers the
-//! stages register their own metrics with.
+//! The aggregator's metrics registry, the errors and dropped counters every stage shares, and
+//! the helpers the stages register their own metrics with.
 //!
 //! Each stage defines its metrics in its own `metrics` module (`store/metrics.rs`,
 //! `ingest/metrics.rs`, `ingest/quic/metrics.rs`, `query/metrics.rs`, `rules/metrics.rs`; the
@@ -21,8 +21,9 @@ pub(crate) struct Metrics {
     registry: Registry,
     /// `smolder_aggregator_errors_total{stage,error_type}`.
     pub(crate) errors: Errors,
-    /// `smolder_aggregator_dropped_total{stage,reason,intentional}`.
-    pub(crate) dropped: Dropped,
+    /// `smolder_aggregator_dropped_increments_total{stage,reason,intentional}`: rules' counter
+    /// increments, the one thing the aggregator drops today.
+    pub(crate) dropped_increments: Dropped,
 }
 
 impl Metrics {
@@ -35,16 +36,16 @@ impl Metrics {
             "Failures, by stage and kind; client mistakes included.",
             &["stage", "error_type"],
         ));
-        let dropped = Dropped(counter_vec(
+        let dropped_increments = Dropped(counter_vec(
             &registry,
-            "smolder_aggregator_dropped_total",
-            "Items a stage discarded rather than passed on, by stage and reason; intentional=\"true\" when by design or configuration.",
+            "smolder_aggregator_dropped_increments_total",
+            "Rule counter increments a stage discarded, by stage and reason; intentional=\"true\" when by design or configuration.",
             &["stage", "reason", "intentional"],
         ));
         Metrics {
             registry,
             errors,
-            dropped,
+            dropped_increments,
         }
     }
 
@@ -71,9 +72,9 @@ impl Errors {
     }
 }
 
-/// `smolder_aggregator_dropped_total{stage,reason,intentional}`: one counter for everything a
-/// stage discards instead of passing it on. What one count is depends on the stage (`rules`:
-/// counter increments); retried work is never dropped.
+/// A dropped counter, `smolder_aggregator_dropped_<unit>_total{stage,reason,intentional}`: what
+/// a stage discards instead of passing it on, one counter per unit across the tier, as the
+/// agent's. Retried work is never dropped.
 #[derive(Clone)]
 pub(crate) struct Dropped(IntCounterVec);
 

@@ -331,7 +331,7 @@ mod tests {
                     &BTreeMap::from([("app_seconds_total".to_owned(), spec)]),
                     Arc::clone(&shared),
                     Tenant::anonymous(),
-                    RulesMetrics::new(metrics.registry(), metrics.dropped.clone()),
+                    RulesMetrics::new(metrics.registry(), metrics.dropped_increments.clone()),
                 )
                 .unwrap(),
             );

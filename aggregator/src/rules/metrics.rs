@@ -1,6 +1,6 @@
 //! The rules' metrics, `smolder_aggregator_rules_*` (the counters the rules make are on
 //! `/exported-metrics`, not here). Increments the rules cannot add are counted in the tier's
-//! `smolder_aggregator_dropped_total{stage="rules"}`.
+//! `smolder_aggregator_dropped_increments_total{stage="rules"}`.
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 
@@ -17,7 +17,7 @@ pub(crate) struct RulesMetrics {
     pub(crate) profiles_evaluated: IntCounter,
     /// `smolder_aggregator_rules_evaluation_duration_seconds`: one ingest request's profiles.
     pub(crate) evaluation_duration: Histogram,
-    /// `smolder_aggregator_dropped_total{stage="rules",reason,intentional}`: increments not
+    /// `smolder_aggregator_dropped_increments_total{stage="rules",reason,intentional}`: not
     /// added: `stale` (the rule changed while its profiles were being stored; intentional) or
     /// `series_limit` (a new label combination past the per-rule limit).
     pub(crate) dropped: Dropped,
@@ -30,7 +30,7 @@ pub(crate) struct RulesMetrics {
 }
 
 impl RulesMetrics {
-    /// Creates the rules' metrics in `registry`; drops go to the tier's `dropped` counter.
+    /// Creates the rules' metrics in `registry`; drops go to the tier's `dropped` increments.
     pub(crate) fn new(registry: &Registry, dropped: Dropped) -> Self {
         let latency =
             prometheus::exponential_buckets(0.000_05, 2.0, 18).expect("valid latency buckets");

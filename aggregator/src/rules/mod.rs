@@ -416,3 +416,71 @@ impl Rules {
             .expect("rules lock: taken only to clone or swap") = Arc::new(set);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use smolder_common::{ProfileMeta, Series, Tree};
+
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::store::{SledStore, StoreConfig, StoreMetrics};
+
+    #[tokio::test]
+    async fn increments_of_a_rule_changed_meanwhile_are_dropped_as_intended() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new();
+        let store: Arc<dyn Store> = Arc::new(
+            SledStore::open(
+                dir.path(),
+                StoreConfig::default(),
+                StoreMetrics::new(metrics.registry()),
+            )
+            .unwrap(),
+        );
+        let rules = Rules::load(
+            &BTreeMap::new(),
+            store,
+            Tenant::anonymous(),
+            RulesMetrics::new(metrics.registry(), metrics.dropped_increments.clone()),
+        )
+        .unwrap();
+        let spec = |expr: &str| RuleSpec {
+            expr: expr.to_owned(),
+            ..RuleSpec::default()
+        };
+        rules
+            .put("app_total".to_owned(), spec("app.cpu"), false)
+            .await
+            .unwrap();
+        let mut tree = Tree::new();
+        tree.insert_names(["main"], 3);
+        let profile = Profile {
+            series: Series::parse("app.cpu").unwrap(),
+            meta: ProfileMeta::default(),
+            from: SystemTime::now() - Duration::from_secs(10),
+            until: SystemTime::now(),
+            tree,
+        };
+        let increments = rules.evaluate(&rules.current(), &[profile]);
+        // The rule changes between evaluation and the store's acknowledgement.
+        rules
+            .put("app_total".to_owned(), spec("app.cpu{env=\"prod\"}"), true)
+            .await
+            .unwrap();
+        rules.apply(increments);
+        let text = metrics.render().unwrap();
+        assert!(
+            text.contains(
+                "smolder_aggregator_dropped_increments_total{intentional=\"true\",reason=\"stale\",stage=\"rules\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            rules.render().contains("\napp_total 0\n"),
+            "{}",
+            rules.render()
+        );
+    }
+}
