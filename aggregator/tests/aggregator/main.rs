@@ -18,6 +18,10 @@ mod ingest;
 /// `/render`, `/render-diff`, label and app listings: exact Pyroscope answers over HTTP.
 mod query;
 
+/// The query API Grafana speaks: Connect `querier.v1` in binary and JSON, values exact against
+/// `/render`, Connect's error shape.
+mod grafana;
+
 /// A real Prometheus scraping `/exported-metrics` of both tiers and receiving remote write.
 mod prometheus;
 
