@@ -13,6 +13,8 @@
 //!   or a Java Flight Recorder recording, bare or in the Java agent's form ([`jfr`]).
 //! - `POST /push.v1.PusherService/Push`: Connect's unary push of pprof profiles, binary or
 //!   JSON ([`push`]).
+//! - `POST /v1development/profiles`: OTLP profiles (`profiles/v1development`, v1.10), binary or
+//!   JSON ([`otlp`]).
 //!
 //! Authentication and tenancy headers that SDKs send (`Authorization: Bearer …` or `Basic …`,
 //! `X-Scope-OrgID`, custom headers) are ignored: Smolder has no users or tenants yet, and an
@@ -29,6 +31,7 @@ mod folded;
 mod ingester;
 mod jfr;
 mod metrics;
+mod otlp;
 mod params;
 mod pprof;
 mod push;
@@ -95,6 +98,7 @@ pub(crate) fn routes(ingester: Arc<Ingester>) -> Router {
         .route("/ingest", post(ingest))
         .route("/pyroscope/ingest", post(ingest))
         .route("/push.v1.PusherService/Push", post(push::push))
+        .route("/v1development/profiles", post(otlp::export))
         // Bodies are read under `IngestConfig`'s caps by `body::read`; axum's own 2 MiB default
         // would otherwise cut multipart forms short with a different error.
         .layer(DefaultBodyLimit::disable())
@@ -282,6 +286,12 @@ pub(crate) enum IngestError {
         /// What the decoder said, with the field at fault where known.
         reason: String,
     },
+    /// An OTLP profiles request does not fit the v1.10 schema, or is past a limit.
+    #[error("invalid otlp profiles request: {}", chain(.source))]
+    Otlp {
+        /// What is wrong, naming the field.
+        source: smolder_common::otlp::OtlpError,
+    },
     /// A pushed series has no `service_name` label, which names the app.
     #[error("series {series} has no service_name label")]
     MissingServiceName {
@@ -323,6 +333,7 @@ impl IngestError {
             | MissingServiceName { .. } => StatusCode::BAD_REQUEST,
             BodyTooLarge { .. } | DecompressedTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Pprof { source, .. } if is_size_limit(source) => StatusCode::PAYLOAD_TOO_LARGE,
+            Otlp { source } => otlp::status(source),
             UnsupportedEncoding { .. } | UnsupportedMediaType { .. } => {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE
             }
@@ -357,6 +368,7 @@ impl IngestError {
             UnsupportedMediaType { .. } => "unsupported_media_type",
             BodyTooLarge { .. } | DecompressedTooLarge { .. } => "body_too_large",
             Pprof { source, .. } if is_size_limit(source) => "body_too_large",
+            Otlp { source } if source.is_too_large() => "body_too_large",
             BadGzip { .. } => "bad_gzip",
             BodyRead { .. } => "body_read",
             Folded { .. }
@@ -365,6 +377,7 @@ impl IngestError {
             | MissingProfileField { .. }
             | Jfr { .. }
             | MissingJfrField { .. }
+            | Otlp { .. }
             | PushBody { .. } => "bad_body",
             BadLabel { .. } | BadProfileName { .. } | MissingServiceName { .. } => "bad_labels",
             SeriesLimit { .. } => "series_limit",

@@ -15,6 +15,10 @@ mod layout;
 /// Ingest: `/ingest` in every body format and the Connect push, good and bad input.
 mod ingest;
 
+/// OTLP profiles from PyPI's opentelemetry-proto over HTTP: every table, protobuf, JSON and
+/// gzip; twenty malformed requests refused with nothing stored.
+mod otlp;
+
 /// `/render`, `/render-diff`, label and app listings: exact Pyroscope answers over HTTP.
 mod query;
 
