@@ -397,3 +397,51 @@ async fn errors_have_connects_shape() {
         "invalid_argument"
     );
 }
+
+#[tokio::test]
+async fn pyroscope_render_reads_v1_queries() {
+    let agg = Aggregator::start().await;
+    let at = base();
+    ingest(&agg, "ride.cpu{vehicle=car}", at, "main;drive 40\n", "100").await;
+    ingest(&agg, "ride.cpu{vehicle=bike}", at, "main;pedal 4\n", "100").await;
+    let answer: Value = agg
+        .http
+        .get(agg.url("/pyroscope/render"))
+        .query(&[
+            (
+                "query",
+                format!(r#"{CPU}{{service_name="ride", vehicle="car"}}"#),
+            ),
+            ("from", (at - 60).to_string()),
+            ("until", (at + 60).to_string()),
+            ("max-nodes", "100".to_owned()),
+        ])
+        .send()
+        .await
+        .expect("render")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(answer["flamebearer"]["numTicks"], 400_000_000, "{answer}");
+    assert_eq!(
+        answer["flamebearer"]["names"],
+        json!(["total", "main", "drive"])
+    );
+    assert_eq!(answer["metadata"]["units"], "samples");
+    assert_eq!(answer["metadata"]["sampleRate"], 1_000_000_000);
+    let samples = answer["timeline"]["samples"].as_array().expect("timeline");
+    let sum: u64 = samples.iter().map(|v| v.as_u64().expect("number")).sum();
+    assert_eq!(sum, 400_000_000);
+    assert_eq!(
+        answer["groups"]["*"]["samples"],
+        answer["timeline"]["samples"]
+    );
+    let bad = agg
+        .http
+        .get(agg.url("/pyroscope/render"))
+        .query(&[("query", "process_cpu:cpu{}")])
+        .send()
+        .await
+        .expect("render");
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+}
