@@ -14,7 +14,7 @@
 //! - `POST /push.v1.PusherService/Push`: Connect's unary push of pprof profiles, binary or
 //!   JSON ([`push`]).
 //! - `POST /v1development/profiles`: OTLP profiles (`profiles/v1development`, v1.10), binary or
-//!   JSON ([`otlp`]).
+//!   JSON, and the same over gRPC, `ProfilesService/Export` on this port over h2c ([`otlp`]).
 //!
 //! Authentication and tenancy headers that SDKs send (`Authorization: Bearer …` or `Basic …`,
 //! `X-Scope-OrgID`, custom headers) are ignored: Smolder has no users or tenants yet, and an
@@ -99,6 +99,7 @@ pub(crate) fn routes(ingester: Arc<Ingester>) -> Router {
         .route("/pyroscope/ingest", post(ingest))
         .route("/push.v1.PusherService/Push", post(push::push))
         .route("/v1development/profiles", post(otlp::export))
+        .route(otlp::GRPC_PATH, post(otlp::export_grpc))
         // Bodies are read under `IngestConfig`'s caps by `body::read`; axum's own 2 MiB default
         // would otherwise cut multipart forms short with a different error.
         .layer(DefaultBodyLimit::disable())
@@ -292,6 +293,12 @@ pub(crate) enum IngestError {
         /// What is wrong, naming the field.
         source: smolder_common::otlp::OtlpError,
     },
+    /// A gRPC request is not one length-prefixed message.
+    #[error("invalid grpc request: {reason}")]
+    GrpcFrame {
+        /// What is wrong with the framing.
+        reason: String,
+    },
     /// A pushed series has no `service_name` label, which names the app.
     #[error("series {series} has no service_name label")]
     MissingServiceName {
@@ -330,6 +337,7 @@ impl IngestError {
             | BadGzip { .. }
             | BodyRead { .. }
             | PushBody { .. }
+            | GrpcFrame { .. }
             | MissingServiceName { .. } => StatusCode::BAD_REQUEST,
             BodyTooLarge { .. } | DecompressedTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Pprof { source, .. } if is_size_limit(source) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -378,6 +386,7 @@ impl IngestError {
             | Jfr { .. }
             | MissingJfrField { .. }
             | Otlp { .. }
+            | GrpcFrame { .. }
             | PushBody { .. } => "bad_body",
             BadLabel { .. } | BadProfileName { .. } | MissingServiceName { .. } => "bad_labels",
             SeriesLimit { .. } => "series_limit",

@@ -10,16 +10,17 @@ use smolder_aggregator::config::Config;
 
 use crate::util::Aggregator;
 
-/// Runs the Python client against `agg` and returns its report.
-async fn export(agg: &Aggregator, prefix: &str) -> Value {
+/// Runs the Python client against `agg` (over gRPC with `mode` `grpc`) and returns its report.
+async fn export(agg: &Aggregator, prefix: &str, mode: &str) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/otlp_export.py");
     let url = agg.url("");
-    let prefix = prefix.to_owned();
+    let (prefix, mode) = (prefix.to_owned(), mode.to_owned());
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new("python3")
             .arg(script)
             .arg(url)
             .arg(prefix)
+            .args((!mode.is_empty()).then_some(mode))
             .output()
             .expect("python3 runs (scripts/test installs opentelemetry-proto)")
     })
@@ -39,7 +40,7 @@ async fn opentelemetry_proto_requests_are_stored_and_bad_ones_refused() {
     config.ingest.max_body_bytes = 1 << 20;
     config.ingest.max_decompressed_bytes = 4 << 20;
     let agg = Aggregator::with_config(config).await;
-    let report = export(&agg, "otel").await;
+    let report = export(&agg, "otel", "").await;
     for kind in ["proto", "json", "gzip"] {
         assert_eq!(report["valid"][kind], 200, "{kind}: {report}");
         let service = format!("otel-{kind}");
@@ -83,6 +84,39 @@ async fn opentelemetry_proto_requests_are_stored_and_bad_ones_refused() {
     assert_eq!(
         apps,
         ["otel-gzip.cpu", "otel-json.cpu", "otel-proto.cpu"],
+        "nothing malformed stored"
+    );
+}
+
+#[tokio::test]
+async fn grpcio_exports_over_h2c_on_the_http_port() {
+    let agg = Aggregator::start().await;
+    let report = export(&agg, "otel", "grpc").await;
+    assert_eq!(report["valid"]["grpc"], "OK", "{report}");
+    assert_eq!(report["valid"]["grpc gzip"], "OK", "{report}");
+    for (name, code) in report["malformed"].as_object().expect("malformed codes") {
+        assert_eq!(code, "INVALID_ARGUMENT", "{name}");
+    }
+    for service in ["otel-grpc", "otel-grpcgz"] {
+        assert_eq!(
+            agg.collapsed(&format!("{service}.cpu{{}}")).await,
+            "main;work 30\nmain;work;libfoo.so+0x234 10",
+            "{service}"
+        );
+    }
+    let apps: Vec<String> = agg
+        .http
+        .get(agg.url("/label-values"))
+        .query(&[("label", "__name__")])
+        .send()
+        .await
+        .expect("label values")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        apps,
+        ["otel-grpc.cpu", "otel-grpcgz.cpu"],
         "nothing malformed stored"
     );
 }

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """OTLP profiles sent to a Smolder aggregator by PyPI's opentelemetry-proto classes.
 
-Usage: otlp_export.py <base url> <service prefix>
+Usage: otlp_export.py <base url> <service prefix> [grpc]
 
 Checks first that the installed opentelemetry-proto has the profiles/v1development field
 numbers Smolder reads (those of opentelemetry-proto v1.10). Then sends one valid request that
 uses every dictionary table over HTTP as binary protobuf, as JSON (json_format, which writes ids
 in base64) and gzipped, each under its own service name (<prefix>-proto, <prefix>-json,
 <prefix>-gzip), and twenty malformed requests. Prints one JSON object: the status of each
-valid request and of each malformed one, by name.
+valid request and of each malformed one, by name. With `grpc`, the same over gRPC with grpcio
+instead (plain and gzip-compressed calls, and three malformed ones), statuses as gRPC code names.
 """
 
 import gzip
@@ -174,9 +175,40 @@ def malformed(prefix):
     return cases
 
 
+def grpc_main(url, prefix):
+    import grpc
+    from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2_grpc as rpc
+
+    target = urllib.parse.urlsplit(url).netloc
+    with grpc.insecure_channel(target) as channel:
+        stub = rpc.ProfilesServiceStub(channel)
+        raw = channel.unary_unary(
+            "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export",
+            request_serializer=lambda b: b, response_deserializer=lambda b: b)
+
+        def call(method, message, **options):
+            try:
+                method(message, timeout=30, **options)
+                return "OK"
+            except grpc.RpcError as error:
+                return error.code().name
+
+        valid = {
+            "grpc": call(stub.Export, request(prefix + "-grpc")),
+            "grpc gzip": call(stub.Export, request(prefix + "-grpcgz"), compression=grpc.Compression.Gzip),
+        }
+        cases = malformed(prefix + "-bad")
+        refused = {name: call(raw, cases[name][0]) for name in
+                   ["missing dictionary", "stack index out of range", "v1.9 sample (link_index in field 4)"]}
+    print(json.dumps({"valid": valid, "malformed": refused}))
+
+
 def main():
     url, prefix = sys.argv[1], sys.argv[2]
     check_schema()
+    if sys.argv[3:] == ["grpc"]:
+        grpc_main(url, prefix)
+        return
     statuses = {
         "proto": post(url, request(prefix + "-proto").SerializeToString(), "application/x-protobuf"),
         "json": post(url, json_format.MessageToJson(request(prefix + "-json")).encode(), "application/json"),
