@@ -162,11 +162,42 @@ async fn render(
 
 /// Whether `query` is Pyroscope v1's `<profile type id>{selector}` rather than FlameQL: its
 /// name part holds the id's `:`s, which no app name does.
-fn is_typed(query: &str) -> bool {
+pub(super) fn is_typed(query: &str) -> bool {
     query
         .split('{')
         .next()
         .is_some_and(|name| name.contains(':'))
+}
+
+/// A v1 query, `<profile type id>{selector}`, in parameter `param`.
+pub(super) fn typed_query(
+    param: &'static str,
+    query: &str,
+) -> Result<(ProfileTypeId, LabelSelector), QueryError> {
+    let (id, selector) = query.split_at(query.find('{').unwrap_or(query.len()));
+    let id: ProfileTypeId = id
+        .trim()
+        .parse()
+        .map_err(|source| QueryError::InvalidProfileType { source })?;
+    Ok((id, LabelSelector::parse(param, selector)?))
+}
+
+/// The metadata Pyroscope v1 gives a flame graph of `id` (`ExportToFlamebearer`): CPU is
+/// `samples` at 10^9 per second, since its values are nanoseconds; object counts `objects`;
+/// everything else its sample unit; the name is the sample type.
+pub(super) fn typed_metadata(id: &ProfileTypeId) -> Metadata {
+    let (units, sample_rate) = match id.sample_type.as_str() {
+        "cpu" => ("samples", 1_000_000_000),
+        "inuse_objects" | "alloc_objects" | "goroutine" | "samples" => ("objects", 100),
+        _ => (id.sample_unit.as_str(), 100),
+    };
+    Metadata {
+        spy_name: String::new(),
+        sample_rate,
+        units: units.to_owned(),
+        name: id.sample_type.clone(),
+        ..Metadata::default()
+    }
 }
 
 /// `/pyroscope/render` of a v1 query, `process_cpu:cpu:nanoseconds:cpu:nanoseconds{service_name="api"}`,
@@ -179,12 +210,7 @@ async fn typed_json(
     params: &Params,
     query: &str,
 ) -> Result<(Response, &'static str), QueryError> {
-    let (id, selector) = query.split_at(query.find('{').unwrap_or(query.len()));
-    let id: ProfileTypeId = id
-        .trim()
-        .parse()
-        .map_err(|source| QueryError::InvalidProfileType { source })?;
-    let labels = LabelSelector::parse("query", selector)?;
+    let (id, labels) = typed_query("query", query)?;
     let now = SystemTime::now();
     let range = params.range(("from", "until"), now, an_hour_before(now))?;
     match params.get("format") {
@@ -213,18 +239,7 @@ async fn typed_json(
                 *sum = sum.saturating_add(total);
             }
         }
-        let (units, sample_rate) = match id.sample_type.as_str() {
-            "cpu" => ("samples", 1_000_000_000),
-            "inuse_objects" | "alloc_objects" | "goroutine" | "samples" => ("objects", 100),
-            _ => (id.sample_unit.as_str(), 100),
-        };
-        let metadata = Metadata {
-            spy_name: String::new(),
-            sample_rate,
-            units: units.to_owned(),
-            name: id.sample_type.clone(),
-            ..Metadata::default()
-        };
+        let metadata = typed_metadata(&id);
         let timeline = Timeline {
             start_time: i64::try_from(start).unwrap_or(i64::MAX),
             samples,

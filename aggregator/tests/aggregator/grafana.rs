@@ -445,3 +445,34 @@ async fn pyroscope_render_reads_v1_queries() {
         .expect("render");
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test]
+async fn pyroscope_render_diff_reads_v1_queries() {
+    let agg = Aggregator::start().await;
+    let at = base();
+    ingest(&agg, "ride.cpu{vehicle=car}", at, "main;drive 40\n", "100").await;
+    ingest(&agg, "ride.cpu{vehicle=bike}", at, "main;pedal 4\n", "100").await;
+    let side = |vehicle: &str| format!(r#"{CPU}{{service_name="ride", vehicle="{vehicle}"}}"#);
+    let (from, until) = ((at - 60).to_string(), (at + 60).to_string());
+    let answer: Value = agg
+        .http
+        .get(agg.url("/pyroscope/render-diff"))
+        .query(&[
+            ("leftQuery", side("car")),
+            ("leftFrom", from.clone()),
+            ("leftUntil", until.clone()),
+            ("rightQuery", side("bike")),
+            ("rightFrom", from),
+            ("rightUntil", until),
+        ])
+        .send()
+        .await
+        .expect("render-diff")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(answer["leftTicks"], 400_000_000, "{answer}");
+    assert_eq!(answer["rightTicks"], 40_000_000, "{answer}");
+    assert_eq!(answer["metadata"]["format"], "double");
+    assert_eq!(answer["metadata"]["sampleRate"], 1_000_000_000);
+}
