@@ -14,6 +14,7 @@
 //! | `GET /render`, `/pyroscope/render` | `render.rs` (+ `timeline.rs`, `export.rs`) |
 //! | `GET /render-diff`, `/pyroscope/render-diff` | `diff.rs` |
 //! | `GET /labels`, `/label-names`, `/label-values`, `GET /api/apps` | `labels.rs` |
+//! | `POST /querier.v1.QuerierService/*`, `/settings.v1.SettingsService/Get` (Connect, what Grafana speaks) | `grafana.rs` (+ `connect.rs` the protocol, `typed.rs` selections by profile type id) |
 //!
 //! (`DELETE /api/apps`, a write, is `admin`'s.) This file holds what the routes share: the
 //! parameters (`query`/`name`, `from`/`until`, `maxNodes`), [`QueryError`] and how each error
@@ -30,12 +31,15 @@
 //!   positive integer, capped at `query.max-nodes-limit`; 0 or a negative number asks for no
 //!   truncation, which means the limit. Anything else is a 400.
 
+mod connect;
 mod diff;
 mod export;
+mod grafana;
 mod labels;
 mod metrics;
 mod render;
 mod timeline;
+mod typed;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -45,7 +49,7 @@ use axum::Router;
 use axum::extract::Query;
 use axum::extract::rejection::QueryRejection;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use smolder_common::{
     Aggregation, MatchOp, Matcher, ProfileMeta, Selector, SelectorError, Series, SeriesError,
@@ -119,7 +123,42 @@ pub(crate) fn routes(querier: Arc<Querier>) -> Router {
         .route("/label-names", get(labels::names))
         .route("/label-values", get(labels::values))
         .route("/api/apps", get(labels::apps))
+        .merge(connect_routes())
         .with_state(querier)
+}
+
+/// The Connect routes of the query API Grafana speaks ([`grafana`]).
+fn connect_routes() -> Router<Arc<Querier>> {
+    const SERVICE: &str = "/querier.v1.QuerierService";
+    let methods: [(&str, axum::routing::MethodRouter<Arc<Querier>>); 12] = [
+        ("ProfileTypes", post(grafana::profile_types)),
+        ("LabelNames", post(grafana::label_names)),
+        ("LabelValues", post(grafana::label_values)),
+        ("Series", post(grafana::series)),
+        (
+            "SelectMergeStacktraces",
+            post(grafana::select_merge_stacktraces),
+        ),
+        ("SelectMergeProfile", post(grafana::select_merge_profile)),
+        ("SelectSeries", post(grafana::select_series)),
+        ("Diff", post(grafana::diff)),
+        (
+            "SelectMergeSpanProfile",
+            post(grafana::select_merge_span_profile),
+        ),
+        ("GetProfileStats", post(grafana::get_profile_stats)),
+        ("SelectHeatmap", post(grafana::select_heatmap)),
+        ("AnalyzeQuery", post(grafana::analyze_query)),
+    ];
+    methods
+        .into_iter()
+        .fold(Router::new(), |router, (method, handler)| {
+            router.route(&format!("{SERVICE}/{method}"), handler)
+        })
+        .route(
+            "/settings.v1.SettingsService/Get",
+            post(grafana::get_settings),
+        )
 }
 
 /// Why a query could not be answered. Every variant but [`QueryError::Store`] and
@@ -222,6 +261,18 @@ pub(crate) enum QueryError {
         /// The right side's value.
         right: String,
     },
+    /// A profile type id (`profile_typeID`) is not `name:sample_type:sample_unit:period_type:period_unit`.
+    #[error("invalid profile type: {source}")]
+    InvalidProfileType {
+        /// Why.
+        source: smolder_common::profile_type::BadProfileTypeId,
+    },
+    /// A `SelectSeries` step that is negative or not a number.
+    #[error("invalid step {step}: expected a number of seconds")]
+    InvalidStep {
+        /// The step sent.
+        step: f64,
+    },
     /// The store failed; logged once where the response is built.
     #[error("reading the store failed")]
     Store(#[from] StoreError),
@@ -233,7 +284,7 @@ pub(crate) enum QueryError {
 impl QueryError {
     /// The `error_type` label of `smolder_aggregator_errors_total{stage="query"}`: one value per
     /// variant, so the label stays bounded.
-    fn error_type(&self) -> &'static str {
+    pub(super) fn error_type(&self) -> &'static str {
         match self {
             QueryError::MissingParameter { .. } | QueryError::MissingSelector => {
                 "missing_parameter"
@@ -249,6 +300,8 @@ impl QueryError {
             QueryError::InvalidLabelName { .. } => "invalid_label_name",
             QueryError::TooManyGroups { .. } => "too_many_groups",
             QueryError::Incompatible { .. } => "incompatible_diff",
+            QueryError::InvalidProfileType { .. } => "invalid_profile_type",
+            QueryError::InvalidStep { .. } => "invalid_step",
             QueryError::Store(_) => "store",
             QueryError::Panicked => "panicked",
         }

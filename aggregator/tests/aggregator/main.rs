@@ -15,8 +15,16 @@ mod layout;
 /// Ingest: `/ingest` in every body format and the Connect push, good and bad input.
 mod ingest;
 
+/// OTLP profiles from PyPI's opentelemetry-proto over HTTP: every table, protobuf, JSON and
+/// gzip; twenty malformed requests refused with nothing stored.
+mod otlp;
+
 /// `/render`, `/render-diff`, label and app listings: exact Pyroscope answers over HTTP.
 mod query;
+
+/// The query API Grafana speaks: Connect `querier.v1` in binary and JSON, values exact against
+/// `/render`, Connect's error shape.
+mod grafana;
 
 /// A real Prometheus scraping `/exported-metrics` of both tiers and receiving remote write.
 mod prometheus;
