@@ -92,6 +92,22 @@ impl Default for ShipConfig {
     }
 }
 
+impl ShipConfig {
+    /// Checks that the files a connection reads can be used: `ca`, the client certificate and
+    /// key if set, and the token file when there is no `token`. `check-config` runs it; the
+    /// shipper itself reads them again at every attempt, waiting for files another process
+    /// writes.
+    ///
+    /// # Errors
+    ///
+    /// [`ShipError::Tls`] or [`ShipError::Token`] naming the file and what is wrong with it.
+    pub fn check_files(&self) -> Result<(), ShipError> {
+        tls::client_config(self)?;
+        token(self)?;
+        Ok(())
+    }
+}
+
 /// Why shipping failed; every variant is retried after a backoff.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -473,7 +473,7 @@ scrape-configs:
         ),
     )
     .unwrap();
-    let config = Config::load(&config_file).unwrap();
+    let config: Config = smolder_daemon::load(Some(&config_file)).unwrap();
     let (scraper, mut profiles) = start_scraper(&config.scrape_configs);
 
     let doc = wait_for_status(&scraper, "the file's targets", |doc| {

@@ -32,7 +32,7 @@ use quinn::crypto::rustls::QuicServerConfig;
 use serde::{Deserialize, Serialize};
 use smolder_common::wire::code;
 use tokio::task::JoinHandle;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, info_span, warn};
 
 use super::Ingester;
 use crate::metrics::Errors;
@@ -70,6 +70,19 @@ pub struct QuicConfig {
     /// more often). Default `30s`.
     #[serde(with = "smolder_common::timestamp::serde_duration")]
     pub idle_timeout: Duration,
+}
+
+impl QuicConfig {
+    /// Checks the TLS files the section names (`cert` with `key`, `client-ca`), creating
+    /// nothing; `check-config` runs it.
+    ///
+    /// # Errors
+    ///
+    /// When a file is missing, is not PEM of the right kind, or the key is not the
+    /// certificate's.
+    pub(crate) fn check_files(&self) -> anyhow::Result<()> {
+        tls::check_files(self).context("checking the TLS files of ingest.quic")
+    }
 }
 
 impl Default for QuicConfig {
@@ -179,7 +192,7 @@ pub(crate) fn start(
     let endpoint = quinn::Endpoint::server(server, config.listen)
         .with_context(|| format!("binding QUIC ingest on {}/udp", config.listen))?;
     let addr = endpoint.local_addr().context("reading the bound address")?;
-    info!(%addr, "QUIC ingest listening");
+    smolder_daemon::listening("quic", addr);
     let shared = Arc::new(connection::Shared {
         ingester,
         credentials,
