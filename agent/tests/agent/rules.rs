@@ -1,12 +1,12 @@
 //! Rules on the agent: Pyroscope's documented example evaluated on every closed window and
 //! served on `/exported-metrics`; an invalid rule stops the agent from starting.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use smolder_agent::app;
 use smolder_agent::config::Config;
 use smolder_common::{Profile, ProfileMeta, Tree};
+use smolder_test_support::prometheus::Metrics;
 
 const DOCUMENTED_RULES: &str = r#"
 metrics-export-rules:
@@ -48,16 +48,6 @@ fn config(rules: &str) -> Config {
     config.window.length = Duration::from_secs(1);
     config.window.settle = Duration::from_millis(100);
     config
-}
-
-fn samples(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#') && !line.is_empty())
-        .map(|line| {
-            let (series, value) = line.rsplit_once(' ').expect("name and value");
-            (series.to_owned(), value.parse().expect("a number"))
-        })
-        .collect()
 }
 
 /// CPU seconds of the stacks of `trees` that contain `needle`, computed from the trees.
@@ -106,34 +96,45 @@ async fn pyroscope_documentation_example_on_every_window() {
     let got = loop {
         let response = reqwest::get(&url).await.unwrap();
         assert_eq!(response.status(), 200);
-        let got = samples(&response.text().await.unwrap());
-        if got.contains_key("a_simple_app_slow_env{env=\"staging\"}")
-            && got.contains_key("a_simple_app_slow_env{env=\"prod\"}")
+        let got = Metrics::parse(&response.text().await.unwrap()).expect("Prometheus text");
+        if got
+            .find("a_simple_app_slow_env", &[("env", "staging")])
+            .is_some()
+            && got
+                .find("a_simple_app_slow_env", &[("env", "prod")])
+                .is_some()
         {
             break got;
         }
         assert!(Instant::now() < deadline, "windows not evaluated: {got:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let close = |name: &str, want: f64| {
-        let value = got[name];
+    let close = |name: &str, labels: &[(&str, &str)], want: f64| {
+        let value = got.value(name, labels);
         assert!(
             (value - want).abs() < 1e-9,
             "{name}: got {value}, want {want}"
         );
     };
-    close("a_simple_app_total", seconds(&[&trees[0], &trees[1]], ""));
-    close("a_simple_app_total", 10.14);
+    close(
+        "a_simple_app_total",
+        &[],
+        seconds(&[&trees[0], &trees[1]], ""),
+    );
+    close("a_simple_app_total", &[], 10.14);
     close(
         "a_simple_app_slow_env_prod",
+        &[],
         seconds(&[&trees[0]], "slowFunction"),
     );
     close(
-        "a_simple_app_slow_env{env=\"prod\"}",
+        "a_simple_app_slow_env",
+        &[("env", "prod")],
         seconds(&[&trees[0]], "slowFunction"),
     );
     close(
-        "a_simple_app_slow_env{env=\"staging\"}",
+        "a_simple_app_slow_env",
+        &[("env", "staging")],
         seconds(&[&trees[1]], "slowFunction"),
     );
     let metrics = reqwest::get(format!("http://{}/metrics", agent.addr()))

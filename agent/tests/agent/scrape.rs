@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -17,6 +17,8 @@ use smolder_agent::scrape::{self, Scraper};
 use smolder_agent::window;
 use smolder_common::pprof::{self, EncodeOptions};
 use smolder_common::{Profile, Tree};
+use smolder_test_support::net::LOOPBACK_ANY_PORT;
+use smolder_test_support::process::Process;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
@@ -50,25 +52,25 @@ fn go_binary() -> &'static Path {
     })
 }
 
-/// The Go program, listening on a loopback port; killed on drop.
+/// The Go program, listening on a loopback port it chose; killed on drop.
 struct GoTarget {
-    child: Child,
+    _process: Process,
     addr: SocketAddr,
 }
 
 impl GoTarget {
     async fn start() -> GoTarget {
-        let binary = go_binary();
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let child = Command::new(binary)
-            .arg(addr.to_string())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let target = GoTarget { child, addr };
+        let mut command = Command::new(go_binary());
+        command
+            .arg(LOOPBACK_ANY_PORT.to_string())
+            .stdout(Stdio::null());
+        let process = Process::spawn(command);
+        let line = process.wait_for_line("its address", |line| line.starts_with("listening "));
+        let addr: SocketAddr = line["listening ".len()..].parse().unwrap();
+        let target = GoTarget {
+            _process: process,
+            addr,
+        };
         let deadline = Instant::now() + PATIENCE;
         while reqwest::get(format!("http://{addr}/debug/pprof/"))
             .await
@@ -78,13 +80,6 @@ impl GoTarget {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         target
-    }
-}
-
-impl Drop for GoTarget {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
