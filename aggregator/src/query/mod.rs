@@ -47,6 +47,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
+use smolder_common::series;
 use smolder_common::{
     Aggregation, MatchOp, Matcher, ProfileMeta, Selector, SelectorError, Series, SeriesError,
     TimeError, Tree,
@@ -425,13 +426,10 @@ fn selector_from_key(key: &str) -> Result<Selector, QueryError> {
     })
 }
 
-/// Checks that `value` of parameter `name` is a label name, as series labels are.
+/// Checks that `value` of parameter `name` is a label name by the rule series labels follow
+/// ([`series::is_label_name`]); an empty parameter never gets here, it reads as absent.
 fn label_name(name: &'static str, value: &str) -> Result<String, QueryError> {
-    let valid = value != smolder_common::series::NAME_LABEL
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
-    if valid {
+    if value != series::NAME_LABEL && series::is_label_name(value) {
         Ok(value.to_owned())
     } else {
         Err(QueryError::InvalidLabelName {
