@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
-use smolder_daemon::DaemonConfig;
+use smolder_daemon::{DaemonConfig, RenamedKey};
 
 pub use crate::ebpf::EbpfConfig;
 pub use crate::ebpf::symbolize::SymbolizeConfig;
@@ -49,6 +49,12 @@ pub struct Config {
 pub type HttpConfig = smolder_daemon::HttpConfig<true, 4042>;
 
 impl DaemonConfig for Config {
+    const RENAMED: &'static [RenamedKey] = &[RenamedKey {
+        section: &["ship"],
+        old: "max-in-flight",
+        new: "max-batches-in-flight",
+    }];
+
     fn validate(&self) -> anyhow::Result<()> {
         crate::scrape::validate(&self.scrape_configs)?;
         crate::rules::compile(&self.metrics_export_rules)?;

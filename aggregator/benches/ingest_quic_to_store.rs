@@ -169,7 +169,7 @@ async fn run(windows: usize) {
     let quic_rate = nodes as f64 / seconds;
     println!(
         "QUIC drain, {} in flight: {count} batches ({sent} sent) in {seconds:.2} s = {:.2} M nodes/s, {:.2} M samples/s",
-        AgentConfig::default().ship.max_in_flight,
+        AgentConfig::default().ship.max_batches_in_flight,
         quic_rate / 1e6,
         samples as f64 / seconds / 1e6
     );

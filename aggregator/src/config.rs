@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use smolder_daemon::DaemonConfig;
+use smolder_daemon::{DaemonConfig, RenamedKey};
 
 pub use crate::http::HttpConfig;
 pub use crate::ingest::IngestConfig;
@@ -37,6 +37,12 @@ pub struct Config {
 }
 
 impl DaemonConfig for Config {
+    const RENAMED: &'static [RenamedKey] = &[RenamedKey {
+        section: &["ingest", "quic"],
+        old: "max-concurrent-streams",
+        new: "max-batches-in-flight",
+    }];
+
     fn validate(&self) -> anyhow::Result<()> {
         crate::rules::check_config(&self.metrics_export_rules, &self.rules)?;
         Ok(())
@@ -68,6 +74,23 @@ mod tests {
             format!("{err:#}").contains("duplicate entry with key \"a_total\""),
             "{err:#}"
         );
+    }
+
+    #[test]
+    fn renamed_keys_read_as_their_new_name() {
+        for renamed in Config::RENAMED {
+            let yaml = |key: &str| {
+                let mut text = String::new();
+                for (depth, section) in renamed.section.iter().enumerate() {
+                    text.push_str(&format!("{:1$}{section}:\n", "", depth * 2));
+                }
+                text + &format!("{:1$}{key}: 7\n", "", renamed.section.len() * 2)
+            };
+            let old: Config = smolder_daemon::parse(&yaml(renamed.old)).unwrap();
+            let new: Config = smolder_daemon::parse(&yaml(renamed.new)).unwrap();
+            assert_eq!(old, new, "{renamed:?}");
+            assert_ne!(new, Config::default(), "{renamed:?}");
+        }
     }
 
     #[test]

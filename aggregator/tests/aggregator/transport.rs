@@ -359,7 +359,7 @@ async fn an_aggregator_down_for_minutes_gets_everything_in_order_when_it_returns
     let mut config = agent_config(aggregator.quic, &aggregator.data);
     config.window.length = Duration::from_secs(1);
     // One batch at a time, so that the order of acks is the order of storing.
-    config.ship.max_in_flight = 1;
+    config.ship.max_batches_in_flight = 1;
     let agent = agent_app::start_in(config, &root.path().join("agent"))
         .await
         .unwrap();

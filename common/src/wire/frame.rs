@@ -246,7 +246,7 @@ impl FrameHeader {
     /// # Errors
     ///
     /// [`FrameError::UnexpectedKind`] otherwise.
-    pub fn expect(self, kind: FrameKind) -> Result<FrameHeader, FrameError> {
+    pub fn check_kind(self, kind: FrameKind) -> Result<FrameHeader, FrameError> {
         if self.kind == kind {
             Ok(self)
         } else {
@@ -344,7 +344,7 @@ pub fn decode<M: Message + Default>(
 ) -> Result<M, FrameError> {
     let (header, body) = split_header(bytes)?;
     FrameHeader::parse(header, limits)?
-        .expect(kind)?
+        .check_kind(kind)?
         .decode(body)
 }
 
