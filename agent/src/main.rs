@@ -42,14 +42,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
-    let flags = Flags::parse();
-    smolder_daemon::logs::init(&flags.daemon);
-    smolder_daemon::exit(run(flags))
+    smolder_daemon::main(|flags: &Flags| &flags.daemon, run)
 }
 
 /// The daemon, one of the config modes, or `record`.
-fn run(flags: Flags) -> anyhow::Result<ExitCode> {
-    let config: Config = smolder_daemon::load(flags.daemon.config.as_deref())?;
+fn run(flags: Flags, config: Config) -> anyhow::Result<ExitCode> {
     match flags.mode {
         None => app::run(config, &flags.data_dir).map(|()| ExitCode::SUCCESS),
         Some(Mode::Config(mode)) => mode.run(&config),

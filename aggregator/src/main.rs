@@ -21,18 +21,13 @@ struct Flags {
 }
 
 fn main() -> ExitCode {
-    let flags = Flags::parse();
-    smolder_daemon::logs::init(&flags.daemon);
-    smolder_daemon::exit(run(flags))
-}
-
-/// The daemon, or one of the config modes.
-fn run(flags: Flags) -> anyhow::Result<ExitCode> {
-    let config: Config = smolder_daemon::load(flags.daemon.config.as_deref())?;
-    match flags.mode {
-        None => app::run(config, &flags.data_dir).map(|()| ExitCode::SUCCESS),
-        Some(mode) => mode.run(&config),
-    }
+    smolder_daemon::main(
+        |flags: &Flags| &flags.daemon,
+        |flags, config: Config| match flags.mode {
+            None => app::run(config, &flags.data_dir).map(|()| ExitCode::SUCCESS),
+            Some(mode) => mode.run(&config),
+        },
+    )
 }
 
 #[cfg(test)]

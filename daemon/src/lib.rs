@@ -6,8 +6,8 @@
 //! on a terminal), how a daemon runs under systemd ([`run`]: READY=1 once started, watchdog
 //! pings, STOPPING=1 and a graceful stop on SIGTERM or SIGINT) and how it serves HTTP
 //! ([`http`]: [`HttpConfig`], the listener, answers with a body for every refusal). A daemon's
-//! `main.rs` parses its flags, calls [`logs::init`] and hands its `run` to [`exit`]; its
-//! `app.rs` starts its stages inside [`run`].
+//! `main.rs` is one call to [`main`] with what its modes do; its `app.rs` starts its stages
+//! inside [`run`].
 //!
 //! Input: flags, a YAML file, the environment systemd sets (`NOTIFY_SOCKET`, `WATCHDOG_USEC`).
 //! Output: a typed config, a tokio runtime running the daemon, the `listening` log lines (one
@@ -23,4 +23,4 @@ mod service;
 pub use config::{DaemonConfig, RenamedKey, default_yaml, load, parse};
 pub use flags::{Flags, LogFormat, Mode};
 pub use http::{HttpConfig, HttpListener, listening};
-pub use service::{Daemon, exit, run};
+pub use service::{Daemon, exit, main, run};

@@ -6,8 +6,13 @@ use std::future::Future;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use clap::Parser;
 use sd_notify::NotifyState;
 use tracing::{info, warn};
+
+use crate::config::{DaemonConfig, load};
+use crate::flags::Flags;
+use crate::logs;
 
 /// A started daemon that can be stopped gracefully.
 pub trait Daemon {
@@ -48,6 +53,18 @@ pub fn run<D: Daemon>(
         notify_stopping();
         daemon.stop().await
     })
+}
+
+/// A daemon's whole `main`: parses its flags `F`, sets up logs from the shared ones (`daemon`
+/// finds them in `F`), loads the config `C`, and hands both to `run`, whose result becomes the
+/// exit code (an error logged once).
+pub fn main<F: Parser, C: DaemonConfig>(
+    daemon: fn(&F) -> &Flags,
+    run: impl FnOnce(F, C) -> anyhow::Result<ExitCode>,
+) -> ExitCode {
+    let flags = F::parse();
+    logs::init(daemon(&flags));
+    exit(load::<C>(daemon(&flags).config.as_deref()).and_then(|config| run(flags, config)))
 }
 
 /// The process's exit code for what `run` returned: the error, if any, logged once.

@@ -137,16 +137,8 @@ async fn pyroscope_documentation_example_on_every_window() {
         &[("env", "staging")],
         seconds(&[&trees[1]], "slowFunction"),
     );
-    let metrics = reqwest::get(format!("http://{}/metrics", agent.addr()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("smolder_agent_rules_loaded 3\n"),
-        "{metrics}"
-    );
+    let metrics = Metrics::scrape(&format!("http://{}/metrics", agent.addr())).await;
+    assert_eq!(metrics.value("smolder_agent_rules_loaded", &[]), 3.0);
     // The agent stops once every submitter is gone.
     drop(submitter);
     agent.stop().await.unwrap();

@@ -19,6 +19,7 @@ use smolder_common::pprof::{self, EncodeOptions};
 use smolder_common::{Profile, Tree};
 use smolder_test_support::net::LOOPBACK_ANY_PORT;
 use smolder_test_support::process::Process;
+use smolder_test_support::prometheus;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
@@ -393,24 +394,24 @@ async fn bad_targets_fail_alone_with_clear_errors() {
         );
     }
 
-    let metrics = reqwest::get(format!("{base}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for line in [
-        "smolder_agent_scrape_failures_total{job=\"bad\",profile=\"mem\",reason=\"connect\"}",
-        "smolder_agent_scrape_failures_total{job=\"bad\",profile=\"mem\",reason=\"timeout\"}",
-        "smolder_agent_scrape_failures_total{job=\"bad\",profile=\"mem\",reason=\"decode\"}",
-        "smolder_agent_scrape_failures_total{job=\"bad\",profile=\"mem\",reason=\"too_large\"}",
-        "smolder_agent_scrape_failures_total{job=\"bad\",profile=\"mem\",reason=\"redirects\"}",
-        "smolder_agent_scrape_profiles_submitted_total{job=\"bad\",profile=\"mem\"}",
-        "smolder_agent_scrape_targets{health=\"up\",job=\"bad\"} 2",
-        "smolder_agent_scrape_targets{health=\"down\",job=\"bad\"} 6",
-        "smolder_agent_scrape_duration_seconds_count{job=\"bad\",profile=\"mem\"}",
-    ] {
-        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    let metrics = prometheus::Metrics::scrape(&format!("{base}/metrics")).await;
+    let bad = [("job", "bad"), ("profile", "mem")];
+    // Each of these series exists (a missing one fails the lookup).
+    for reason in ["connect", "timeout", "decode", "too_large", "redirects"] {
+        let labels = [bad[0], bad[1], ("reason", reason)];
+        metrics.value("smolder_agent_scrape_failures_total", &labels);
+    }
+    metrics.value("smolder_agent_scrape_profiles_submitted_total", &bad);
+    metrics.value("smolder_agent_scrape_duration_seconds_count", &bad);
+    for (health, count) in [("up", 2.0), ("down", 6.0)] {
+        assert_eq!(
+            metrics.value(
+                "smolder_agent_scrape_targets",
+                &[("health", health), ("job", "bad")]
+            ),
+            count,
+            "{health}"
+        );
     }
     agent.stop().await.unwrap();
 }

@@ -13,6 +13,7 @@ use smolder_aggregator::config::Config;
 use smolder_common::{Profile, ProfileMeta, Tree};
 use smolder_test_support::net::LOOPBACK_ANY_PORT;
 use smolder_test_support::process::Process;
+use smolder_test_support::prometheus::Metrics;
 
 use crate::rules::DOCUMENTED_RULES;
 use crate::transport::agent_config;
@@ -188,19 +189,12 @@ async fn prometheus_rates_match_the_cpu_sent_on_both_tiers_and_remote_write_arri
             "{job}: total rate {total:?}, want 1.0"
         );
     }
-    let metrics = agg
-        .http
-        .get(agg.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = Metrics::scrape(&agg.url("/metrics")).await;
     assert!(
-        metrics
-            .contains("smolder_aggregator_rules_remote_write_requests_total{outcome=\"success\"}"),
-        "{metrics}"
+        metrics.value(
+            "smolder_aggregator_rules_remote_write_requests_total",
+            &[("outcome", "success")]
+        ) >= 1.0
     );
     // The agent stops once every submitter is gone.
     drop(submitter);
