@@ -25,7 +25,7 @@ use smolder_common::{ProfileMeta, Tree};
 
 use super::{
     Params, Querier, QueryError, RawQuery, Selected, an_hour_before, blocking, no_meta, respond,
-    select_and_merge, unix_secs,
+    select_and_merge, unix_secs, with_warning,
 };
 use crate::tenant::Tenant;
 
@@ -60,7 +60,8 @@ async fn diff(
             });
         }
     }
-    let max_nodes = params.max_nodes(&querier.config)?;
+    let budget = params.node_budget(&querier.config)?;
+    let max_nodes = budget.nodes;
 
     let app_name = if left.app() == right.app() {
         format!("diff_{}", left.app())
@@ -95,7 +96,10 @@ async fn diff(
         Ok(FlamebearerProfile::diff(&combined, max_nodes, metadata))
     })
     .await?;
-    Ok((Json(profile).into_response(), "json"))
+    Ok((
+        with_warning(Json(profile).into_response(), budget.warning),
+        "json",
+    ))
 }
 
 /// The metadata of the diff: the left side's, or the right's when the left is empty; an error

@@ -8,6 +8,10 @@ mod systemd;
 /// Fixtures: a running aggregator, an HTTP client, helpers to ingest and render.
 mod util;
 
+/// The HTTP surface's own refusals (malformed request lines, unknown routes, wrong methods),
+/// each with a body.
+mod http;
+
 /// The crate's layout: stages import only the stages below them (the edges ARCHITECTURE.md
 /// lists).
 mod layout;

@@ -378,6 +378,63 @@ async fn max_nodes_folds_small_nodes_into_other() {
 }
 
 #[tokio::test]
+async fn exports_keep_a_node_budget_only_when_asked_and_a_capped_one_says_so() {
+    let mut config = smolder_aggregator::config::Config::default();
+    config.query.max_nodes_limit = 8;
+    let agg = Aggregator::with_config(config).await;
+    let t = base();
+    let body: String = (1..=20).map(|i| format!("main;f{i:02} {i}\n")).collect();
+    ingest(&agg, "app.cpu", t, &body, &[]).await;
+    let (from, until) = ((t - 60).to_string(), (t + 60).to_string());
+    let range = [("query", "app.cpu"), ("from", &from), ("until", &until)];
+    let mut query = range.to_vec();
+    query.push(("format", "collapsed"));
+    // Without maxNodes, the export is whole; with it, folded into `other` as the JSON is.
+    let (_, whole) = get(&agg, "/render", &query).await;
+    assert_eq!(whole.lines().count(), 20, "{whole}");
+    query.push(("maxNodes", "5"));
+    let (_, cut) = get(&agg, "/render", &query).await;
+    assert!(cut.lines().count() < 10, "{cut}");
+    assert!(
+        cut.lines().any(|line| line.starts_with("main;other ")),
+        "{cut}"
+    );
+    let total = |text: &str| -> u64 {
+        text.lines()
+            .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum()
+    };
+    assert_eq!(total(&cut), total(&whole));
+
+    // Above query.max-nodes-limit: capped, and the answer says so.
+    for format in ["json", "collapsed"] {
+        let mut query = range.to_vec();
+        query.extend([("format", format), ("maxNodes", "100")]);
+        let response = agg
+            .http
+            .get(agg.url("/render"))
+            .query(&query)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            response.headers()["warning"],
+            "299 - \"maxNodes 100 is above query.max-nodes-limit; 8 nodes used\"",
+            "{format}"
+        );
+    }
+    let response = agg
+        .http
+        .get(agg.url("/render"))
+        .query(&range)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.headers().get("warning").is_none());
+}
+
+#[tokio::test]
 async fn average_series_are_divided_by_their_writes() {
     let agg = Aggregator::start().await;
     let t = base();
