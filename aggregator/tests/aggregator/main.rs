@@ -16,6 +16,10 @@ mod http;
 /// lists).
 mod layout;
 
+/// README.md and OPERATIONS.md against the binaries: their shell examples run, their configs
+/// load, every config key is shown.
+mod docs;
+
 /// Ingest: `/ingest` in every body format and the Connect push, good and bad input.
 mod ingest;
 
