@@ -2,7 +2,7 @@
 //!
 //! `smolder-agent` and `smolder-aggregator` differ in their stages and agree on everything
 //! around them: the command line ([`Flags`], [`Mode`]), how a config file is read and checked
-//! ([`config`]: [`DaemonConfig`], deprecated keys), how logs are set up ([`logs`]: colour only
+//! (`config`: [`DaemonConfig`], deprecated keys), how logs are set up ([`logs`]: colour only
 //! on a terminal), how a daemon runs under systemd ([`run`]: READY=1 once started, watchdog
 //! pings, STOPPING=1 and a graceful stop on SIGTERM or SIGINT) and how it serves HTTP
 //! ([`http`]: [`HttpConfig`], the listener, answers with a body for every refusal). A daemon's

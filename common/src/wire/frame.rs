@@ -335,7 +335,7 @@ pub fn encode<M: Message>(kind: FrameKind, message: &M) -> Vec<u8> {
 ///
 /// # Errors
 ///
-/// A [`FrameError`] for anything [`FrameHeader::parse`], [`FrameHeader::expect`] or
+/// A [`FrameError`] for anything [`FrameHeader::parse`], [`FrameHeader::check_kind`] or
 /// [`FrameHeader::decode`] refuses, or [`FrameError::Truncated`] for fewer than 16 bytes.
 pub fn decode<M: Message + Default>(
     bytes: &[u8],

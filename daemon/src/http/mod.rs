@@ -6,7 +6,7 @@
 //! gets a 404, and one with a method its route does not take a 405 (with `Allow`), each with a
 //! one-line body; a request line whose target is not a valid URI (an unencoded `"`, a space)
 //! gets a 400 naming the byte to percent-encode, where the HTTP server underneath would answer
-//! with an empty body ([`request_line`]).
+//! with an empty body (`request_line.rs`).
 
 mod request_line;
 
