@@ -10,7 +10,7 @@
 //! - [`systemd`]: the check both daemons pass under a service manager (READY=1, watchdog pings,
 //!   STOPPING=1).
 //! - [`net`] and [`wait`]: port-0 addresses, a socket that never answers, polling until a
-//!   condition holds.
+//!   condition holds; [`rules`]: Pyroscope's documented rules, which both tiers evaluate.
 //!
 //! Every listener a test makes binds port 0, so that the suite runs beside a real Smolder on
 //! the default ports.
@@ -18,5 +18,6 @@
 pub mod net;
 pub mod process;
 pub mod prometheus;
+pub mod rules;
 pub mod systemd;
 pub mod wait;

@@ -7,20 +7,7 @@ use smolder_agent::app;
 use smolder_agent::config::Config;
 use smolder_common::{Profile, ProfileMeta, Tree};
 use smolder_test_support::prometheus::Metrics;
-
-const DOCUMENTED_RULES: &str = r#"
-metrics-export-rules:
-  a_simple_app_total:
-    expr: simple.golang.app.cpu
-    node: total
-  a_simple_app_slow_env_prod:
-    expr: simple.golang.app.cpu{env="prod"}
-    node: slowFunction
-  a_simple_app_slow_env:
-    expr: simple.golang.app.cpu
-    node: slowFunction
-    group_by: [env]
-"#;
+use smolder_test_support::rules::DOCUMENTED_RULES;
 
 /// Two instances of the Go example app: `slowFunction` does four times `fastFunction`'s work.
 const STACKS: [(&str, &[(&str, u64)]); 2] = [

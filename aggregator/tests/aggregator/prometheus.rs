@@ -14,8 +14,8 @@ use smolder_common::{Profile, ProfileMeta, Tree};
 use smolder_test_support::net::LOOPBACK_ANY_PORT;
 use smolder_test_support::process::Process;
 use smolder_test_support::prometheus::Metrics;
+use smolder_test_support::rules::DOCUMENTED_RULES;
 
-use crate::rules::DOCUMENTED_RULES;
 use crate::transport::agent_config;
 use crate::util::Aggregator;
 

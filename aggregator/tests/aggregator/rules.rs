@@ -11,23 +11,9 @@ use smolder_aggregator::app;
 use smolder_aggregator::config::Config;
 use smolder_common::pprof::{self, EncodeOptions};
 use smolder_test_support::prometheus::Metrics;
+use smolder_test_support::rules::DOCUMENTED_RULES;
 
 use crate::util::{Aggregator, tree, wire};
-
-/// The rules of Pyroscope's metrics-export documentation, as its users write them.
-pub(crate) const DOCUMENTED_RULES: &str = r#"
-metrics-export-rules:
-  a_simple_app_total:
-    expr: simple.golang.app.cpu
-    node: total
-  a_simple_app_slow_env_prod:
-    expr: simple.golang.app.cpu{env="prod"}
-    node: slowFunction
-  a_simple_app_slow_env:
-    expr: simple.golang.app.cpu
-    node: slowFunction
-    group_by: [env]
-"#;
 
 /// The Go example app's stacks: `slowFunction` does four times the work of `fastFunction`.
 pub(crate) const PROD_STACKS: &[(&str, u64)] = &[
