@@ -33,11 +33,15 @@
 //! and perf.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+use smolder_test_support::net::{LOOPBACK_ANY_PORT, silent_udp};
+use smolder_test_support::process::{Process, daemon};
+use smolder_test_support::prometheus::Metrics;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_smolder-agent");
 
@@ -130,30 +134,34 @@ fn bench_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// Starts the release agent daemon with `extra` config on a free port and its state in `data`;
-/// returns it and the port.
-fn start_agent(dir: &Path, data: &Path, extra: &str) -> (Child, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+/// Starts the release agent daemon with `extra` config on port 0, its state in `data` and its
+/// batches shipped to a socket that never answers (the spool keeps the windows); returns it and
+/// its HTTP address.
+fn start_agent(dir: &Path, data: &Path, extra: &str) -> (Process, SocketAddr) {
     let config = dir.join("agent.yaml");
-    // Ship to a port nothing answers on: the spool keeps the windows.
     std::fs::write(
         &config,
-        format!("http:\n  listen: 127.0.0.1:{port}\nship:\n  aggregator: 127.0.0.1:9\n{extra}"),
+        format!(
+            "http:\n  listen: {LOOPBACK_ANY_PORT}\nship:\n  aggregator: {}\n{extra}",
+            silent_udp()
+        ),
     )
     .unwrap();
-    let child = Command::new(AGENT)
+    let mut command = daemon(Path::new(AGENT), "warn");
+    command
         .arg("--config")
         .arg(&config)
         .arg("--data-dir")
-        .arg(data)
-        .arg("--log-level")
-        .arg("warn")
-        .spawn()
-        .expect("the agent starts");
-    (child, port)
+        .arg(data);
+    let process = Process::spawn(command);
+    let addr = process.listening("http");
+    (process, addr)
+}
+
+/// Stops the agent as systemd would.
+fn stop_agent(mut agent: Process) {
+    agent.terminate();
+    agent.wait();
 }
 
 fn signal(child: &Child, signal: i32) {
@@ -247,9 +255,10 @@ fn slowdown() {
     for round in 0..rounds {
         let base = run_workload(&exe, work);
 
-        let (daemon, port) = start_agent(&dir, &data, "");
+        // Steady state: after the first drain, which symbolizes every binary on the host once.
+        let (daemon, addr) = start_agent(&dir, &data, "");
         let warm = Instant::now();
-        while metric(&scrape(port), "smolder_agent_ebpf_drains_total") < 1.0
+        while scrape(addr).value("smolder_agent_ebpf_drains_total", &[]) < 1.0
             && warm.elapsed() < Duration::from_secs(30)
         {
             sleep(Duration::from_millis(200));
@@ -259,7 +268,7 @@ fn slowdown() {
         let after = on_cpu_stats();
         bpf.0 += after.0.saturating_sub(before.0);
         bpf.1 += after.1.saturating_sub(before.1);
-        stop(daemon, libc::SIGTERM);
+        stop_agent(daemon);
 
         let recorder = Command::new("perf")
             .args([
@@ -370,21 +379,17 @@ fn map_memory(pid: u32) -> Vec<(String, u64)> {
     out
 }
 
-fn scrape(port: u16) -> String {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
-    };
-    let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
+fn scrape(addr: SocketAddr) -> Metrics {
+    let mut stream = TcpStream::connect(addr).expect("the agent's port answers");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .expect("sending the request");
     let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    text
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    stream
+        .read_to_string(&mut text)
+        .expect("reading the answer");
+    let (_, body) = text.split_once("\r\n\r\n").expect("a head and a body");
+    Metrics::parse(body).expect("Prometheus text")
 }
 
 /// The keep rule that limits the agent to the bench's processes.
@@ -414,7 +419,7 @@ fn footprint() {
                 .expect("a workload process starts")
         })
         .collect();
-    let (daemon, port) = start_agent(&dir, &dir.join("data"), &keep("smolder-idle-"));
+    let (daemon, addr) = start_agent(&dir, &dir.join("data"), &keep("smolder-idle-"));
     let pid = daemon.id();
     // Two windows to learn every process and load and name every binary once.
     sleep(Duration::from_secs(25));
@@ -428,14 +433,14 @@ fn footprint() {
     let (rss, hwm) = (status_kib(pid, "VmRSS:"), status_kib(pid, "VmHWM:"));
     let (anon, file) = (status_kib(pid, "RssAnon:"), status_kib(pid, "RssFile:"));
     let maps = map_memory(pid);
-    let metrics = scrape(port);
-    stop(daemon, libc::SIGTERM);
+    let metrics = scrape(addr);
+    stop_agent(daemon);
     for process in &mut processes {
         let _ = process.kill();
         let _ = process.wait();
     }
     let own: u64 = maps.iter().map(|(_, b)| b).sum();
-    let tables = metric(&metrics, "smolder_agent_ebpf_unwind_table_bytes ");
+    let tables = metrics.value("smolder_agent_ebpf_unwind_table_bytes", &[]);
     println!("footprint (200 processes, 30 executables, {elapsed:.0} s after a 25 s warm-up)");
     println!(
         "  agent CPU {:.3} s = {:.2} % of one core; the 200 processes: {:.2} % of one core (agent/processes {:.3})",
@@ -460,21 +465,21 @@ fn footprint() {
             .collect::<Vec<_>>()
             .join(", "),
         mib(tables),
-        metric(&metrics, "smolder_agent_ebpf_unwind_tables "),
+        metrics.value("smolder_agent_ebpf_unwind_tables", &[]),
     );
     println!(
         "  samples {:.0} on the host, {:.0} of the 200 processes ({:.0} complete), drains {:.0}, processes tracked {:.0}, open files {:.0}, cached frames {:.0}, LPM entries {:.0}",
-        metric(&metrics, "smolder_agent_ebpf_samples_total"),
-        metric(&metrics, "smolder_agent_ebpf_unwind_samples_total"),
-        metric(
-            &metrics,
-            "smolder_agent_ebpf_unwind_samples_total{outcome=\"complete\"}"
+        metrics.value("smolder_agent_ebpf_samples_total", &[]),
+        metrics.value("smolder_agent_ebpf_unwind_samples_total", &[]),
+        metrics.value(
+            "smolder_agent_ebpf_unwind_samples_total",
+            &[("outcome", "complete")]
         ),
-        metric(&metrics, "smolder_agent_ebpf_drains_total"),
-        metric(&metrics, "smolder_agent_ebpf_processes "),
-        metric(&metrics, "smolder_agent_symbolize_open_files "),
-        metric(&metrics, "smolder_agent_symbolize_cached_frames "),
-        metric(&metrics, "smolder_agent_ebpf_unwind_mappings "),
+        metrics.value("smolder_agent_ebpf_drains_total", &[]),
+        metrics.value("smolder_agent_ebpf_processes", &[]),
+        metrics.value("smolder_agent_symbolize_open_files", &[]),
+        metrics.value("smolder_agent_symbolize_cached_frames", &[]),
+        metrics.value("smolder_agent_ebpf_unwind_mappings", &[]),
     );
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -486,9 +491,9 @@ fn footprint() {
 fn until_ready(dir: &Path, data: &Path, count: usize) -> (f64, Vec<String>, String) {
     let started = Instant::now();
     let config = format!("window:\n  length: 1s\n{}", keep("smolder-busy-"));
-    let (daemon, port) = start_agent(dir, data, &config);
+    let (daemon, addr) = start_agent(dir, data, &config);
     let ready = "smolder_agent_ebpf_unwind_process_ready_seconds_count";
-    let (mut text, mut timeline) = (String::new(), Vec::new());
+    let (mut metrics, mut timeline) = (Metrics::default(), Vec::new());
     let (mut last_total, mut last_complete) = (0.0, 0.0);
     let mut next = Duration::from_secs(1);
     let mut all_loaded: Option<f64> = None;
@@ -496,36 +501,46 @@ fn until_ready(dir: &Path, data: &Path, count: usize) -> (f64, Vec<String>, Stri
     while started.elapsed() < Duration::from_secs(120)
         && all_loaded.is_none_or(|at| started.elapsed().as_secs_f64() < at + 5.0)
     {
-        text = scrape(port);
+        metrics = scrape(addr);
+        // The outcomes appear at their first sample.
+        let samples = |labels: &[(&str, &str)]| {
+            metrics
+                .find("smolder_agent_ebpf_unwind_samples_total", labels)
+                .unwrap_or(0.0)
+        };
         if started.elapsed() >= next {
             next += Duration::from_secs(1);
-            let total = metric(&text, "smolder_agent_ebpf_unwind_samples_total");
-            let complete = metric(
-                &text,
-                "smolder_agent_ebpf_unwind_samples_total{outcome=\"complete\"}",
-            );
-            let (samples, whole) = (total - last_total, complete - last_complete);
+            let (total, complete) = (samples(&[]), samples(&[("outcome", "complete")]));
+            let (window, whole) = (total - last_total, complete - last_complete);
             (last_total, last_complete) = (total, complete);
             timeline.push(format!(
-                "{:.0}s: {:.0} loaded, {:.0}% of {samples:.0} whole",
+                "{:.0}s: {:.0} loaded, {:.0}% of {window:.0} whole",
                 started.elapsed().as_secs_f64(),
-                metric(&text, ready),
-                100.0 * whole / samples.max(1.0)
+                metrics.value(ready, &[]),
+                100.0 * whole / window.max(1.0)
             ));
         }
-        if all_loaded.is_none() && metric(&text, ready) >= count as f64 {
+        if all_loaded.is_none() && metrics.value(ready, &[]) >= count as f64 {
             all_loaded = Some(started.elapsed().as_secs_f64());
         }
         sleep(Duration::from_millis(100));
     }
     let took = all_loaded.unwrap_or(f64::INFINITY);
-    stop(daemon, libc::SIGTERM);
-    let buckets: Vec<String> = text
-        .lines()
-        .filter(|l| l.starts_with("smolder_agent_ebpf_unwind_process_ready_seconds"))
-        .map(|l| l.replace("smolder_agent_ebpf_unwind_process_ready_seconds", ""))
+    stop_agent(daemon);
+    let name = "smolder_agent_ebpf_unwind_process_ready_seconds";
+    let mut histogram: Vec<String> = metrics
+        .samples_of(&format!("{name}_bucket"))
+        .map(|bucket| {
+            let le = bucket.labels.get("le").map_or("?", String::as_str);
+            format!("le {le}: {:.0}", bucket.value)
+        })
         .collect();
-    (took, timeline, buckets.join(" "))
+    histogram.push(format!(
+        "sum {:.2} s, count {:.0}",
+        metrics.value(&format!("{name}_sum"), &[]),
+        metrics.value(&format!("{name}_count"), &[])
+    ));
+    (took, timeline, histogram.join(", "))
 }
 
 fn startup() {

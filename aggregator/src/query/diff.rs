@@ -2,7 +2,7 @@
 //!
 //! | param | meaning |
 //! |---|---|
-//! | `leftQuery`, `rightQuery` | FlameQL selectors, both required |
+//! | `leftQuery`, `rightQuery` | FlameQL selectors, both required; or both Pyroscope v1's `<profile type id>{selector}`, answered in the ids' units (CPU in nanoseconds) |
 //! | `leftFrom`, `leftUntil`, `rightFrom`, `rightUntil` | the ranges, default `now-1h` and `now` |
 //! | `format` | `json` only (the default) |
 //! | `maxNodes`, `max-nodes` | node budget; a node stays when either side reaches it |
@@ -14,7 +14,8 @@
 //! both sides query the same app and `diff_<left app>_<right app>` otherwise (Pyroscope writes
 //! these the other way round, which reads as a slip); `startTime`/`endTime` span both ranges.
 
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
 
 use axum::Json;
 use axum::extract::State;
@@ -23,20 +24,32 @@ use smolder_common::flamebearer::{FlamebearerProfile, Metadata};
 use smolder_common::{ProfileMeta, Tree};
 
 use super::{
-    Params, QueryError, RawQuery, Selected, an_hour_before, blocking, no_meta, respond,
-    select_and_merge, unix_secs,
+    Params, Querier, QueryError, RawQuery, Selected, an_hour_before, blocking, no_meta, render,
+    respond, select_and_merge, typed, unix_secs, with_warning,
 };
-use crate::app::AppState;
+use crate::tenant::Tenant;
 
 /// The handler.
-pub(super) async fn handle(State(state): State<AppState>, query: RawQuery) -> Response {
-    let result = diff(&state, query).await;
-    respond(&state, result)
+pub(super) async fn handle(
+    State(querier): State<Arc<Querier>>,
+    tenant: Tenant,
+    query: RawQuery,
+) -> Response {
+    let started = Instant::now();
+    let result = diff(&querier, tenant, query).await;
+    respond(&querier, "render_diff", started, result)
 }
 
-async fn diff(state: &AppState, query: RawQuery) -> Result<Response, QueryError> {
+async fn diff(
+    querier: &Querier,
+    tenant: Tenant,
+    query: RawQuery,
+) -> Result<(Response, &'static str), QueryError> {
     let params = Params::new(query)?;
     let now = SystemTime::now();
+    if params.get("leftQuery").is_some_and(render::is_typed) {
+        return typed_diff(querier, tenant, &params, now).await;
+    }
     let left = params.selector("leftQuery")?;
     let right = params.selector("rightQuery")?;
     let left_range = params.range(("leftFrom", "leftUntil"), now, an_hour_before(now))?;
@@ -50,7 +63,8 @@ async fn diff(state: &AppState, query: RawQuery) -> Result<Response, QueryError>
             });
         }
     }
-    let max_nodes = params.max_nodes(&state.config.query)?;
+    let budget = params.node_budget(&querier.config)?;
+    let max_nodes = budget.nodes;
 
     let app_name = if left.app() == right.app() {
         format!("diff_{}", left.app())
@@ -59,9 +73,15 @@ async fn diff(state: &AppState, query: RawQuery) -> Result<Response, QueryError>
     };
     // Merging both sides, aligning them and laying out the diff is CPU work: all of it runs on
     // the blocking pool.
-    let profile = blocking(&state.store, move |store| {
-        let left_side = select_and_merge(store, &left, left_range)?;
-        let right_side = select_and_merge(store, &right, right_range)?;
+    let metrics = querier.metrics.clone();
+    let profile = blocking(&querier.store, move |store| {
+        let left_side = select_and_merge(store, &tenant, &left, left_range)?;
+        let right_side = select_and_merge(store, &tenant, &right, right_range)?;
+        metrics.merged(
+            "render_diff",
+            left_side.series.len() + right_side.series.len(),
+            left_side.tree.len() + right_side.tree.len(),
+        );
         let meta = compatible(&left_side, &right_side)?;
         let metadata = Metadata {
             spy_name: meta.spy_name,
@@ -79,7 +99,38 @@ async fn diff(state: &AppState, query: RawQuery) -> Result<Response, QueryError>
         Ok(FlamebearerProfile::diff(&combined, max_nodes, metadata))
     })
     .await?;
-    Ok(Json(profile).into_response())
+    Ok((
+        with_warning(Json(profile).into_response(), budget.warning),
+        "json",
+    ))
+}
+
+/// `/pyroscope/render-diff` of v1 queries (`<profile type id>{selector}` on both sides), as the
+/// Profiles Drilldown app sends them: both sides in their id's units, with v1's metadata.
+async fn typed_diff(
+    querier: &Querier,
+    tenant: Tenant,
+    params: &Params,
+    now: SystemTime,
+) -> Result<(Response, &'static str), QueryError> {
+    let side = |name: &'static str| render::typed_query(name, params.require(name)?);
+    let (left_id, left) = side("leftQuery")?;
+    let (right_id, right) = side("rightQuery")?;
+    let left_range = params.range(("leftFrom", "leftUntil"), now, an_hour_before(now))?;
+    let right_range = params.range(("rightFrom", "rightUntil"), now, an_hour_before(now))?;
+    let max_nodes = params.max_nodes(&querier.config)?;
+    let profile = blocking(&querier.store, move |store| {
+        let (l, _) = typed::merge(store, &tenant, &left_id, &left, left_range)?;
+        let (r, _) = typed::merge(store, &tenant, &right_id, &right, right_range)?;
+        let metadata = render::typed_metadata(&left_id);
+        Ok(FlamebearerProfile::diff(
+            &Tree::combine(&l, &r),
+            max_nodes,
+            metadata,
+        ))
+    })
+    .await?;
+    Ok((Json(profile).into_response(), "json"))
 }
 
 /// The metadata of the diff: the left side's, or the right's when the left is empty; an error

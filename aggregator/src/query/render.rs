@@ -3,11 +3,11 @@
 //!
 //! | param | meaning |
 //! |---|---|
-//! | `query` | FlameQL selector, `app.cpu{env="prod"}` |
+//! | `query` | FlameQL selector, `app.cpu{env="prod"}`; or Pyroscope v1's `<profile type id>{selector}` (`process_cpu:cpu:nanoseconds:cpu:nanoseconds{service_name="app"}`), answered in the id's units with v1's metadata (see `typed_json`) |
 //! | `name` | instead of `query`: an ingest-style key `app.cpu{env=prod}`, meaning the app's series with every given label equal (`query` wins when both are given) |
 //! | `from`, `until` | the range, default `now-1h` and `now` |
 //! | `format` | `json` (default), `collapsed` (folded text download), `pprof` (gzipped pprof download) |
-//! | `maxNodes`, `max-nodes` | node budget of the JSON flame graph (see the module docs of `query`) |
+//! | `maxNodes`, `max-nodes` | node budget: of the JSON flame graph (default `query.max-nodes-default`), and of the `collapsed` and `pprof` exports when given (whole otherwise); above `query.max-nodes-limit` it is capped, with a `Warning` header (see the module docs of `query`) |
 //! | `groupBy` | a label name: `groups` gets one timeline per value of it |
 //!
 //! The JSON is Pyroscope v0.37's: `version`, `flamebearer`, `metadata` (`format`, `spyName`,
@@ -22,21 +22,23 @@
 //! shows the per-step sums of totals. Store buckets are read whole, so a range that cuts a 10 s
 //! bucket includes all of it, where Pyroscope scaled a partly covered bucket down.
 
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
 
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use smolder_common::Selector;
-use smolder_common::flamebearer::{FlamebearerProfile, Metadata};
+use smolder_common::flamebearer::{FlamebearerProfile, Metadata, Timeline};
+use smolder_common::{ProfileTypeId, Selector};
 
-use super::timeline::{self, OTHERS};
+use super::typed::{self, LabelSelector};
 use super::{
-    Params, QueryError, RawQuery, an_hour_before, blocking, export, label_name, no_meta, respond,
-    select_and_merge, selector_from_key, unix_secs,
+    NodeBudget, Params, Querier, QueryConfig, QueryError, RawQuery, an_hour_before, blocking,
+    export, label_name, no_meta, respond, select_and_merge, selector_from_key, timeline, unix_secs,
+    with_warning,
 };
-use crate::app::AppState;
 use crate::store::TimeRange;
+use crate::tenant::Tenant;
 
 /// What `/render` can answer with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +49,15 @@ enum Format {
 }
 
 impl Format {
+    /// The `format` label of `smolder_aggregator_query_duration_seconds`.
+    fn label(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Collapsed => "collapsed",
+            Format::Pprof => "pprof",
+        }
+    }
+
     fn parse(value: Option<&str>) -> Result<Format, QueryError> {
         match value {
             None | Some("json") => Ok(Format::Json),
@@ -65,12 +76,16 @@ struct Request {
     selector: Selector,
     range: TimeRange,
     format: Format,
-    max_nodes: usize,
+    budget: NodeBudget,
     group_by: Option<String>,
 }
 
 impl Request {
-    fn parse(params: &Params, state: &AppState, now: SystemTime) -> Result<Request, QueryError> {
+    fn parse(
+        params: &Params,
+        config: &QueryConfig,
+        now: SystemTime,
+    ) -> Result<Request, QueryError> {
         let selector = match (params.get("query"), params.get("name")) {
             (Some(_), _) => params.selector("query")?,
             (None, Some(key)) => selector_from_key(key)?,
@@ -80,7 +95,7 @@ impl Request {
             selector,
             range: params.range(("from", "until"), now, an_hour_before(now))?,
             format: Format::parse(params.get("format"))?,
-            max_nodes: params.max_nodes(&state.config.query)?,
+            budget: params.node_budget(config)?,
             group_by: params
                 .get("groupBy")
                 .map(|value| label_name("groupBy", value))
@@ -90,30 +105,56 @@ impl Request {
 }
 
 /// The handler.
-pub(super) async fn handle(State(state): State<AppState>, query: RawQuery) -> Response {
-    let result = render(&state, query).await;
-    respond(&state, result)
+pub(super) async fn handle(
+    State(querier): State<Arc<Querier>>,
+    tenant: Tenant,
+    query: RawQuery,
+) -> Response {
+    let started = Instant::now();
+    let result = render(&querier, tenant, query).await;
+    respond(&querier, "render", started, result)
 }
 
-async fn render(state: &AppState, query: RawQuery) -> Result<Response, QueryError> {
+async fn render(
+    querier: &Querier,
+    tenant: Tenant,
+    query: RawQuery,
+) -> Result<(Response, &'static str), QueryError> {
     let params = Params::new(query)?;
-    let request = Request::parse(&params, state, SystemTime::now())?;
+    if let Some(query) = params.get("query").filter(|q| is_typed(q)) {
+        let query = query.to_owned();
+        return typed_json(querier, tenant, &params, &query).await;
+    }
+    let request = Request::parse(&params, &querier.config, SystemTime::now())?;
     let app = request.selector.app().to_owned();
     let name = export::profile_name(&app, request.range.from);
-    match request.format {
+    let format = request.format;
+    let metrics = querier.metrics.clone();
+    let warning = request.budget.warning.clone();
+    // Exports are whole unless the request names a budget.
+    let export_nodes = request.budget.asked.then_some(request.budget.nodes);
+    let response = match format {
         // Exports of up to a million nodes are CPU work: they are built on the blocking pool.
         Format::Collapsed => {
             let (selector, range) = (request.selector, request.range);
-            blocking(&state.store, move |store| {
-                let selected = select_and_merge(store, &selector, range)?;
+            blocking(&querier.store, move |store| {
+                let mut selected = select_and_merge(store, &tenant, &selector, range)?;
+                metrics.merged("render", selected.series.len(), selected.tree.len());
+                if let Some(nodes) = export_nodes {
+                    selected.tree = selected.tree.truncate(nodes);
+                }
                 Ok(export::collapsed(&selected.tree, &name))
             })
-            .await
+            .await?
         }
         Format::Pprof => {
             let (selector, range) = (request.selector, request.range);
-            blocking(&state.store, move |store| {
-                let selected = select_and_merge(store, &selector, range)?;
+            blocking(&querier.store, move |store| {
+                let mut selected = select_and_merge(store, &tenant, &selector, range)?;
+                metrics.merged("render", selected.series.len(), selected.tree.len());
+                if let Some(nodes) = export_nodes {
+                    selected.tree = selected.tree.truncate(nodes);
+                }
                 Ok(export::pprof(
                     &selected.tree,
                     &app,
@@ -122,15 +163,112 @@ async fn render(state: &AppState, query: RawQuery) -> Result<Response, QueryErro
                     &name,
                 ))
             })
-            .await
+            .await?
         }
-        Format::Json => Ok(Json(json(state, request, app, name).await?).into_response()),
+        Format::Json => Json(json(querier, tenant, request, app, name).await?).into_response(),
+    };
+    Ok((with_warning(response, warning), format.label()))
+}
+
+/// Whether `query` is Pyroscope v1's `<profile type id>{selector}` rather than FlameQL: its
+/// name part holds the id's `:`s, which no app name does.
+pub(super) fn is_typed(query: &str) -> bool {
+    query
+        .split('{')
+        .next()
+        .is_some_and(|name| name.contains(':'))
+}
+
+/// A v1 query, `<profile type id>{selector}`, in parameter `param`.
+pub(super) fn typed_query(
+    param: &'static str,
+    query: &str,
+) -> Result<(ProfileTypeId, LabelSelector), QueryError> {
+    let (id, selector) = query.split_at(query.find('{').unwrap_or(query.len()));
+    let id: ProfileTypeId = id
+        .trim()
+        .parse()
+        .map_err(|source| QueryError::InvalidProfileType { source })?;
+    Ok((id, LabelSelector::parse(param, selector)?))
+}
+
+/// The metadata Pyroscope v1 gives a flame graph of `id` (`ExportToFlamebearer`): CPU is
+/// `samples` at 10^9 per second, since its values are nanoseconds; object counts `objects`;
+/// everything else its sample unit; the name is the sample type.
+pub(super) fn typed_metadata(id: &ProfileTypeId) -> Metadata {
+    let (units, sample_rate) = match id.sample_type.as_str() {
+        "cpu" => ("samples", 1_000_000_000),
+        "inuse_objects" | "alloc_objects" | "goroutine" | "samples" => ("objects", 100),
+        _ => (id.sample_unit.as_str(), 100),
+    };
+    Metadata {
+        spy_name: String::new(),
+        sample_rate,
+        units: units.to_owned(),
+        name: id.sample_type.clone(),
+        ..Metadata::default()
     }
+}
+
+/// `/pyroscope/render` of a v1 query, `process_cpu:cpu:nanoseconds:cpu:nanoseconds{service_name="api"}`,
+/// as the Profiles Drilldown app sends it: the flame graph and timeline in the id's units, with
+/// Pyroscope v1's metadata (`units` and `sampleRate` as its `ExportToFlamebearer` writes them:
+/// CPU is `samples` at 10^9 per second, since values are nanoseconds). `format` is `json` only.
+async fn typed_json(
+    querier: &Querier,
+    tenant: Tenant,
+    params: &Params,
+    query: &str,
+) -> Result<(Response, &'static str), QueryError> {
+    let (id, labels) = typed_query("query", query)?;
+    let now = SystemTime::now();
+    let range = params.range(("from", "until"), now, an_hour_before(now))?;
+    match params.get("format") {
+        None | Some("json") => {}
+        Some(other) => {
+            return Err(QueryError::InvalidFormat {
+                value: other.to_owned(),
+                expected: "json",
+            });
+        }
+    }
+    let max_nodes = params.max_nodes(&querier.config)?;
+    let metrics = querier.metrics.clone();
+    let profile = blocking(&querier.store, move |store| {
+        let (tree, series) = typed::merge(store, &tenant, &id, &labels, range)?;
+        metrics.merged("render", series.len(), tree.len());
+        let step = timeline::step_for_range(range);
+        let mut samples: Vec<u64> = Vec::new();
+        let mut start = 0;
+        for line in typed::timelines(store, &tenant, &id, &labels, range, step)? {
+            start = line.start;
+            if samples.len() < line.totals.len() {
+                samples.resize(line.totals.len(), 0);
+            }
+            for (sum, total) in samples.iter_mut().zip(line.totals) {
+                *sum = sum.saturating_add(total);
+            }
+        }
+        let metadata = typed_metadata(&id);
+        let timeline = Timeline {
+            start_time: i64::try_from(start).unwrap_or(i64::MAX),
+            samples,
+            duration_delta: i64::try_from(step).unwrap_or(i64::MAX),
+            watermarks: Default::default(),
+        };
+        let mut profile = FlamebearerProfile::single(&tree, max_nodes, metadata);
+        profile.groups = Some([("*".to_owned(), timeline.clone())].into());
+        profile.timeline = Some(timeline);
+        Ok(profile)
+    })
+    .await?;
+    Ok((Json(profile).into_response(), "json"))
 }
 
 /// The flamebearer JSON of a request.
 async fn json(
-    state: &AppState,
+    querier: &Querier,
+    tenant: Tenant,
     request: Request,
     app: String,
     name: String,
@@ -138,30 +276,27 @@ async fn json(
     let Request {
         selector,
         range,
-        max_nodes,
+        budget,
         group_by,
         ..
     } = request;
+    let max_nodes = budget.nodes;
     let query = selector.to_string();
-    let max_groups = state.config.query.max_groups;
+    let max_groups = querier.config.max_groups;
+    let metrics = querier.metrics.clone();
     // Merging, grouping and laying out up to a million nodes is CPU work: all of it runs on the
     // blocking pool, never on the runtime's workers.
-    let profile = blocking(&state.store, move |store| {
-        let selected = select_and_merge(store, &selector, range)?;
+    let profile = blocking(&querier.store, move |store| {
+        // Too many groups is refused from the series list, before any tree is merged.
+        if let Some(label) = group_by.as_deref() {
+            let series = store.series(&tenant, &selector, range)?;
+            timeline::check_groups(&series, label, max_groups)?;
+        }
+        let selected = select_and_merge(store, &tenant, &selector, range)?;
+        metrics.merged("render", selected.series.len(), selected.tree.len());
         let step = timeline::step_for_range(range);
-        let groups = timeline::groups(
-            store,
-            &selected.series,
-            group_by.as_deref(),
-            range,
-            step,
-            max_groups,
-        )?;
-        // Without groupBy, "*" holds every series and is the timeline itself.
-        let timeline = match (&group_by, groups.get(OTHERS)) {
-            (None, Some(all)) => all.clone(),
-            _ => timeline::read(store, &selected.series, range, step)?,
-        };
+        let (timeline, groups) =
+            timeline::read(store, &tenant, &selector, range, step, group_by.as_deref())?;
         let meta = selected.meta.unwrap_or_else(no_meta);
         let metadata = Metadata {
             spy_name: meta.spy_name,

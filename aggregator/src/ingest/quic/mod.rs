@@ -1,12 +1,14 @@
 //! QUIC ingest: agents' batches over authenticated QUIC, acknowledged once durable.
 //!
 //! Input: QUIC connections from agents speaking [`smolder_common::wire`]. Output: each
-//! batch's profiles, through the same [`Batch::store`](super::Batch) path as `POST /ingest`
-//! (same checks, metrics and store write), with the batch's (agent id, sequence) marker in the
-//! same atomic store write, so that a batch is stored at most once across retries and restarts.
-//! Caller: `app::start`. Owns the UDP socket (`ingest.quic.listen`, default `0.0.0.0:4041`),
-//! one task per connection and one per batch stream, and, without a configured certificate,
-//! the development TLS identity in `<data-dir>/tls/` ([`tls`]).
+//! batch's profiles as a [`ProfileSet`](super::ProfileSet), through the same
+//! [`Ingester`] as `POST /ingest` (same checks, rules, metrics and store write), with the
+//! batch's (agent id, sequence) marker in the same atomic store write, so that a batch is
+//! stored at most once across retries and restarts. Caller: `app::start`, which hands it the
+//! `Ingester`, its config, the data directory, its metrics and the tier's errors counter, and
+//! nothing else. Owns the UDP socket (`ingest.quic.listen`, default `0.0.0.0:4041`), one task
+//! per connection and one per batch stream, and, without a configured certificate, the
+//! development TLS identity in `<data-dir>/tls/` ([`tls`]).
 //!
 //! A connection's first stream is the agent's hello: protocol version (in the frame header),
 //! agent id, and a token unless the agent presented a client certificate signed by
@@ -17,6 +19,7 @@
 //! saying why and whether a retry can help.
 
 mod connection;
+mod metrics;
 mod tls;
 
 use std::net::SocketAddr;
@@ -29,9 +32,12 @@ use quinn::crypto::rustls::QuicServerConfig;
 use serde::{Deserialize, Serialize};
 use smolder_common::wire::code;
 use tokio::task::JoinHandle;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, info_span, warn};
 
-use crate::app::AppState;
+use super::Ingester;
+use crate::metrics::Errors;
+
+pub(crate) use self::metrics::QuicMetrics;
 
 /// The QUIC listener agents ship their batches to.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -51,9 +57,11 @@ pub struct QuicConfig {
     /// Tokens agents may present in their hello. With none and no `client-ca`, one is generated
     /// into `<data-dir>/tls/agent-token` on first start. Default none.
     pub tokens: Vec<String>,
-    /// Batch streams one connection may have open at once; more wait for QUIC flow control.
-    /// Default 16.
-    pub max_concurrent_streams: u32,
+    /// Batches one connection may have in flight at once, each on its own stream; more wait for
+    /// QUIC flow control. Told to agents in the welcome. Was `max-concurrent-streams`, still
+    /// read (deprecated). Default 16.
+    #[serde(alias = "max-concurrent-streams")]
+    pub max_batches_in_flight: u32,
     /// Largest batch accepted, in bytes, both as sent and decompressed; a larger one is
     /// refused from its header. Default 64 MiB.
     pub max_batch_bytes: u32,
@@ -66,6 +74,19 @@ pub struct QuicConfig {
     pub idle_timeout: Duration,
 }
 
+impl QuicConfig {
+    /// Checks the TLS files the section names (`cert` with `key`, `client-ca`), creating
+    /// nothing; `check-config` runs it.
+    ///
+    /// # Errors
+    ///
+    /// When a file is missing, is not PEM of the right kind, or the key is not the
+    /// certificate's.
+    pub(crate) fn check_files(&self) -> anyhow::Result<()> {
+        tls::check_files(self).context("checking the TLS files of ingest.quic")
+    }
+}
+
 impl Default for QuicConfig {
     fn default() -> Self {
         QuicConfig {
@@ -74,7 +95,7 @@ impl Default for QuicConfig {
             key: None,
             client_ca: None,
             tokens: Vec::new(),
-            max_concurrent_streams: 16,
+            max_batches_in_flight: 16,
             max_batch_bytes: 64 << 20,
             max_batches_per_second: 50,
             idle_timeout: Duration::from_secs(30),
@@ -143,13 +164,19 @@ impl Listener {
     }
 }
 
-/// Binds the listener and accepts connections in the background.
+/// Binds the listener and accepts connections in the background; their batches go to
+/// `ingester`.
 ///
 /// # Errors
 ///
 /// When the TLS identity cannot be loaded or created, or the socket cannot bind.
-pub(crate) fn start(state: AppState, data_dir: &Path) -> anyhow::Result<Listener> {
-    let config = state.config.ingest.quic.clone();
+pub(crate) fn start(
+    ingester: Arc<Ingester>,
+    config: QuicConfig,
+    data_dir: &Path,
+    metrics: QuicMetrics,
+    errors: Errors,
+) -> anyhow::Result<Listener> {
     let (crypto, credentials) =
         tls::server_config(&config, data_dir).context("setting up QUIC ingest's TLS")?;
     let crypto = QuicServerConfig::try_from(crypto)
@@ -157,7 +184,7 @@ pub(crate) fn start(state: AppState, data_dir: &Path) -> anyhow::Result<Listener
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
     transport
-        .max_concurrent_bidi_streams(config.max_concurrent_streams.into())
+        .max_concurrent_bidi_streams(config.max_batches_in_flight.into())
         .max_concurrent_uni_streams(0u32.into())
         .max_idle_timeout(Some(
             quinn::IdleTimeout::try_from(config.idle_timeout)
@@ -167,11 +194,13 @@ pub(crate) fn start(state: AppState, data_dir: &Path) -> anyhow::Result<Listener
     let endpoint = quinn::Endpoint::server(server, config.listen)
         .with_context(|| format!("binding QUIC ingest on {}/udp", config.listen))?;
     let addr = endpoint.local_addr().context("reading the bound address")?;
-    info!(%addr, "QUIC ingest listening");
+    smolder_daemon::listening("quic", addr);
     let shared = Arc::new(connection::Shared {
-        state,
+        ingester,
         credentials,
         config,
+        metrics,
+        errors,
     });
     let accept = tokio::spawn(
         accept_loop(endpoint.clone(), shared).instrument(info_span!("quic_ingest", %addr)),
