@@ -15,6 +15,7 @@ fn main() {
         "src/unwind.bpf.h",
         "src/unwind.h",
         "src/process.h",
+        "src/offcpu.h",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }

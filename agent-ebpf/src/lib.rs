@@ -4,13 +4,15 @@
 //! program [`PROGRAM_CPU`] (perf_event, one per online CPU: a whole user stack and the kernel
 //! stack per tick, unwound by the BPF unwinder), [`PROGRAM_UPROBE`] (the same walk at a probed
 //! instruction, the tests' point check), and the process-lifecycle programs [`PROGRAM_EXEC`] and
-//! [`PROGRAM_EXIT`] (raw tracepoints).
+//! [`PROGRAM_EXIT`] (raw tracepoints), and the off-CPU and memory-growth programs of
+//! [`offcpu`] (`tp_btf/sched_switch`, page faults).
 //!
-//! Two contracts, each a C header mirrored here byte for byte: `src/process.h`, the process
+//! Three contracts, each a C header mirrored here byte for byte: `src/process.h`, the process
 //! events ([`ProcessEvent`], [`EventKind`]) a process's first sample, exec and exit send through
-//! [`MAP_EVENTS`]; and `src/unwind.h`, the unwinder's tables, mappings and samples, mirrored in
-//! [`unwind`].
+//! [`MAP_EVENTS`]; `src/unwind.h`, the unwinder's tables, mappings and samples, mirrored in
+//! [`unwind`]; and `src/offcpu.h`, the off-CPU settings and the huge-page flag, in [`offcpu`].
 
+pub mod offcpu;
 pub mod unwind;
 
 /// The compiled object, aligned for aya's ELF parser.

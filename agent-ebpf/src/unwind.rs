@@ -22,6 +22,10 @@ pub const MAP_COUNTERS: &str = "unwind_counters";
 pub const MAP_SCRATCH_CPU: &str = "scratch_cpu";
 /// Per-CPU scratch of [`crate::PROGRAM_UPROBE`].
 pub const MAP_SCRATCH_UPROBE: &str = "scratch_uprobe";
+/// Per-CPU scratch of [`crate::offcpu::PROGRAM_SWITCH`].
+pub const MAP_SCRATCH_SWITCH: &str = "scratch_switch";
+/// Per-CPU scratch of [`crate::offcpu::PROGRAM_FAULT`].
+pub const MAP_SCRATCH_FAULT: &str = "scratch_fault";
 /// The global holding the walk's depth (at most [`MAX_FRAMES`]).
 pub const GLOBAL_MAX_FRAMES: &str = "unwind_max_frames";
 
@@ -138,6 +142,16 @@ pub enum SampleKind {
     Cpu = 1,
     /// A uprobe hit.
     Uprobe = 2,
+    /// A thread that blocked, unwound at its switch-out: `value` is the switch-out time (ktime
+    /// ns), `threshold` the sampling threshold ([`crate::offcpu`]).
+    OffCpu = 3,
+    /// A thread preempted while runnable, as [`SampleKind::OffCpu`].
+    RunQueue = 4,
+    /// A thread sampled at its switch-out runs again: `value` is the switch-in time; no frames.
+    OffCpuEnd = 5,
+    /// A page fault: `value` is the faults it stands for (the period), `addr` the faulting
+    /// address, `flags` has [`SAMPLE_HUGE`] when it mapped a huge page.
+    Memory = 6,
 }
 
 impl SampleKind {
@@ -146,10 +160,17 @@ impl SampleKind {
         match raw {
             1 => Some(SampleKind::Cpu),
             2 => Some(SampleKind::Uprobe),
+            3 => Some(SampleKind::OffCpu),
+            4 => Some(SampleKind::RunQueue),
+            5 => Some(SampleKind::OffCpuEnd),
+            6 => Some(SampleKind::Memory),
             _ => None,
         }
     }
 }
+
+/// `SMOLDER_SAMPLE_HUGE`: a flag of [`SampleHeader::flags`], the fault mapped a huge page.
+pub const SAMPLE_HUGE: u32 = 1;
 
 /// `enum smolder_unwind_counter`: indexes into [`MAP_COUNTERS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,14 +285,21 @@ pub struct SampleHeader {
     pub fp_frames: u16,
     /// With [`Status::Unsupported`]: the reason (`smolder_unwind::Unsupported` as a number).
     pub detail: u16,
-    /// Zero.
-    pub reserved: u32,
-    /// What the sample counts (1 for CPU ticks and uprobe hits).
+    /// Off-CPU: the sampling threshold the sample was taken with; 0 otherwise.
+    pub threshold: u32,
+    /// What the sample counts (1 for CPU ticks and uprobe hits; see [`SampleKind`]).
     pub value: u64,
+    /// Memory: the faulting address; 0 otherwise.
+    pub addr: u64,
+    /// Memory: [`SAMPLE_HUGE`] or 0.
+    pub flags: u32,
+    /// Zero.
+    pub pad: u32,
 }
 
-// 4 * 4 + 2 * 6 + 4 + 8 = 40 bytes, the u64 at offset 32: no padding.
-const _: () = assert!(size_of::<SampleHeader>() == 40);
+// 4 * 4 + 2 * 6 + 4 + 8 + 8 + 4 + 4 = 56 bytes, the u64s at offsets 32 and 40, an explicit
+// trailing pad: no padding.
+const _: () = assert!(size_of::<SampleHeader>() == 56);
 
 // SAFETY: `SampleHeader` is `repr(C)`, `Copy`, made only of integers and has no padding.
 unsafe impl aya::Pod for SampleHeader {}
@@ -374,8 +402,11 @@ pub fn parse_sample(record: &[u8]) -> Result<Sample<'_>, ShortSample> {
         len: u16_at(22)?,
         fp_frames: u16_at(24)?,
         detail: u16_at(26)?,
-        reserved: u32_at(28)?,
+        threshold: u32_at(28)?,
         value: u64_at(32)?,
+        addr: u64_at(40)?,
+        flags: u32_at(48)?,
+        pad: u32_at(52)?,
     };
     let (user, kernel) = (usize::from(header.len), usize::from(header.kernel_len));
     let end = size_of::<SampleHeader>() + 8 * (user + kernel);
@@ -398,7 +429,7 @@ mod tests {
         /// Whatever the ring buffer holds, reading it never panics, and a sample's frames are
         /// exactly the ones its header counts.
         #[test]
-        fn any_record_reads_or_is_refused(record in proptest::collection::vec(any::<u8>(), 0..600)) {
+        fn any_record_reads_or_is_refused(record in proptest::collection::vec(any::<u8>(), 0..700)) {
             if let Ok(sample) = parse_sample(&record) {
                 prop_assert_eq!(sample.user().count(), usize::from(sample.header.len));
                 prop_assert_eq!(sample.kernel().count(), usize::from(sample.header.kernel_len));
@@ -441,6 +472,8 @@ mod tests {
         }
         record.extend_from_slice(&0u32.to_le_bytes());
         record.extend_from_slice(&1u64.to_le_bytes());
+        record.extend_from_slice(&0u64.to_le_bytes());
+        record.extend_from_slice(&[0; 8]);
         for frame in [0x1111u64, 0x2222, 0xffff_ffff_8100_0000] {
             record.extend_from_slice(&frame.to_le_bytes());
         }
@@ -463,5 +496,6 @@ mod tests {
             })
         );
         assert!(parse_sample(&record[..10]).is_err());
+        assert!(parse_sample(&record[..50]).is_err());
     }
 }

@@ -17,11 +17,14 @@ use smolder_agent_ebpf::unwind::Status;
 use smolder_common::Profile;
 use tracing::{debug, info_span, warn};
 
+use super::offcpu::{Throttle, monotonic_ns};
 use super::process::{Labeller, ProcessInfo, Processes};
-use super::samples::{UnwindCounts, WindowSamples};
+use super::samples::{KindCounts, UnwindCounts, WindowSamples};
 use super::symbolize::{DebugDirs, Symbolizer};
 use super::unwind::{Ready, Unwinder};
-use super::{EbpfMetrics, ProcessEvent, ProcessEventKind, Sampler, metrics, profiles};
+use super::{
+    EbpfMetrics, ProcessEvent, ProcessEventKind, SampleKind, Sampler, memory, metrics, profiles,
+};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::relabel::Relabeler;
@@ -48,6 +51,13 @@ pub(super) struct Collector {
     /// Drains completed.
     drained: u64,
     events: Vec<ProcessEvent>,
+    /// Keeps off-CPU unwinds under `ebpf.off-cpu.max-unwinds-per-second`; `None` with
+    /// off-CPU disabled.
+    throttle: Option<Throttle>,
+    /// `ebpf.off-cpu.run-queue`, as the kernel's flags.
+    off_cpu_flags: u32,
+    /// What the off-CPU and memory samples came to since the last drain.
+    kinds: KindCounts,
     /// Processes whose tables went in, for `record`'s report; `None` in the daemon, which
     /// reports them in metrics only.
     pub(super) ready: Option<Vec<Ready>>,
@@ -110,9 +120,20 @@ impl Collector {
         }
         let symbolizer =
             Symbolizer::start(config.symbolize.clone(), debug, metrics.symbolize.clone())?;
+        let throttle = config
+            .ebpf
+            .off_cpu
+            .enabled
+            .then(|| Throttle::new(&config.ebpf.off_cpu, Instant::now()));
+        if let Some(throttle) = &throttle {
+            metrics.ebpf.off_cpu_probability.set(throttle.probability());
+        }
         Ok(Collector {
             sampler,
-            window: WindowSamples::default(),
+            window: WindowSamples::new(config.ebpf.off_cpu.min_duration, memory::page_size()),
+            throttle,
+            off_cpu_flags: config.ebpf.off_cpu.flags(),
+            kinds: KindCounts::default(),
             unwinder,
             symbolizer,
             labeller,
@@ -158,6 +179,7 @@ impl Collector {
         let mut events = std::mem::take(&mut self.events);
         self.sampler.poll_events(&mut events);
         let now = Instant::now();
+        let mut exited = HashSet::new();
         for event in events.drain(..) {
             match event.kind {
                 // Announced again after the kernel's LRU forgot it; a pid that exited and is
@@ -166,6 +188,7 @@ impl Collector {
                 ProcessEventKind::FirstSight => self.learn(event.pid, false)?,
                 ProcessEventKind::Exec => self.learn(event.pid, true)?,
                 ProcessEventKind::Exit => {
+                    exited.insert(event.pid);
                     self.processes.exited(event.pid, now, self.drained);
                     if let Some(unwinder) = &self.unwinder {
                         unwinder.exited(event.pid);
@@ -183,6 +206,11 @@ impl Collector {
                 "the samples ring buffer held records shorter than a sample"
             );
         }
+        // After the samples: a thread's switch-in is read before its process's exit is acted on.
+        if !exited.is_empty() {
+            self.window.forget(&exited);
+        }
+        self.throttle(now)?;
         if let Some(unwinder) = &self.unwinder {
             unwinder.missed(self.window.take_misses());
             let ready = unwinder.take_ready();
@@ -191,6 +219,24 @@ impl Collector {
             }
         } else {
             self.window.take_misses();
+        }
+        Ok(())
+    }
+
+    /// Adapts the off-CPU probability to the unwinds seen, and sets it in the kernel when it
+    /// changes.
+    fn throttle(&mut self, now: Instant) -> anyhow::Result<()> {
+        let kinds = self.window.take_kinds();
+        self.kinds.add(&kinds);
+        let Some(throttle) = &mut self.throttle else {
+            return Ok(());
+        };
+        if let Some(probability) = throttle.observe(kinds.off_cpu_unwinds, now) {
+            self.sampler
+                .set_off_cpu(probability, self.off_cpu_flags)
+                .context("setting the off-CPU probability")?;
+            self.metrics.off_cpu_probability.set(probability);
+            debug!(probability, "off-CPU probability changed");
         }
         Ok(())
     }
@@ -220,6 +266,15 @@ impl Collector {
         let _span = info_span!("drain").entered();
         self.poll()?;
         let started = Instant::now();
+        // The window's end on the kernel's clock: threads still waiting count up to it.
+        let (mono, wall) = (monotonic_ns(), SystemTime::now());
+        let boundary = match wall.duration_since(until) {
+            Ok(past) => mono.saturating_sub(u64::try_from(past.as_nanos()).unwrap_or(u64::MAX)),
+            Err(ahead) => {
+                mono.saturating_add(u64::try_from(ahead.duration().as_nanos()).unwrap_or(u64::MAX))
+            }
+        };
+        self.window.close(boundary);
         let samples = self.window.take();
         let counts = self.window.take_counts();
         self.count_lost();
@@ -228,8 +283,13 @@ impl Collector {
             .observe(started.elapsed().as_secs_f64());
         self.metrics.drains.inc();
 
-        let total: u64 = samples.iter().map(|s| s.count).sum();
-        self.metrics.samples.inc_by(total);
+        let cpu: u64 = samples
+            .iter()
+            .filter(|s| s.kind == SampleKind::Cpu)
+            .map(|s| s.samples)
+            .sum();
+        self.metrics.samples.inc_by(cpu);
+        self.count_kinds();
         let mut relabel_dropped = 0;
         let mut unknown = 0;
         let mut kept = Vec::with_capacity(samples.len());
@@ -244,8 +304,8 @@ impl Collector {
                     sampled.insert(sample.pid);
                     kept.push(sample);
                 }
-                Some(None) => relabel_dropped += sample.count,
-                None => unknown += sample.count,
+                Some(None) => relabel_dropped += sample.samples,
+                None => unknown += sample.samples,
             }
         }
         self.metrics.dropped(metrics::RELABEL, relabel_dropped);
@@ -302,6 +362,20 @@ impl Collector {
         }
         frames.flush();
         self.metrics.unwind_fp_frames.inc_by(counts.fp_frames);
+    }
+
+    /// Counts what the off-CPU and memory samples came to since the last drain.
+    fn count_kinds(&mut self) {
+        let kinds = std::mem::take(&mut self.kinds);
+        let m = &self.metrics;
+        m.off_cpu_unwinds.inc_by(kinds.off_cpu_unwinds);
+        m.off_cpu_waiting
+            .set(i64::try_from(self.window.waiting()).unwrap_or(i64::MAX));
+        m.memory_samples.inc_by(kinds.memory_samples);
+        m.memory_huge_samples.inc_by(kinds.memory_huge);
+        m.dropped(metrics::MIN_DURATION, kinds.off_cpu_too_short);
+        m.dropped(metrics::UNMATCHED_SWITCH_IN, kinds.off_cpu_unmatched);
+        m.dropped(metrics::WAITING_FULL, kinds.off_cpu_pending_full);
     }
 
     /// Counts what the kernel lost since the last drain.

@@ -94,7 +94,9 @@ pub fn record(
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum RecordFormat {
     /// One `service_name;frame;...;leaf count` line per stack over the whole recording,
-    /// heaviest first: the input of `flamegraph.pl` and of the aggregator's `/ingest`.
+    /// heaviest first: the input of `flamegraph.pl` and of the aggregator's `/ingest`. Stacks
+    /// of the off-CPU and memory types start with `service_name.off_cpu` (nanoseconds),
+    /// `.run_queue` (nanoseconds) or `.memory_growth` (bytes).
     Folded,
     /// One JSON document: every window's series with their stacks (`frame;...;leaf`) and
     /// counts, and when each process's unwind tables went in (times in Unix milliseconds), so
@@ -160,9 +162,14 @@ pub fn print_record(
         RecordFormat::Folded => {
             let mut lines: BTreeMap<String, u64> = BTreeMap::new();
             for profile in &recording.profiles {
-                let service = profile.series.service();
+                // CPU stacks under the service's name, as before; other types (off-CPU
+                // nanoseconds, memory bytes) under `service.type`, never summed with them.
+                let root = match profile.series.profile_type() {
+                    Some("cpu") | None => profile.series.service(),
+                    Some(_) => profile.series.app(),
+                };
                 for (stack, value) in stacks(profile) {
-                    *lines.entry(format!("{service};{stack}")).or_default() += value;
+                    *lines.entry(format!("{root};{stack}")).or_default() += value;
                 }
             }
             let mut lines: Vec<(String, u64)> = lines.into_iter().collect();

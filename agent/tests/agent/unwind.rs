@@ -612,6 +612,7 @@ fn a_uprobe_walked_with_the_agents_tables_gives_the_known_call_path() {
             truncated: false,
             kernel: Stack::None,
             count: 1,
+            samples: 1,
         })
         .collect();
     let pending = symbolizer.submit(stacks).unwrap();

@@ -591,6 +591,7 @@ mod tests {
             truncated,
             kernel,
             count: 3,
+            samples: 3,
         }
     }
 
