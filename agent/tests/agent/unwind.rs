@@ -163,6 +163,7 @@ struct RecordedProfile {
 struct RecordedReady {
     pid: u32,
     at: u128,
+    after_ms: u128,
     refresh: bool,
 }
 
@@ -278,8 +279,12 @@ fn regex(pattern: &str) -> Regex {
     Regex::new(pattern).unwrap()
 }
 
-/// The whole-stack scenario, as `privilege`: every workload at once, one recording.
-fn whole_stacks(privilege: Privilege) {
+/// The whole-stack scenario, as `privilege`: every workload at once, one recording. With
+/// `load_at_start`, the agent loads the tables of every kept process at its start; without, at
+/// each one's first sample. Either way each is loaded within 2 s of its first sight (its first
+/// sample, or the start of its preload), and an idle process that is never sampled has its
+/// tables loaded only with `load_at_start`.
+fn whole_stacks(privilege: Privilege, load_at_start: bool) {
     let _host = exclusive();
     let programs = Programs::new();
     let workload = programs.workload("smolder-uw-qsort");
@@ -310,6 +315,7 @@ fn whole_stacks(privilege: Privilege) {
         "smolder-uw-rust",
         &["-C", "opt-level=3"],
     );
+    let idle = programs.copy(Path::new("/usr/bin/sleep"), "smolder-uw-idle");
     let script = programs.path("smolder-uw-python.py");
     std::fs::write(&script, "while True:\n    sum(range(1000))\n").unwrap();
 
@@ -322,6 +328,7 @@ fn whole_stacks(privilege: Privilege) {
         &["dlopen", "0", library.to_str().unwrap()],
     );
     let deep = Workload::start("smolder-uw-deep", &deep, &["qsort", "300"]);
+    let idle = Workload::start("smolder-uw-idle", &idle, &["600"]);
     let cpp = Workload::start("smolder-uw-cpp", &programs.path("smolder-uw-cpp"), &[]);
     let rust = Workload::start("smolder-uw-rust", &programs.path("smolder-uw-rust"), &[]);
     let python = Workload::start(
@@ -334,12 +341,42 @@ fn whole_stacks(privilege: Privilege) {
     // Twelve threads share the CPUs: 199 Hz gives each enough samples to judge.
     let config = config(
         "smolder-uw-",
-        "  frequency: 199\nsymbolize:\n  kernel-frames: false\n",
+        &format!(
+            "  frequency: 199\n  unwind:\n    load-at-start: {load_at_start}\nsymbolize:\n  kernel-frames: false\n"
+        ),
     );
     let recorded = record(privilege, &config, 16, data.path());
 
-    // Main thread or either worker thread: entry point, libc's start, then the program's own.
-    let threads = regex(r"^(_start;[^;]+;[^;]+;main|[^;]+;[^;]+;worker)(;recurse)+(;|$)");
+    for workload in [&qsort, &signal, &plt, &dlopen, &deep, &cpp, &rust, &python] {
+        let first = recorded
+            .ready
+            .iter()
+            .find(|ready| ready.pid == workload.pid && !ready.refresh)
+            .unwrap_or_else(|| panic!("{} never had its tables loaded", workload.service));
+        assert!(
+            first.after_ms <= 2000,
+            "{}: tables loaded {} ms after its first sight",
+            workload.service,
+            first.after_ms
+        );
+    }
+    let idle_loaded = recorded.ready.iter().any(|ready| ready.pid == idle.pid);
+    assert!(
+        recorded
+            .profiles
+            .iter()
+            .all(|profile| service_of(&profile.series) != idle.service),
+        "the idle process was sampled"
+    );
+    assert_eq!(
+        idle_loaded, load_at_start,
+        "an idle process has its tables loaded at start exactly with load-at-start"
+    );
+
+    // Main thread or either worker thread: entry point, libc's start, then the program's own,
+    // recursing the known depth (recurse(6) down to recurse(0): seven frames).
+    let threads =
+        regex(r"^(_start;[^;]+;[^;]+;main|[^;]+;[^;]+;worker)(;recurse){7}(;[^r;][^;]*)*$");
     let stacks = recorded.assert_whole(&qsort, &threads, 50);
     assert!(
         stacks.iter().any(|(s, _)| s.contains(";worker;")),
@@ -349,7 +386,7 @@ fn whole_stacks(privilege: Privilege) {
         stacks.iter().any(|(s, _)| s.starts_with("_start;")),
         "no main-thread stack"
     );
-    let main = regex(r"^_start;[^;]+;[^;]+;main(;recurse)+(;|$)");
+    let main = regex(r"^_start;[^;]+;[^;]+;main(;recurse){7}(;[^r;][^;]*)*$");
     let stacks = recorded.assert_whole(&signal, &main, 50);
     // The handler's frames above the interrupted code, through glibc's __restore_rt.
     assert!(
@@ -407,14 +444,16 @@ fn whole_stacks(privilege: Privilege) {
     );
 }
 
+/// As root, tables loaded at each process's first sample (`ebpf.unwind.load-at-start: false`).
 #[test]
 fn whole_stacks_as_root() {
-    whole_stacks(Privilege::Root);
+    whole_stacks(Privilege::Root, false);
 }
 
+/// Under the unit's capabilities, with its config's default: tables loaded at the agent's start.
 #[test]
 fn whole_stacks_under_the_units_capabilities() {
-    whole_stacks(Privilege::Unit { without: &[] });
+    whole_stacks(Privilege::Unit { without: &[] }, true);
 }
 
 /// `perf script` output: one stack per sample, leaf first, as symbol names.

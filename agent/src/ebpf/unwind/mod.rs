@@ -92,7 +92,9 @@ impl Default for UnwindConfig {
 pub struct Ready {
     /// The process.
     pub pid: u32,
-    /// How long after its first sight.
+    /// How long after its first sight: its first sample (seen at the poll that read it), or,
+    /// for a process preloaded at the agent's start, the start of its load; for a refresh, how
+    /// long the refresh took.
     pub after: Duration,
     /// When.
     pub at: Instant,
