@@ -166,9 +166,10 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
             submitter.clone(),
             Arc::clone(&metrics),
         );
+        let data_dir = data_dir.map(Path::to_path_buf);
         // Loading attaches to every CPU and reads /proc: blocking work.
         let source = tokio::task::spawn_blocking(move || {
-            ebpf::start(&config, hostname, submitter, &metrics)
+            ebpf::start(&config, hostname, submitter, &metrics, data_dir.as_deref())
         })
         .await
         .context("starting the eBPF sampler")??;

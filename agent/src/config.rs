@@ -58,6 +58,9 @@ impl DaemonConfig for Config {
     fn validate(&self) -> anyhow::Result<()> {
         crate::scrape::validate(&self.scrape_configs)?;
         crate::rules::compile(&self.metrics_export_rules)?;
+        // Keys that mean nothing any more (not renamed, so not in RENAMED) are read and named
+        // here, where every load passes.
+        self.ebpf.warn_deprecated();
         Ok(())
     }
 
@@ -102,6 +105,20 @@ mod tests {
         assert!(yaml.contains("\nscrape-configs: []\n"), "{yaml}");
         let parsed: Config = smolder_daemon::parse(&yaml).unwrap();
         assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn deprecated_ebpf_keys_are_still_read_and_named() {
+        let config: Config =
+            smolder_daemon::parse("ebpf:\n  counts-map-entries: 100\n  stack-map-entries: 200\n")
+                .unwrap();
+        assert_eq!(
+            config.ebpf.deprecated_keys(),
+            ["ebpf.counts-map-entries", "ebpf.stack-map-entries"]
+        );
+        assert!(Config::default().ebpf.deprecated_keys().is_empty());
+        let yaml = smolder_daemon::default_yaml::<Config>();
+        assert!(!yaml.contains("counts-map-entries") && yaml.contains("max-frames: 128"));
     }
 
     #[test]

@@ -14,8 +14,9 @@ use smolder_agent::{app, config::Config, ebpf};
 struct Flags {
     #[command(flatten)]
     daemon: smolder_daemon::Flags,
-    /// Where the agent keeps its state: its id and the spool of batches not yet acknowledged
-    /// (the systemd unit uses /var/lib/smolder-agent). Created if missing.
+    /// Where the agent keeps its state: its id, the spool of batches not yet acknowledged and
+    /// the caches of unwind tables and debuginfod's debug files (the systemd unit uses
+    /// /var/lib/smolder-agent). Created if missing.
     #[arg(long, default_value = "./agent-data", global = true)]
     data_dir: PathBuf,
     #[command(subcommand)]
@@ -26,12 +27,14 @@ struct Flags {
 enum Mode {
     #[command(flatten)]
     Config(smolder_daemon::Mode),
-    /// Sample every process on this host with eBPF for a while and print what was sampled.
+    /// Sample every process on this host with eBPF for a while and print what was sampled
+    /// (unwind tables and debug files are cached in --data-dir, as the daemon does).
     Record {
         /// How long to sample, such as `10s` or `1m`.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         duration: Duration,
-        /// Output format: `folded` prints `service_name;frame;...;leaf count` lines.
+        /// Output format: `folded` prints `service_name;frame;...;leaf count` lines, `json`
+        /// every window's stacks and when each process's unwind tables went in.
         #[arg(long, value_enum, default_value_t = ebpf::RecordFormat::Folded)]
         format: ebpf::RecordFormat,
     },
@@ -50,10 +53,14 @@ fn run(flags: Flags, config: Config) -> anyhow::Result<ExitCode> {
     match flags.mode {
         None => app::run(config, &flags.data_dir).map(|()| ExitCode::SUCCESS),
         Some(Mode::Config(mode)) => mode.run(&config),
-        Some(Mode::Record { duration, format }) => {
-            ebpf::print_record(&config, duration, format, std::io::stdout().lock())
-                .map(|()| ExitCode::SUCCESS)
-        }
+        Some(Mode::Record { duration, format }) => ebpf::print_record(
+            &config,
+            duration,
+            Some(&flags.data_dir),
+            format,
+            std::io::stdout().lock(),
+        )
+        .map(|()| ExitCode::SUCCESS),
     }
 }
 

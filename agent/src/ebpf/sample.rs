@@ -1,8 +1,8 @@
 //! What the eBPF source samples: the kind of each sample and its stacks as the kernel recorded
 //! them.
 //!
-//! A map reader ([`counts`](super::counts) today) turns kernel records into [`StackCount`]s;
-//! the symbolizer names their frames; [`profiles`](super::profiles) files them under one series
+//! A ring-buffer reader ([`samples`](super::samples) today) turns kernel records into
+//! [`StackCount`]s; the symbolizer names their frames; [`profiles`](super::profiles) files them under one series
 //! per process and [`SampleKind`]. Nothing here reads a map or a file.
 
 use std::sync::Arc;
@@ -41,19 +41,19 @@ impl SampleKind {
 }
 
 /// A stack as the kernel recorded it, leaf first.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Stack {
     /// Instruction addresses, the leaf (innermost frame) first.
     Frames(Arc<[u64]>),
     /// The sample has no stack of this kind (no kernel stack for a sample in user mode, no user
     /// stack for a kernel thread).
     None,
-    /// The stack was not recorded (its slot in the stacks map was taken, or the helper failed).
+    /// The stack was not recorded (the helper reading it failed).
     Lost,
 }
 
-/// How many samples of one kind one process had with one pair of stacks, over one drain: the
-/// kernel counts samples per (process, user stack, kernel stack) key rather than sending each.
+/// How many samples of one kind one process had with one pair of stacks, over one window: the
+/// reader counts samples per (process, kind, user stack, kernel stack).
 #[derive(Clone, Debug)]
 pub struct StackCount {
     /// What the samples measure.
@@ -62,6 +62,9 @@ pub struct StackCount {
     pub pid: u32,
     /// The user-space stack.
     pub user: Stack,
+    /// Whether the user stack is cut at the unwinder's depth limit (`ebpf.max-frames`): its
+    /// root part is missing, and it is shown under a `[truncated]` root.
+    pub truncated: bool,
     /// The kernel stack.
     pub kernel: Stack,
     /// How many times this pair was sampled.

@@ -13,6 +13,10 @@ mod systemd;
 /// The spool on disk: restarts, the data directory lock, the age bound.
 mod spool;
 
+/// Whole stacks: programs built without frame pointers and Debian's python3.11, as root and
+/// under the unit's capabilities, checked against perf, a uprobe point check and debuginfod.
+mod unwind;
+
 /// Fixtures: agents under test on port 0, shipping to a socket that never answers.
 mod util;
 
