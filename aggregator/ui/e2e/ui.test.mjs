@@ -542,6 +542,14 @@ describe("web UI", () => {
     await done(page);
   });
 
+  test("the header shows the tenant the aggregator serves the page as", async () => {
+    const page = await open(single());
+    const tenant = page.getByTestId("tenant");
+    await tenant.waitFor();
+    assert.equal(await tenant.innerText(), "Tenant anonymous");
+    await done(page);
+  });
+
   test("a deep graph draws only the rows on screen and follows the scroll", async () => {
     const deep = await startAggregator();
     try {
