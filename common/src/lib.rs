@@ -33,6 +33,8 @@
 //!   `metrics-export-rules` (selector, node regex or function, `group_by`) evaluates each
 //!   [`Profile`] into counter increments, which [`Counters`](rules::Counters) add up and write
 //!   out in Prometheus' text format.
+//! - [`prometheus`]: Prometheus' naming rules for metric and label names, which rules,
+//!   relabelling and remote write check against.
 //! - [`wire`]: the agent → aggregator protocol: framed, lz4-compressed protobuf messages
 //!   (hello, batch, ack, reject) with a protocol version, size caps checked before anything is
 //!   allocated, and the conversion between a window's profiles and a batch.
@@ -63,6 +65,7 @@ pub mod otlp;
 pub mod pprof;
 pub mod profile;
 pub mod profile_type;
+pub mod prometheus;
 pub mod protojson;
 pub mod querier;
 pub mod rules;

@@ -25,7 +25,7 @@ use smolder_common::{ProfileMeta, Tree};
 
 use super::{
     Params, Querier, QueryError, RawQuery, Selected, an_hour_before, blocking, no_meta, render,
-    respond, select_and_merge, typed, unix_secs,
+    respond, select_and_merge, typed, unix_secs, with_warning,
 };
 use crate::tenant::Tenant;
 
@@ -63,7 +63,8 @@ async fn diff(
             });
         }
     }
-    let max_nodes = params.max_nodes(&querier.config)?;
+    let budget = params.node_budget(&querier.config)?;
+    let max_nodes = budget.nodes;
 
     let app_name = if left.app() == right.app() {
         format!("diff_{}", left.app())
@@ -98,7 +99,10 @@ async fn diff(
         Ok(FlamebearerProfile::diff(&combined, max_nodes, metadata))
     })
     .await?;
-    Ok((Json(profile).into_response(), "json"))
+    Ok((
+        with_warning(Json(profile).into_response(), budget.warning),
+        "json",
+    ))
 }
 
 /// `/pyroscope/render-diff` of v1 queries (`<profile type id>{selector}` on both sides), as the
@@ -114,7 +118,8 @@ async fn typed_diff(
     let (right_id, right) = side("rightQuery")?;
     let left_range = params.range(("leftFrom", "leftUntil"), now, an_hour_before(now))?;
     let right_range = params.range(("rightFrom", "rightUntil"), now, an_hour_before(now))?;
-    let max_nodes = params.max_nodes(&querier.config)?;
+    let budget = params.node_budget(&querier.config)?;
+    let max_nodes = budget.nodes;
     let profile = blocking(&querier.store, move |store| {
         let (l, _) = typed::merge(store, &tenant, &left_id, &left, left_range)?;
         let (r, _) = typed::merge(store, &tenant, &right_id, &right, right_range)?;
@@ -126,7 +131,10 @@ async fn typed_diff(
         ))
     })
     .await?;
-    Ok((Json(profile).into_response(), "json"))
+    Ok((
+        with_warning(Json(profile).into_response(), budget.warning),
+        "json",
+    ))
 }
 
 /// The metadata of the diff: the left side's, or the right's when the left is empty; an error

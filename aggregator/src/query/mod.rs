@@ -28,8 +28,11 @@
 //!   listings ignore time altogether. `until` before `from` is a 400.
 //! - An empty parameter (`from=`) is treated as absent, as Pyroscope does.
 //! - `maxNodes` (or `max-nodes`; `maxNodes` wins when both are given) is the node budget: a
-//!   positive integer, capped at `query.max-nodes-limit`; 0 or a negative number asks for no
-//!   truncation, which means the limit. Anything else is a 400.
+//!   positive integer, capped at `query.max-nodes-limit` (the answer then carries
+//!   `Warning: 299 - "maxNodes N is above query.max-nodes-limit; L nodes used"`); 0 or a
+//!   negative number asks for no truncation, which means the limit. Anything else is a 400. The
+//!   JSON flame graphs always keep the budget (the default when none is asked); the `collapsed`
+//!   and `pprof` exports are whole unless the request names one.
 
 mod connect;
 mod diff;
@@ -48,9 +51,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::Router;
 use axum::extract::Query;
 use axum::extract::rejection::QueryRejection;
+use axum::http::HeaderValue;
+use axum::http::header::WARNING;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
+use smolder_common::series;
 use smolder_common::{
     Aggregation, MatchOp, Matcher, ProfileMeta, Selector, SelectorError, Series, SeriesError,
     TimeError, Tree,
@@ -422,13 +428,18 @@ impl Params {
             .map_err(|source| QueryError::InvalidSelector { name, source })
     }
 
-    /// The node budget of `maxNodes` or `max-nodes`, or the configured default.
-    fn max_nodes(&self, config: &QueryConfig) -> Result<usize, QueryError> {
+    /// The node budget of `maxNodes` or `max-nodes`, or the configured default, with how it was
+    /// chosen: asked for or not, and capped or not.
+    fn node_budget(&self, config: &QueryConfig) -> Result<NodeBudget, QueryError> {
         let given = ["maxNodes", "max-nodes"]
             .into_iter()
             .find_map(|name| self.get(name).map(|value| (name, value)));
         let Some((name, value)) = given else {
-            return Ok(config.max_nodes_default.min(config.max_nodes_limit));
+            return Ok(NodeBudget {
+                nodes: config.max_nodes_default.min(config.max_nodes_limit),
+                asked: false,
+                warning: None,
+            });
         };
         let parsed: i64 = value
             .trim()
@@ -438,11 +449,35 @@ impl Params {
                 value: value.to_owned(),
             })?;
         let limit = config.max_nodes_limit;
-        Ok(usize::try_from(parsed)
-            .ok()
-            .filter(|&n| n > 0)
-            .map_or(limit, |n| n.min(limit)))
+        let asked = usize::try_from(parsed).ok().filter(|&n| n > 0);
+        let warning = asked.filter(|&n| n > limit).map(|_| {
+            format!("299 - \"{name} {parsed} is above query.max-nodes-limit; {limit} nodes used\"")
+        });
+        Ok(NodeBudget {
+            nodes: asked.map_or(limit, |n| n.min(limit)),
+            asked: true,
+            warning,
+        })
     }
+}
+
+/// A request's node budget.
+struct NodeBudget {
+    /// The nodes a flame graph (or an export asked to) keeps.
+    nodes: usize,
+    /// Whether the request named a budget; exports are whole unless it did.
+    asked: bool,
+    /// A `Warning` header value when the request asked for more than `query.max-nodes-limit`.
+    warning: Option<String>,
+}
+
+/// `response` with a `Warning: 299` header carrying `warning`, if any: what the answer changed
+/// from what was asked, in a header, so that the body keeps Pyroscope's format.
+fn with_warning(mut response: Response, warning: Option<String>) -> Response {
+    if let Some(value) = warning.and_then(|w| HeaderValue::from_str(&w).ok()) {
+        response.headers_mut().insert(WARNING, value);
+    }
+    response
 }
 
 /// The default start of `/render` ranges: an hour before `now`.
@@ -478,13 +513,10 @@ fn selector_from_key(key: &str) -> Result<Selector, QueryError> {
     })
 }
 
-/// Checks that `value` of parameter `name` is a label name, as series labels are.
+/// Checks that `value` of parameter `name` is a label name by the rule series labels follow
+/// ([`series::is_label_name`]); an empty parameter never gets here, it reads as absent.
 fn label_name(name: &'static str, value: &str) -> Result<String, QueryError> {
-    let valid = value != smolder_common::series::NAME_LABEL
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
-    if valid {
+    if value != series::NAME_LABEL && series::is_label_name(value) {
         Ok(value.to_owned())
     } else {
         Err(QueryError::InvalidLabelName {
@@ -572,27 +604,59 @@ mod tests {
             max_nodes_limit: 1000,
             ..QueryConfig::default()
         };
-        assert_eq!(params(&[]).max_nodes(&config).ok(), Some(100));
         assert_eq!(
-            params(&[("max-nodes", "7")]).max_nodes(&config).ok(),
+            params(&[]).node_budget(&config).ok().map(|b| b.nodes),
+            Some(100)
+        );
+        assert_eq!(
+            params(&[("max-nodes", "7")])
+                .node_budget(&config)
+                .ok()
+                .map(|b| b.nodes),
             Some(7)
         );
         assert_eq!(
             params(&[("maxNodes", "5"), ("max-nodes", "7")])
-                .max_nodes(&config)
-                .ok(),
+                .node_budget(&config)
+                .ok()
+                .map(|b| b.nodes),
             Some(5)
         );
         assert_eq!(
-            params(&[("maxNodes", "5000")]).max_nodes(&config).ok(),
+            params(&[("maxNodes", "5000")])
+                .node_budget(&config)
+                .ok()
+                .map(|b| b.nodes),
             Some(1000)
         );
         assert_eq!(
-            params(&[("maxNodes", "-1")]).max_nodes(&config).ok(),
+            params(&[("maxNodes", "-1")])
+                .node_budget(&config)
+                .ok()
+                .map(|b| b.nodes),
             Some(1000)
         );
+        let capped = params(&[("maxNodes", "5000")])
+            .node_budget(&config)
+            .unwrap();
+        assert_eq!(
+            capped.warning.as_deref(),
+            Some("299 - \"maxNodes 5000 is above query.max-nodes-limit; 1000 nodes used\"")
+        );
+        assert!(capped.asked);
+        let unasked = params(&[]).node_budget(&config).unwrap();
+        assert!(!unasked.asked && unasked.warning.is_none());
+        assert!(
+            params(&[("maxNodes", "0")])
+                .node_budget(&config)
+                .unwrap()
+                .warning
+                .is_none()
+        );
         assert!(matches!(
-            params(&[("maxNodes", "lots")]).max_nodes(&config),
+            params(&[("maxNodes", "lots")])
+                .node_budget(&config)
+                .map(|b| b.nodes),
             Err(QueryError::InvalidMaxNodes {
                 name: "maxNodes",
                 ..

@@ -7,7 +7,7 @@
 //! | `name` | instead of `query`: an ingest-style key `app.cpu{env=prod}`, meaning the app's series with every given label equal (`query` wins when both are given) |
 //! | `from`, `until` | the range, default `now-1h` and `now` |
 //! | `format` | `json` (default), `collapsed` (folded text download), `pprof` (gzipped pprof download) |
-//! | `maxNodes`, `max-nodes` | node budget of the JSON flame graph (see the module docs of `query`) |
+//! | `maxNodes`, `max-nodes` | node budget: of the JSON flame graph (default `query.max-nodes-default`), and of the `collapsed` and `pprof` exports when given (whole otherwise); above `query.max-nodes-limit` it is capped, with a `Warning` header (see the module docs of `query`) |
 //! | `groupBy` | a label name: `groups` gets one timeline per value of it |
 //!
 //! The JSON is Pyroscope v0.37's: `version`, `flamebearer`, `metadata` (`format`, `spyName`,
@@ -33,8 +33,9 @@ use smolder_common::{ProfileTypeId, Selector};
 
 use super::typed::{self, LabelSelector};
 use super::{
-    Params, Querier, QueryConfig, QueryError, RawQuery, an_hour_before, blocking, export,
-    label_name, no_meta, respond, select_and_merge, selector_from_key, timeline, unix_secs,
+    NodeBudget, Params, Querier, QueryConfig, QueryError, RawQuery, an_hour_before, blocking,
+    export, label_name, no_meta, respond, select_and_merge, selector_from_key, timeline, unix_secs,
+    with_warning,
 };
 use crate::store::TimeRange;
 use crate::tenant::Tenant;
@@ -75,7 +76,7 @@ struct Request {
     selector: Selector,
     range: TimeRange,
     format: Format,
-    max_nodes: usize,
+    budget: NodeBudget,
     group_by: Option<String>,
 }
 
@@ -94,7 +95,7 @@ impl Request {
             selector,
             range: params.range(("from", "until"), now, an_hour_before(now))?,
             format: Format::parse(params.get("format"))?,
-            max_nodes: params.max_nodes(config)?,
+            budget: params.node_budget(config)?,
             group_by: params
                 .get("groupBy")
                 .map(|value| label_name("groupBy", value))
@@ -129,13 +130,19 @@ async fn render(
     let name = export::profile_name(&app, request.range.from);
     let format = request.format;
     let metrics = querier.metrics.clone();
+    let warning = request.budget.warning.clone();
+    // Exports are whole unless the request names a budget.
+    let export_nodes = request.budget.asked.then_some(request.budget.nodes);
     let response = match format {
         // Exports of up to a million nodes are CPU work: they are built on the blocking pool.
         Format::Collapsed => {
             let (selector, range) = (request.selector, request.range);
             blocking(&querier.store, move |store| {
-                let selected = select_and_merge(store, &tenant, &selector, range)?;
+                let mut selected = select_and_merge(store, &tenant, &selector, range)?;
                 metrics.merged("render", selected.series.len(), selected.tree.len());
+                if let Some(nodes) = export_nodes {
+                    selected.tree = selected.tree.truncate(nodes);
+                }
                 Ok(export::collapsed(&selected.tree, &name))
             })
             .await?
@@ -143,8 +150,11 @@ async fn render(
         Format::Pprof => {
             let (selector, range) = (request.selector, request.range);
             blocking(&querier.store, move |store| {
-                let selected = select_and_merge(store, &tenant, &selector, range)?;
+                let mut selected = select_and_merge(store, &tenant, &selector, range)?;
                 metrics.merged("render", selected.series.len(), selected.tree.len());
+                if let Some(nodes) = export_nodes {
+                    selected.tree = selected.tree.truncate(nodes);
+                }
                 Ok(export::pprof(
                     &selected.tree,
                     &app,
@@ -157,7 +167,7 @@ async fn render(
         }
         Format::Json => Json(json(querier, tenant, request, app, name).await?).into_response(),
     };
-    Ok((response, format.label()))
+    Ok((with_warning(response, warning), format.label()))
 }
 
 /// Whether `query` is Pyroscope v1's `<profile type id>{selector}` rather than FlameQL: its
@@ -222,7 +232,8 @@ async fn typed_json(
             });
         }
     }
-    let max_nodes = params.max_nodes(&querier.config)?;
+    let budget = params.node_budget(&querier.config)?;
+    let max_nodes = budget.nodes;
     let metrics = querier.metrics.clone();
     let profile = blocking(&querier.store, move |store| {
         let (tree, series) = typed::merge(store, &tenant, &id, &labels, range)?;
@@ -252,7 +263,10 @@ async fn typed_json(
         Ok(profile)
     })
     .await?;
-    Ok((Json(profile).into_response(), "json"))
+    Ok((
+        with_warning(Json(profile).into_response(), budget.warning),
+        "json",
+    ))
 }
 
 /// The flamebearer JSON of a request.
@@ -266,10 +280,11 @@ async fn json(
     let Request {
         selector,
         range,
-        max_nodes,
+        budget,
         group_by,
         ..
     } = request;
+    let max_nodes = budget.nodes;
     let query = selector.to_string();
     let max_groups = querier.config.max_groups;
     let metrics = querier.metrics.clone();

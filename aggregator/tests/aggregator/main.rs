@@ -8,9 +8,17 @@ mod systemd;
 /// Fixtures: a running aggregator, an HTTP client, helpers to ingest and render.
 mod util;
 
+/// The HTTP surface's own refusals (malformed request lines, unknown routes, wrong methods),
+/// each with a body.
+mod http;
+
 /// The crate's layout: stages import only the stages below them (the edges ARCHITECTURE.md
 /// lists).
 mod layout;
+
+/// README.md and OPERATIONS.md against the binaries: their shell examples run, their configs
+/// load, every config key is shown.
+mod docs;
 
 /// Ingest: `/ingest` in every body format and the Connect push, good and bad input.
 mod ingest;
