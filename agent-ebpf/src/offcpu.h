@@ -10,6 +10,10 @@
  * two by thread id and weights the duration by 1 / probability (probability = threshold /
  * 2^32-1; SMOLDER_OFF_CPU_ALWAYS samples every switch).
  *
+ * Both sample only processes in `profiled` (HASH tgid -> 1), which user space fills with the
+ * processes its relabelling keeps; the sampling decision (random number, or the fault counter)
+ * comes first and is the same for every process, so weights stay unbiased.
+ *
  * Memory growth: `on_fault` (perf_event, software event page-faults-min, one sample every
  * `period` faults per CPU) sends a MEMORY sample (value = period, addr = the faulting address)
  * with SMOLDER_SAMPLE_HUGE when the fault mapped a transparent huge page: its anonymous,

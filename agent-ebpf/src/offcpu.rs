@@ -7,7 +7,8 @@
 //! page-faults-min software event, every N faults per CPU; its samples carry
 //! [`crate::unwind::SAMPLE_HUGE`] when the fault mapped a transparent huge page (an anonymous
 //! mapping that allows them, the 2 MiB block inside it, both ends of the block mapped after the
-//! fault; [`GLOBAL_THP_ALWAYS`] says whether mappings allow them without `MADV_HUGEPAGE`).
+//! fault; [`GLOBAL_THP_ALWAYS`] says whether mappings allow them without `MADV_HUGEPAGE`). Both
+//! unwind only the processes user space puts in [`MAP_PROFILED`].
 
 /// The `tp_btf/sched_switch` program (`on_switch` in C).
 pub const PROGRAM_SWITCH: &str = "on_switch";
@@ -20,6 +21,9 @@ pub const PROGRAM_FAULT: &str = "on_fault";
 pub const GLOBAL_THP_ALWAYS: &str = "thp_always";
 /// ARRAY of one [`OffCpuConfig`].
 pub const MAP_CONFIG: &str = "offcpu_config";
+/// HASH u32 → u8: the processes (tgid) off-CPU and memory-growth samples are unwound for; the
+/// others are announced instead (a first-sight event), for user space to decide.
+pub const MAP_PROFILED: &str = "profiled";
 /// TASK_STORAGE: what the kernel keeps of a thread sampled at switch-out (user space never
 /// reads it).
 pub const MAP_PENDING: &str = "offcpu_pending";

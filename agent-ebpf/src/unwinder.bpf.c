@@ -7,7 +7,8 @@
  * and loads its tables. on_exec and on_exit (raw tracepoints) send EXEC and EXIT.
  * on_switch (tp_btf/sched_switch) samples threads leaving the CPU and sends when they come back
  * (off-CPU, offcpu.h); on_fault (perf_event on page-faults-min) samples page faults and
- * tells those that mapped a transparent huge page (memory growth, offcpu.h).
+ * tells those that mapped a transparent huge page (memory growth, offcpu.h); both unwind only
+ * the processes user space put in `profiled`.
  * on_uprobe (uprobe) unwinds at a probed instruction: the point check of the tests, where the
  * expected call path is known exactly.
  *
@@ -118,6 +119,26 @@ static __always_inline void announce(__u32 tgid)
 	}
 }
 
+/* Processes the agent profiles (its relabelling keeps them), written by user space: off-CPU
+ * and memory-growth samples are unwound for these only, so that the rest of the host's
+ * switches and faults cost a lookup, not an unwind and a record the agent would drop. A
+ * process not in it is announced, so that the agent decides. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SMOLDER_SEEN_ENTRIES);
+	__type(key, __u32);
+	__type(value, __u8);
+} profiled SEC(".maps");
+
+/* Whether `tgid` is profiled; announces it when it is not (yet). */
+static __always_inline int is_profiled(__u32 tgid)
+{
+	if (bpf_map_lookup_elem(&profiled, &tgid))
+		return 1;
+	announce(tgid);
+	return 0;
+}
+
 SEC("perf_event")
 int on_cpu(struct bpf_perf_event_data *ctx)
 {
@@ -199,6 +220,8 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, int 
 	__u32 threshold = config->threshold;
 	if (threshold != SMOLDER_OFF_CPU_ALWAYS && bpf_get_prandom_u32() > threshold)
 		return;
+	if (!is_profiled(tgid))
+		return;
 	/* Kernel threads have no user registers saved: they are not sampled. */
 	struct pt_regs regs;
 	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(prev)) ||
@@ -208,7 +231,6 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, int 
 							      BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!pending)
 		return;
-	announce(tgid);
 	struct unwind_scratch *st = scratch(&scratch_switch, kind, pid_tgid);
 	if (!st)
 		return;
@@ -302,9 +324,8 @@ int on_fault(struct bpf_perf_event_data *ctx)
 		return 0;
 	struct unwind_regs regs;
 	/* Kernel threads fault on user memory only through another process's mm: not sampled. */
-	if (!sample_user_regs(ctx, &regs))
+	if (!sample_user_regs(ctx, &regs) || !is_profiled(tgid))
 		return 0;
-	announce(tgid);
 	struct unwind_scratch *st = scratch(&scratch_fault, SMOLDER_SAMPLE_MEMORY, pid_tgid);
 	if (!st)
 		return 0;

@@ -80,6 +80,15 @@ fn running(labeller: &Labeller) -> Vec<u32> {
         .collect()
 }
 
+/// Has the kernel take (or stop taking) off-CPU and memory-growth samples of `pid`. A map
+/// that cannot be written (full) loses that process's samples, not the agent.
+fn follow(sampler: &mut Sampler, metrics: &EbpfMetrics, pid: u32, profiled: bool) {
+    if let Err(err) = sampler.follow(pid, profiled) {
+        metrics.tier.error("profiled_map");
+        warn!(pid, error = %err, "the kernel's table of profiled processes could not be written");
+    }
+}
+
 impl Collector {
     /// Loads the sampler and starts the unwinder and the symbolizer; `data_dir` holds their disk
     /// caches (none: nothing is kept across starts).
@@ -113,10 +122,20 @@ impl Collector {
             None
         };
         let labeller = Labeller::new(relabeler, hostname);
-        if let Some(unwinder) = &unwinder
-            && config.ebpf.unwind.load_at_start
-        {
-            unwinder.preload(running(&labeller));
+        let follows = config.ebpf.off_cpu.enabled || config.ebpf.memory.enabled;
+        let preloads = unwinder.is_some() && config.ebpf.unwind.load_at_start;
+        if follows || preloads {
+            let running = running(&labeller);
+            // A process asleep since before the start is followed from its next switch, not
+            // only once a CPU sample or a switch announced it.
+            for &pid in &running {
+                follow(&mut sampler, &metrics.ebpf, pid, true);
+            }
+            if let Some(unwinder) = &unwinder
+                && preloads
+            {
+                unwinder.preload(running);
+            }
         }
         let symbolizer =
             Symbolizer::start(config.symbolize.clone(), debug, metrics.symbolize.clone())?;
@@ -157,6 +176,7 @@ impl Collector {
             Ok(info) if !exec && self.processes.start_time(pid) == Some(info.start_time) => {}
             Ok(info) => {
                 let labels = self.labeller.labels(&info);
+                follow(&mut self.sampler, &self.metrics, pid, labels.is_some());
                 if labels.is_some() {
                     self.symbolizer.capture(pid)?;
                     if let Some(unwinder) = &self.unwinder {
@@ -189,6 +209,7 @@ impl Collector {
                 ProcessEventKind::Exec => self.learn(event.pid, true)?,
                 ProcessEventKind::Exit => {
                     exited.insert(event.pid);
+                    follow(&mut self.sampler, &self.metrics, event.pid, false);
                     self.processes.exited(event.pid, now, self.drained);
                     if let Some(unwinder) = &self.unwinder {
                         unwinder.exited(event.pid);

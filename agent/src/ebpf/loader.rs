@@ -18,7 +18,7 @@
 use std::io;
 
 use aya::maps::lpm_trie::LpmTrie;
-use aya::maps::{Array, HashOfMaps, MapData, MapType, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap, HashOfMaps, MapData, MapType, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{BtfTracePoint, PerfEvent, Program, ProgramError, ProgramType, RawTracePoint};
 use aya::sys::{BpfHelper, is_helper_supported, is_map_supported};
@@ -132,6 +132,9 @@ pub struct Sampler {
     pub(super) counters_seen: [u64; contract::Counter::ALL.len()],
     /// `offcpu_config`: the off-CPU sampling threshold; `None` when off-CPU is disabled.
     off_cpu: Option<Array<MapData, KernelOffCpu>>,
+    /// `profiled`: the processes off-CPU and memory-growth samples are taken of; `None` when
+    /// both are disabled.
+    profiled: Option<HashMap<MapData, u32, u8>>,
     cpus: usize,
 }
 
@@ -171,6 +174,32 @@ impl Sampler {
         map.set(0, config, 0).map_err(|source| EbpfError::Map {
             map: offcpu_contract::MAP_CONFIG,
             action: "setting the off-CPU threshold",
+            source: Some(Box::new(source)),
+        })
+    }
+
+    /// Whether the kernel takes off-CPU and memory-growth samples of process `pid` (the
+    /// relabelling keeps it); a no-op when both are disabled. Forgetting a process not
+    /// followed is no error.
+    ///
+    /// # Errors
+    ///
+    /// [`EbpfError::Map`] when the map cannot be written (it holds 65,536 processes).
+    pub fn follow(&mut self, pid: u32, profiled: bool) -> Result<(), EbpfError> {
+        let Some(map) = &mut self.profiled else {
+            return Ok(());
+        };
+        let result = if profiled {
+            map.insert(pid, 1, 0)
+        } else {
+            match map.remove(&pid) {
+                Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                other => other,
+            }
+        };
+        result.map_err(|source| EbpfError::Map {
+            map: offcpu_contract::MAP_PROFILED,
+            action: "following a process",
             source: Some(Box::new(source)),
         })
     }
@@ -536,6 +565,14 @@ impl Sampler {
             contract::MAP_COUNTERS,
             PerCpuArray::try_from(take_map(&mut ebpf, contract::MAP_COUNTERS)?),
         )?;
+        let profiled = if off_cpu.enabled || config.memory.enabled {
+            Some(typed(
+                offcpu_contract::MAP_PROFILED,
+                HashMap::try_from(take_map(&mut ebpf, offcpu_contract::MAP_PROFILED)?),
+            )?)
+        } else {
+            None
+        };
         info!(
             cpus = cpus.len(),
             frequency = config.frequency,
@@ -551,6 +588,7 @@ impl Sampler {
             counters,
             counters_seen: [0; contract::Counter::ALL.len()],
             off_cpu: off_cpu_map,
+            profiled,
             cpus: cpus.len(),
         };
         sampler.set_off_cpu(off_cpu.probability, off_cpu.flags())?;

@@ -2,8 +2,8 @@
 //! windows, unwinder and symbolizer as the daemon, and what it prints.
 //!
 //! Input: the config, a duration, the data directory (the unwinder's and debuginfod's caches).
-//! Output: a [`Recording`]: the profiles of every window, and when each process's unwind
-//! tables went in, printed as folded stacks or JSON ([`print_record`]). Caller: the `record`
+//! Output: a [`Recording`]: the profiles of every window, when each process's unwind
+//! tables went in and the metrics at the end, printed as folded stacks or JSON ([`print_record`]). Caller: the `record`
 //! subcommand and the tests.
 
 use std::collections::BTreeMap;
@@ -26,6 +26,8 @@ pub struct Recording {
     pub profiles: Vec<Profile>,
     /// The processes whose unwind tables went into the kernel during the recording.
     pub ready: Vec<ProcessReady>,
+    /// The agent's own metrics at the end, in Prometheus' text format.
+    pub metrics: String,
 }
 
 /// A process whose unwind tables and mappings went into the kernel.
@@ -87,7 +89,12 @@ pub fn record(
             refresh: ready.refresh,
         })
         .collect();
-    Ok(Recording { profiles, ready })
+    let metrics = metrics.render().context("rendering the metrics")?;
+    Ok(Recording {
+        profiles,
+        ready,
+        metrics,
+    })
 }
 
 /// What `smolder-agent record` prints.
@@ -99,8 +106,9 @@ pub enum RecordFormat {
     /// `.run_queue` (nanoseconds) or `.memory_growth` (bytes).
     Folded,
     /// One JSON document: every window's series with their stacks (`frame;...;leaf`) and
-    /// counts, and when each process's unwind tables went in (times in Unix milliseconds), so
-    /// that a script can tell the stacks walked with tables from those before.
+    /// counts, when each process's unwind tables went in (times in Unix milliseconds), so
+    /// that a script can tell the stacks walked with tables from those before, and the
+    /// agent's own metrics at the end (Prometheus text, `metrics`).
     Json,
 }
 
@@ -108,6 +116,7 @@ pub enum RecordFormat {
 struct JsonRecording<'a> {
     profiles: Vec<JsonProfile>,
     ready: &'a [JsonReady],
+    metrics: &'a str,
 }
 
 #[derive(Serialize)]
@@ -201,6 +210,7 @@ pub fn print_record(
                     })
                     .collect(),
                 ready: &ready,
+                metrics: &recording.metrics,
             };
             serde_json::to_writer(&mut out, &document).context("writing the recording")?;
             writeln!(out).context("writing the recording")?;

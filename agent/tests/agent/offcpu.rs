@@ -10,6 +10,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use serde::Deserialize;
+use smolder_test_support::prometheus::Metrics;
 
 use crate::util::exclusive;
 
@@ -106,6 +107,7 @@ impl Drop for Workload {
 struct Recorded {
     profiles: Vec<Profile>,
     ready: Vec<Ready>,
+    metrics: String,
 }
 
 #[derive(Deserialize)]
@@ -143,6 +145,11 @@ impl Profile {
 }
 
 impl Recorded {
+    /// The agent's metrics at the end of the recording.
+    fn metrics(&self) -> Metrics {
+        Metrics::parse(&self.metrics).expect("the recording's metrics parse")
+    }
+
     fn of<'a>(
         &'a self,
         workload: &'a Workload,
@@ -312,6 +319,15 @@ fn off_cpu_blocked_time_lock_sites_and_long_waits() {
         "epoll_wait: {waited} ns profiled, {} ns measured",
         done.measured
     );
+
+    // The probability in use is the configured one (no limit), and every nap was unwound.
+    let metrics = recorded.metrics();
+    assert_eq!(
+        metrics.value("smolder_agent_ebpf_off_cpu_probability", &[]),
+        1.0
+    );
+    let unwinds = metrics.value("smolder_agent_ebpf_off_cpu_unwinds_total", &[]);
+    assert!(unwinds >= 600.0, "{unwinds} switch-outs unwound");
 }
 
 /// At probability 0.1, 2,000 blocks of 5 ms: the weighted total estimates the blocked time.
@@ -338,6 +354,17 @@ fn off_cpu_estimate_at_a_tenth() {
         "nanosleep at 0.1: {napped} ns estimated, {} ns measured",
         done.measured
     );
+    let metrics = recorded.metrics();
+    assert_eq!(
+        metrics.value("smolder_agent_ebpf_off_cpu_probability", &[]),
+        0.1
+    );
+    // About one block in ten is unwound: the kernel's random choice, not every switch.
+    let unwinds = metrics.value("smolder_agent_ebpf_off_cpu_unwinds_total", &[]);
+    assert!(
+        (100.0..=400.0).contains(&unwinds),
+        "{unwinds} of 2,000 blocks unwound at 0.1"
+    );
 }
 
 /// 200 MiB touched page by page, and 200 MiB of `MADV_HUGEPAGE` memory: each within 20% of
@@ -356,8 +383,10 @@ fn memory_growth_counts_touched_bytes_and_huge_pages() {
         Duration::from_secs(5),
         &mut [&mut touch, &mut huge],
     );
+    let mut huge_faults = 0;
     for (workload, function) in [(&mut touch, "touch_memory"), (&mut huge, "touch_huge")] {
         let done = workload.done();
+        huge_faults += done.huge_kb / 2048;
         recorded.assert_ready_before(workload, &done);
         let grown = recorded.sum(workload, "memory_growth", function);
         let total: u64 = recorded
@@ -375,4 +404,16 @@ fn memory_growth_counts_touched_bytes_and_huge_pages() {
             "{function}: {grown} of {total} bytes"
         );
     }
+    // Only the workloads are profiled: the huge-page samples are the huge pages they got.
+    let metrics = recorded.metrics();
+    let huge_samples = metrics.value("smolder_agent_ebpf_memory_huge_samples_total", &[]) as u64;
+    assert!(
+        huge_samples.abs_diff(huge_faults) <= huge_faults / 10,
+        "{huge_samples} huge-page samples, {huge_faults} huge pages mapped"
+    );
+    let samples = metrics.value("smolder_agent_ebpf_memory_samples_total", &[]);
+    assert!(
+        samples >= (200 << 20) as f64 / 4096.0,
+        "{samples} fault samples for 200 MiB of base pages"
+    );
 }
