@@ -66,7 +66,7 @@ pub(super) fn pass(
                         .map_err(|_| StoreError::Closed)?;
                     let published = answer.blocking_recv().map_err(|_| StoreError::Closed)??;
                     if published {
-                        shared.test_pause();
+                        shared.test_pause("merge published, inputs not yet deleted");
                         for input in &inputs {
                             shared.files.delete(&input.name)?;
                         }
@@ -188,6 +188,7 @@ fn merge(
     len += tail.len() as u64;
     upload.write(&tail);
     upload.finish()?;
+    shared.test_pause("merge written, not yet published");
     shared.metrics.block_bytes_written.inc_by(len);
     let block = shared
         .files

@@ -128,9 +128,11 @@ impl Shared {
         }
     }
 
-    fn test_pause(&self) {
+    fn test_pause(&self, what: &str) {
         if let Some(pause) = self.pause {
+            warn!(what, "test pause");
             std::thread::sleep(pause);
+            warn!(what, "test pause over");
         }
     }
 }
@@ -405,6 +407,11 @@ fn load(
         }
     }
     metrics.bad_blocks.set(bad);
+    // Nothing writes blocks before the store is open: any unfinished write is a crash's.
+    let unfinished = files.delete_unfinished(Duration::ZERO);
+    if unfinished > 0 {
+        info!(files = unfinished, "deleted unfinished block writes");
+    }
     let replaced: BTreeSet<String> = good
         .iter()
         .flat_map(|b| b.sources.iter().cloned())

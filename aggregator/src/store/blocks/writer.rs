@@ -494,7 +494,7 @@ impl Writer {
             debug!(block = %name, series = report.series, nodes = report.nodes, bytes = len, "head range cut");
             blocks.push(Arc::new(block));
         }
-        self.shared.test_pause();
+        self.shared.test_pause("cut written, head not yet deleted");
         let mut batch = sled::Batch::default();
         for write in self.shared.wal.records_of(start)? {
             Wal::remove_record(&mut batch, start, write);
