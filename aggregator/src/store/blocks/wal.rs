@@ -9,7 +9,7 @@
 //! | prefix | key | value |
 //! |---|---|---|
 //! | `M` | name | store metadata (`aggregator_id`, `next_write`, `migrated_v01`) |
-//! | `W` | head range start (u64), write number (u64) | one write's profiles in that range ([`Record`]) |
+//! | `W` | head range start (u64), write number (u64) | one write's profiles in that range ([`Record`], lz4) |
 //! | `B` | agent id, sequence | window end: this agent batch is stored |
 //! | `b` | window end, agent id, sequence | empty: the same marker by time, for retention |
 //! | `R` | tenant, rule name | a recording rule (opaque bytes) |
@@ -34,6 +34,10 @@ const BATCH: u8 = b'B';
 const BATCH_BY_TIME: u8 = b'b';
 const RULE: u8 = b'R';
 const TOMBSTONE: u8 = b'X';
+
+/// The most a head record may decompress to: far above one write's (ingest caps bodies at
+/// tens of MiB), so only damage reaches it.
+const MAX_RECORD_BYTES: u64 = 1 << 30;
 
 /// The head's page cache: it holds minutes of writes and is read whole only at start.
 const CACHE_BYTES: u64 = 64 << 20;
@@ -135,7 +139,9 @@ impl Wal {
 
     /// Adds record `record` of write `write` in head range `range` to `batch`.
     pub(crate) fn put_record(batch: &mut sled::Batch, range: u64, write: u64, record: &Record) {
-        batch.insert(&record_key(range, write)[..], seal(&record.encode()));
+        // lz4: a record is mostly its trees' frame names, which repeat from write to write.
+        let compressed = lz4_flex::block::compress_prepend_size(&record.encode());
+        batch.insert(&record_key(range, write)[..], seal(&compressed));
     }
 
     /// Every record, in range and write order, with its key. A record that fails its checksum
@@ -149,8 +155,16 @@ impl Wal {
                 reason,
             };
             let (range, write) = parse_record_key(&key).ok_or_else(|| corrupt("short key"))?;
-            let record = Record::decode(open(&key, &value)?)
-                .ok_or_else(|| corrupt("record does not decode"))?;
+            let compressed = open(&key, &value)?;
+            let claimed = compressed
+                .get(..4)
+                .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+            if u64::from(claimed) > MAX_RECORD_BYTES {
+                return Err(corrupt("record claims more than 1 GiB"));
+            }
+            let plain = lz4_flex::block::decompress_size_prepended(compressed)
+                .map_err(|_| corrupt("record does not decompress"))?;
+            let record = Record::decode(&plain).ok_or_else(|| corrupt("record does not decode"))?;
             out.push((range, write, record));
         }
         Ok(out)
