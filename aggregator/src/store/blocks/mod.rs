@@ -4,8 +4,9 @@
 //!
 //! What it owns, under the data directory (locked against a second aggregator, `disk.rs`):
 //!
-//! - `head/`, a sled database (`wal.rs`): every acknowledged write until it is in a block, the
-//!   agents' batch markers (dedupe), recording rules, app deletions. Its contents are also held
+//! - `head/` (`wal.rs`): every acknowledged write until it is in a block, one append-only log
+//!   per 1000 s head range (deleted when the range is cut), and a small sled database of the
+//!   agents' batch markers (dedupe), recording rules and app deletions. The writes are also held
 //!   in memory (`head.rs`), which is what reads of recent data use.
 //! - `blocks/` (`store.object-store`), the blocks (`files.rs`), each `<tenant>/<start>-<span>-
 //!   <id>.block`.

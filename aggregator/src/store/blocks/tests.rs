@@ -263,11 +263,10 @@ async fn a_crash_between_writing_a_cut_and_deleting_the_head_counts_nothing_twic
     assert_eq!(records.len(), 2);
     store.cut(at(base + 2_000)).await.unwrap();
     // As if the process died after the block was written and before the records went.
-    let mut batch = sled::Batch::default();
-    for (range, write, record) in &records {
-        Wal::put_record(&mut batch, *range, *write, record);
+    for (range, record) in &records {
+        store.inner.shared.wal.append(*range, record).unwrap();
     }
-    store.inner.shared.wal.apply(batch).unwrap();
+    store.inner.shared.wal.flush().unwrap();
     let store = reopen(store, dir.path(), StoreConfig::default()).await;
     assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
     assert!(
@@ -745,4 +744,56 @@ fn everything_after(store: &BlockStore, b: u64) -> Tree {
     merge(store, r#"app.cpu{env="prod"}"#, b, b + 30_000)
         .sum
         .tree
+}
+
+#[tokio::test]
+async fn a_torn_record_at_the_end_of_a_head_log_is_cut_off_and_the_rest_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let store = open(dir.path());
+    write(&store, vec![profile("app.cpu", base, &[("a", 1)])]).await;
+    write(&store, vec![profile("app.cpu", base + 10, &[("b", 2)])]).await;
+    let store = reopen(store, dir.path(), StoreConfig::default()).await;
+    store.close().await.unwrap();
+    drop(store);
+    // As if the process died halfway through appending a third write.
+    let log = dir
+        .path()
+        .join(format!("head/log/{:012}.log", plan::head_range(base)));
+    let mut bytes = std::fs::read(&log).unwrap();
+    let good = bytes.len();
+    bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3]);
+    std::fs::write(&log, &bytes).unwrap();
+    let store = open(dir.path());
+    assert_eq!(
+        folded(&merge(&store, "app.cpu", base, base + 20).sum.tree),
+        "a 1\nb 2\n"
+    );
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), good as u64);
+    write(&store, vec![profile("app.cpu", base + 20, &[("c", 3)])]).await;
+    let store = reopen(store, dir.path(), StoreConfig::default()).await;
+    assert_eq!(total(&store, "app.cpu", base, base + 30), 6);
+    store.cut(at(base + 2_000)).await.unwrap();
+    assert!(!log.exists(), "a cut deletes its range's log");
+}
+
+#[tokio::test]
+async fn a_write_queued_with_a_cut_of_its_range_is_not_lost_to_the_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let store = open(dir.path());
+    write(&store, vec![profile("app.cpu", base, &[("a", 1)])]).await;
+    // The write and the cut land in one group of the writer.
+    let late = store.write(
+        &anonymous(),
+        vec![profile("app.cpu", base + 10, &[("b", 2)])],
+        None,
+    );
+    let cut = store.cut(at(base + 2_000));
+    let (late, cut) = tokio::join!(late, cut);
+    late.unwrap();
+    cut.unwrap();
+    let store = reopen(store, dir.path(), StoreConfig::default()).await;
+    store.cut(at(base + 2_000)).await.unwrap();
+    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
 }

@@ -1,15 +1,22 @@
-//! The head's durable half: one sled database (`<data-dir>/head/`) that holds every
-//! acknowledged write until it is in a block, the batch markers that dedupe agents' retries,
-//! recording rules, app deletions and the store's own identity.
+//! The head's durable half, under `<data-dir>/head/`:
+//!
+//! - `log/<range start>.log`, one append-only file per head range holding every acknowledged
+//!   write's profiles of that range until the range is cut into a block, then deleted whole, so
+//!   its space returns at once. Each record is framed as length (u32 LE), CRC-32 (u32 LE) of
+//!   the payload, payload (a [`Record`], lz4-compressed); a torn frame at a file's end (a crash
+//!   during an append, never acknowledged) is cut off when the file is read back.
+//! - `db/`, a sled database with the batch markers that dedupe agents' retries, recording rules,
+//!   app deletions and the store's own identity.
 //!
 //! Input: what the writer thread applies; output: the records a restart replays into the head
 //! (`head.rs`). Owned by the writer thread for writes; reads (rules, markers) are sled's
-//! consistent snapshots.
+//! consistent snapshots. A group is made durable log files first, then the database, so a
+//! batch's marker is never durable without its data; a record's marker is put back at replay
+//! when a crash came between the two.
 //!
 //! | prefix | key | value |
 //! |---|---|---|
 //! | `M` | name | store metadata (`aggregator_id`, `next_write`, `migrated_v01`) |
-//! | `W` | head range start (u64), write number (u64) | one write's profiles in that range ([`Record`], lz4) |
 //! | `B` | agent id, sequence | window end: this agent batch is stored |
 //! | `b` | window end, agent id, sequence | empty: the same marker by time, for retention |
 //! | `R` | tenant, rule name | a recording rule (opaque bytes) |
@@ -18,8 +25,11 @@
 //! Integers in keys are big-endian, strings length-prefixed; every value but the empty ones is
 //! framed with a CRC-32 of its payload, checked when read.
 
-use std::collections::BTreeSet;
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use smolder_block::Marker;
@@ -29,7 +39,6 @@ use crate::store::StoreError;
 use crate::tenant::Tenant;
 
 const META: u8 = b'M';
-const WRITE: u8 = b'W';
 const BATCH: u8 = b'B';
 const BATCH_BY_TIME: u8 = b'b';
 const RULE: u8 = b'R';
@@ -50,11 +59,20 @@ impl From<sled::Error> for StoreError {
     }
 }
 
-/// The head database. Cheap to clone.
+/// The head's files. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Wal {
     db: sled::Db,
     data: sled::Tree,
+    logs: Arc<Logs>,
+}
+
+/// The per-range log files.
+struct Logs {
+    dir: PathBuf,
+    /// Open files by range, and the ranges appended to since the last flush. Taken by the
+    /// writer thread only (appends, flushes, deletions), and by a replay before it starts.
+    open: Mutex<(BTreeMap<u64, File>, HashSet<u64>)>,
 }
 
 /// One write's profiles that fall in one head range, as the head stores and replays them.
@@ -63,29 +81,187 @@ pub(crate) struct Record {
     pub(crate) tenant: Tenant,
     /// The agent batch, or the aggregator's own marker of an HTTP write.
     pub(crate) marker: Marker,
+    /// An agent batch's window end (its marker is in the marker index); `None` for the
+    /// aggregator's own writes.
+    pub(crate) window_end: Option<u64>,
+    /// The write's number.
+    pub(crate) write: u64,
     /// Each profile with its 10 s bucket.
     pub(crate) profiles: Vec<(u64, Profile)>,
 }
 
 impl Wal {
-    /// Opens (creating) the head database in `dir`.
+    /// Opens (creating) the head in `dir`.
     pub(crate) fn open(dir: &Path) -> Result<Wal, StoreError> {
         let db = sled::Config::new()
-            .path(dir)
+            .path(dir.join("db"))
             .cache_capacity(CACHE_BYTES)
             .open()?;
         let data = db.open_tree("head")?;
-        Ok(Wal { db, data })
+        let logs = dir.join("log");
+        std::fs::create_dir_all(&logs).map_err(|source| StoreError::Io {
+            path: logs.clone(),
+            source,
+        })?;
+        Ok(Wal {
+            db,
+            data,
+            logs: Arc::new(Logs {
+                dir: logs,
+                open: Mutex::new((BTreeMap::new(), HashSet::new())),
+            }),
+        })
     }
 
-    /// Makes everything applied so far durable.
-    pub(crate) fn flush(&self) -> Result<(), sled::Error> {
-        self.db.flush().map(|_| ())
+    /// Makes everything applied so far durable: the log files appended to, then the database.
+    pub(crate) fn flush(&self) -> Result<(), StoreError> {
+        {
+            let mut open = self.logs.lock();
+            let (files, dirty) = &mut *open;
+            for range in dirty.drain() {
+                if let Some(file) = files.get(&range) {
+                    file.sync_data().map_err(|source| StoreError::Io {
+                        path: self.logs.path(range),
+                        source,
+                    })?;
+                }
+            }
+        }
+        self.db.flush()?;
+        Ok(())
     }
 
-    /// Bytes the database occupies on disk.
+    /// Bytes the head occupies on disk: its log files and its database.
     pub(crate) fn size_on_disk(&self) -> u64 {
-        self.db.size_on_disk().unwrap_or(0)
+        let logs: u64 = std::fs::read_dir(&self.logs.dir)
+            .map(|dir| {
+                dir.flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        logs + self.db.size_on_disk().unwrap_or(0)
+    }
+
+    /// Appends `record` to the log of head range `range` (durable at the next
+    /// [`Wal::flush`]).
+    pub(crate) fn append(&self, range: u64, record: &Record) -> Result<(), StoreError> {
+        let frame = frame(record);
+        let mut open = self.logs.lock();
+        let (files, dirty) = &mut *open;
+        let path = self.logs.path(range);
+        let io = |source| StoreError::Io {
+            path: path.clone(),
+            source,
+        };
+        let file = match files.entry(range) {
+            std::collections::btree_map::Entry::Occupied(file) => file.into_mut(),
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                let file = File::options()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .map_err(io)?;
+                // A new file's name must be durable too.
+                sync_dir(&self.logs.dir).map_err(io)?;
+                slot.insert(file)
+            }
+        };
+        file.write_all(&frame).map_err(io)?;
+        dirty.insert(range);
+        Ok(())
+    }
+
+    /// Every record of every range, in range and write order. A torn frame at the end of a
+    /// file (a crash during an append: never acknowledged) is cut off; a damaged frame before
+    /// the end loses the rest of that file, logged.
+    pub(crate) fn records(&self) -> Result<Vec<(u64, Record)>, StoreError> {
+        let mut out = Vec::new();
+        let dir = std::fs::read_dir(&self.logs.dir).map_err(|source| StoreError::Io {
+            path: self.logs.dir.clone(),
+            source,
+        })?;
+        let mut ranges: Vec<u64> = dir
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".log")?.parse().ok())
+            .collect();
+        ranges.sort_unstable();
+        for range in ranges {
+            let path = self.logs.path(range);
+            let bytes = std::fs::read(&path).map_err(|source| StoreError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let mut at = 0;
+            let mut records = Vec::new();
+            while at < bytes.len() {
+                match unframe(&bytes[at..]) {
+                    Some((record, len)) => {
+                        records.push((range, record));
+                        at += len;
+                    }
+                    None => break,
+                }
+            }
+            if at < bytes.len() {
+                tracing::warn!(file = %path.display(), kept = at, dropped = bytes.len() - at, "head log ends in a torn or damaged record; cut there (it was never acknowledged if at the end)");
+                let file =
+                    File::options()
+                        .write(true)
+                        .open(&path)
+                        .map_err(|source| StoreError::Io {
+                            path: path.clone(),
+                            source,
+                        })?;
+                file.set_len(at as u64)
+                    .and_then(|()| file.sync_all())
+                    .map_err(|source| StoreError::Io {
+                        path: path.clone(),
+                        source,
+                    })?;
+            }
+            records.sort_by_key(|(_, r)| r.write);
+            out.extend(records);
+        }
+        Ok(out)
+    }
+
+    /// Deletes the log of head range `range`, durably.
+    pub(crate) fn remove_range(&self, range: u64) -> Result<(), StoreError> {
+        let mut open = self.logs.lock();
+        open.0.remove(&range);
+        open.1.remove(&range);
+        let path = self.logs.path(range);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => return Err(StoreError::Io { path, source }),
+        }
+        sync_dir(&self.logs.dir).map_err(|source| StoreError::Io { path, source })
+    }
+
+    /// Replaces the log of head range `range` with `records` (none: deletes it), durably.
+    pub(crate) fn rewrite_range(&self, range: u64, records: &[&Record]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return self.remove_range(range);
+        }
+        let mut open = self.logs.lock();
+        open.0.remove(&range);
+        open.1.remove(&range);
+        let path = self.logs.path(range);
+        let temporary = path.with_extension("rewrite");
+        let io = |source| StoreError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut file = File::create(&temporary).map_err(io)?;
+        for record in records {
+            file.write_all(&frame(record)).map_err(io)?;
+        }
+        file.sync_all().map_err(io)?;
+        std::fs::rename(&temporary, &path).map_err(io)?;
+        sync_dir(&self.logs.dir).map_err(io)
     }
 
     /// A metadata value.
@@ -135,60 +311,6 @@ impl Wal {
             count += 1;
         }
         Ok(count)
-    }
-
-    /// Adds record `record` of write `write` in head range `range` to `batch`.
-    pub(crate) fn put_record(batch: &mut sled::Batch, range: u64, write: u64, record: &Record) {
-        // lz4: a record is mostly its trees' frame names, which repeat from write to write.
-        let compressed = lz4_flex::block::compress_prepend_size(&record.encode());
-        batch.insert(&record_key(range, write)[..], seal(&compressed));
-    }
-
-    /// Every record, in range and write order, with its key. A record that fails its checksum
-    /// or does not decode is an error naming its key: the head is never guessed at.
-    pub(crate) fn records(&self) -> Result<Vec<(u64, u64, Record)>, StoreError> {
-        let mut out = Vec::new();
-        for entry in self.data.scan_prefix([WRITE]) {
-            let (key, value) = entry?;
-            let corrupt = |reason| StoreError::Corrupt {
-                key: printable(&key),
-                reason,
-            };
-            let (range, write) = parse_record_key(&key).ok_or_else(|| corrupt("short key"))?;
-            let compressed = open(&key, &value)?;
-            let claimed = compressed
-                .get(..4)
-                .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
-            if u64::from(claimed) > MAX_RECORD_BYTES {
-                return Err(corrupt("record claims more than 1 GiB"));
-            }
-            let plain = lz4_flex::block::decompress_size_prepended(compressed)
-                .map_err(|_| corrupt("record does not decompress"))?;
-            let record = Record::decode(&plain).ok_or_else(|| corrupt("record does not decode"))?;
-            out.push((range, write, record));
-        }
-        Ok(out)
-    }
-
-    /// Adds the removal of record (`range`, `write`) to `batch`.
-    pub(crate) fn remove_record(batch: &mut sled::Batch, range: u64, write: u64) {
-        batch.remove(&record_key(range, write)[..]);
-    }
-
-    /// The keys of every record of head range `range`, as (range, write).
-    pub(crate) fn records_of(&self, range: u64) -> Result<Vec<u64>, StoreError> {
-        let mut prefix = vec![WRITE];
-        prefix.extend_from_slice(&range.to_be_bytes());
-        let mut out = Vec::new();
-        for entry in self.data.scan_prefix(prefix) {
-            let (key, _) = entry?;
-            let (_, write) = parse_record_key(&key).ok_or_else(|| StoreError::Corrupt {
-                key: printable(&key),
-                reason: "short key",
-            })?;
-            out.push(write);
-        }
-        Ok(out)
     }
 
     /// Every stored rule of `tenant`, in name order.
@@ -264,23 +386,55 @@ impl Wal {
     }
 }
 
+impl Logs {
+    fn path(&self, range: u64) -> PathBuf {
+        self.dir.join(format!("{range:012}.log"))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (BTreeMap<u64, File>, HashSet<u64>)> {
+        // Taken by the writer thread for an append, a flush or a deletion; never across
+        // anything but file calls.
+        self.open.lock().expect("head log lock")
+    }
+}
+
+/// Makes the entries of directory `dir` durable.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// A record as its log frames it: length, CRC-32, lz4 payload (a record is mostly its trees'
+/// frame names, which repeat from write to write).
+fn frame(record: &Record) -> Vec<u8> {
+    let payload = lz4_flex::block::compress_prepend_size(&record.encode());
+    let mut out = Vec::with_capacity(8 + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// The record framed at the start of `bytes` and the frame's length; `None` for a torn or
+/// damaged frame.
+fn unframe(bytes: &[u8]) -> Option<(Record, usize)> {
+    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?);
+    let payload = bytes.get(8..8 + len)?;
+    if crc32fast::hash(payload) != crc {
+        return None;
+    }
+    let claimed = u32::from_le_bytes(payload.get(..4)?.try_into().ok()?);
+    if u64::from(claimed) > MAX_RECORD_BYTES {
+        return None;
+    }
+    let plain = lz4_flex::block::decompress_size_prepended(payload).ok()?;
+    Some((Record::decode(&plain)?, 8 + len))
+}
+
 fn meta_key(name: &str) -> Vec<u8> {
     let mut key = vec![META];
     key.extend_from_slice(name.as_bytes());
     key
-}
-
-fn record_key(range: u64, write: u64) -> [u8; 17] {
-    let mut key = [WRITE; 17];
-    key[1..9].copy_from_slice(&range.to_be_bytes());
-    key[9..].copy_from_slice(&write.to_be_bytes());
-    key
-}
-
-fn parse_record_key(key: &[u8]) -> Option<(u64, u64)> {
-    let range = u64::from_be_bytes(key.get(1..9)?.try_into().ok()?);
-    let write = u64::from_be_bytes(key.get(9..17)?.try_into().ok()?);
-    Some((range, write))
 }
 
 fn tenant_key(prefix: u8, tenant: &Tenant, name: Option<&str>) -> Vec<u8> {
@@ -358,7 +512,8 @@ pub(crate) fn printable(key: &[u8]) -> String {
 }
 
 impl Record {
-    /// Layout: tenant, marker agent id, marker sequence, profile count, per profile: bucket,
+    /// Layout: tenant, marker agent id, marker sequence, window end + 1 (0: none), write
+    /// number, profile count, per profile: bucket,
     /// app, label count, (name, value)…, spy name, sample rate, units, aggregation (0 sum, 1
     /// average), tree length, tree (`Tree::encode`). Integers are LEB128, strings a length and
     /// UTF-8.
@@ -367,6 +522,12 @@ impl Record {
         put_str(&mut out, self.tenant.as_str());
         put_str(&mut out, &self.marker.agent_id);
         put_varint(&mut out, self.marker.sequence);
+        // 0: no window end (an HTTP write); else the window end plus one.
+        put_varint(
+            &mut out,
+            self.window_end.map_or(0, |end| end.saturating_add(1)),
+        );
+        put_varint(&mut out, self.write);
         put_varint(&mut out, self.profiles.len() as u64);
         for (bucket, profile) in &self.profiles {
             put_varint(&mut out, *bucket);
@@ -396,6 +557,8 @@ impl Record {
         let tenant = Tenant::new(take(&mut r)?).ok()?;
         let agent_id = take(&mut r)?.to_owned();
         let sequence = varint(&mut r)?;
+        let window_end = varint(&mut r)?.checked_sub(1);
+        let write = varint(&mut r)?;
         let count = usize::try_from(varint(&mut r)?).ok()?;
         let mut profiles = Vec::with_capacity(count.min(r.len()));
         for _ in 0..count {
@@ -441,6 +604,8 @@ impl Record {
         r.is_empty().then_some(Record {
             tenant,
             marker: Marker { agent_id, sequence },
+            window_end,
+            write,
             profiles,
         })
     }
@@ -494,6 +659,8 @@ mod tests {
                 agent_id: "host-1".into(),
                 sequence: 9,
             },
+            window_end: Some(1_700_000_010),
+            write: 3,
             profiles: vec![(
                 1_700_000_000,
                 Profile {
@@ -508,6 +675,7 @@ mod tests {
         let bytes = record.encode();
         let back = Record::decode(&bytes).unwrap();
         assert_eq!(back.marker, record.marker);
+        assert_eq!((back.window_end, back.write), (record.window_end, 3));
         assert_eq!(back.profiles[0].1.tree, tree);
         assert_eq!(back.profiles[0].1.series, record.profiles[0].1.series);
         for len in 0..bytes.len() {

@@ -1,6 +1,6 @@
 //! The writer thread: every change to the block store goes through it, in order.
 //!
-//! It takes every request waiting in the queue, applies each to the head database, makes the
+//! It takes every request waiting in the queue, applies each to the head (`wal.rs`), makes the
 //! whole group durable with one fsync, then adds the group's writes to the head in memory and
 //! answers (group commit). Cuts, app deletions, rules, retention and the publication of a
 //! compaction take the same path, so that none of them races another: a cut never loses a
@@ -138,23 +138,42 @@ impl Writer {
         let cutoff = plan::retention_cutoff(unix(SystemTime::now()), writer.retention());
         let mut batch = sled::Batch::default();
         let (mut replayed, mut dropped) = (0, 0);
+        let records = writer.shared.wal.records()?;
+        let mut by_range: BTreeMap<u64, Vec<&Record>> = BTreeMap::new();
+        let mut changed: BTreeSet<u64> = BTreeSet::new();
         {
             let mut state = writer.shared.state_mut();
             let blocks = Arc::clone(&state.blocks);
-            for (range, write, record) in writer.shared.wal.records()? {
-                next_write = next_write.max(write + 1);
+            for (range, record) in &records {
+                next_write = next_write.max(record.write + 1);
+                if let Some(end) = record.window_end
+                    && !writer
+                        .shared
+                        .wal
+                        .has_batch(&record.marker.agent_id, record.marker.sequence)?
+                {
+                    // The record was durable, its marker not yet: a crash between the two.
+                    Wal::put_batch(
+                        &mut batch,
+                        &record.marker.agent_id,
+                        record.marker.sequence,
+                        end,
+                    );
+                }
                 let cut = blocks
-                    .overlapping(&record.tenant, range, range + plan::HEAD_SPAN)
+                    .overlapping(&record.tenant, *range, range + plan::HEAD_SPAN)
                     .any(|b| {
-                        b.name.start <= range
+                        b.name.start <= *range
                             && b.name.end() >= range + plan::HEAD_SPAN
                             && b.index.contains_marker(&record.marker)
                     });
+                let kept = by_range.entry(*range).or_default();
                 if cut || range + plan::HEAD_SPAN <= cutoff {
-                    Wal::remove_record(&mut batch, range, write);
+                    changed.insert(*range);
                     dropped += 1;
                 } else {
-                    state.head.add(range, &record);
+                    state.head.add(*range, record);
+                    kept.push(record);
                     replayed += 1;
                 }
             }
@@ -163,6 +182,9 @@ impl Writer {
                 .metrics
                 .head_series
                 .set(state.head.series_count() as i64);
+        }
+        for range in changed {
+            writer.shared.wal.rewrite_range(range, &by_range[&range])?;
         }
         writer.shared.wal.apply(batch)?;
         writer.shared.wal.flush()?;
@@ -189,12 +211,26 @@ impl Writer {
             let mut pending = Vec::with_capacity(group.len());
             let mut close = None;
             for command in group {
+                // A cut, deletion, retention pass or publication works on the head as the
+                // acknowledged writes left it: the group's writes so far are made durable and
+                // added to the head first, or a cut would delete a range's log with a write in
+                // it that its block does not hold.
+                let writes = matches!(
+                    command,
+                    Command::Write { .. } | Command::PutRule { .. } | Command::DeleteRule { .. }
+                );
+                if !writes && !pending.is_empty() {
+                    let flushed = self.flush();
+                    self.answer(std::mem::take(&mut pending), &flushed);
+                }
                 self.apply(command, &mut pending, &mut close);
             }
             let flushed = self.flush();
             self.answer(pending, &flushed);
             if let Some(reply) = close {
-                let _ = reply.send(flushed.map_err(StoreError::from));
+                let _ = reply.send(flushed.map_err(|err| StoreError::Flush {
+                    reason: err.to_string(),
+                }));
                 info!("store closed");
                 return;
             }
@@ -278,7 +314,7 @@ impl Writer {
         }
     }
 
-    fn flush(&self) -> Result<(), sled::Error> {
+    fn flush(&self) -> Result<(), StoreError> {
         let started = Instant::now();
         let flushed = self.shared.wal.flush();
         self.shared
@@ -291,11 +327,11 @@ impl Writer {
         flushed
     }
 
-    fn answer(&self, pending: Vec<Pending>, flushed: &Result<(), sled::Error>) {
+    fn answer(&self, pending: Vec<Pending>, flushed: &Result<(), StoreError>) {
         fn settle<T>(
             reply: oneshot::Sender<Result<T, StoreError>>,
             value: T,
-            flushed: &Result<(), sled::Error>,
+            flushed: &Result<(), StoreError>,
         ) {
             let answer = match flushed {
                 Ok(()) => Ok(value),
@@ -344,7 +380,7 @@ impl Writer {
         }
     }
 
-    /// Applies one write to the head database, one record per head range it touches, with
+    /// Appends one write to the head's logs, one record per head range it touches, with
     /// its marker (an agent batch's, checked first and stored in the same atomic batch, or the
     /// aggregator's own). The head in memory gets the records once the group is durable.
     fn write(
@@ -355,6 +391,7 @@ impl Writer {
     ) -> Result<(Written, Vec<(u64, Record)>), StoreError> {
         let wal = &self.shared.wal;
         let mut batch = sled::Batch::default();
+        let window_end = marker.map(|m| m.window_end);
         if let Some(marker) = marker {
             if wal.has_batch(&marker.agent_id, marker.sequence)? {
                 debug!(
@@ -398,13 +435,15 @@ impl Writer {
                     Record {
                         tenant: tenant.clone(),
                         marker: marker.clone(),
+                        window_end,
+                        write,
                         profiles,
                     },
                 )
             })
             .collect();
         for (range, record) in &records {
-            Wal::put_record(&mut batch, *range, write, record);
+            wal.append(*range, record)?;
         }
         Wal::set_meta(&mut batch, "next_write", &(write + 1).to_be_bytes());
         wal.apply(batch)?;
@@ -413,7 +452,7 @@ impl Writer {
     }
 
     /// Cuts every head range closed as of `now`: one block per tenant, written durably, then
-    /// the range's records deleted from the head database, then the blocks published and the
+    /// the range's log deleted, then the blocks published and the
     /// range dropped from memory.
     fn cut(&mut self, now: u64) -> Result<u64, StoreError> {
         let due: BTreeSet<u64> = self
@@ -495,12 +534,7 @@ impl Writer {
             blocks.push(Arc::new(block));
         }
         self.shared.test_pause("cut written, head not yet deleted");
-        let mut batch = sled::Batch::default();
-        for write in self.shared.wal.records_of(start)? {
-            Wal::remove_record(&mut batch, start, write);
-        }
-        self.shared.wal.apply(batch)?;
-        self.shared.wal.flush()?;
+        self.shared.wal.remove_range(start)?;
         let count = blocks.len() as u64;
         let mut state = self.shared.state_mut();
         let mut set = BlockSet::clone(&state.blocks);
@@ -529,18 +563,23 @@ impl Writer {
     fn delete_app(&mut self, tenant: &Tenant, app: &str) -> Result<u64, StoreError> {
         let mut deleted: BTreeSet<Series> = BTreeSet::new();
         let mut batch = sled::Batch::default();
-        for (range, write, mut record) in self.shared.wal.records()? {
-            if record.tenant != *tenant
-                || !record.profiles.iter().any(|(_, p)| p.series.app() == app)
+        let mut by_range: BTreeMap<u64, Vec<Record>> = BTreeMap::new();
+        let mut changed: BTreeSet<u64> = BTreeSet::new();
+        for (range, mut record) in self.shared.wal.records()? {
+            if record.tenant == *tenant
+                && record.profiles.iter().any(|(_, p)| p.series.app() == app)
             {
-                continue;
+                record.profiles.retain(|(_, p)| p.series.app() != app);
+                changed.insert(range);
             }
-            record.profiles.retain(|(_, p)| p.series.app() != app);
-            if record.profiles.is_empty() {
-                Wal::remove_record(&mut batch, range, write);
-            } else {
-                Wal::put_record(&mut batch, range, write, &record);
-            }
+            by_range.entry(range).or_default().push(record);
+        }
+        for range in changed {
+            let kept: Vec<&Record> = by_range[&range]
+                .iter()
+                .filter(|r| !r.profiles.is_empty())
+                .collect();
+            self.shared.wal.rewrite_range(range, &kept)?;
         }
         let mut state = self.shared.state_mut();
         let mut set = BlockSet::clone(&state.blocks);
