@@ -36,6 +36,9 @@ pub enum Section {
         /// Its kind.
         kind: u8,
     },
+    /// A record of the aggregator's head log (not part of a block; read with the same
+    /// primitives, so its errors are a block's).
+    HeadRecord,
     /// One tree of one series.
     Tree {
         /// The series' position in the series index.
@@ -60,6 +63,7 @@ impl fmt::Display for Section {
             Section::Sources => f.write_str("sources section"),
             Section::Chunk { series } => write!(f, "chunk header of series {series}"),
             Section::Optional { kind } => write!(f, "optional section of kind {kind}"),
+            Section::HeadRecord => f.write_str("head log record"),
             Section::Tree { series, entry } => write!(f, "tree {entry} of series {series}"),
         }
     }

@@ -2,9 +2,10 @@
 //!
 //! - `log/<range start>.log`, one append-only file per head range holding every acknowledged
 //!   write's profiles of that range until the range is cut into a block, then deleted whole, so
-//!   its space returns at once. Each record is framed as length (u32 LE), CRC-32 (u32 LE) of
-//!   the payload, payload (a [`Record`], lz4-compressed); a torn frame at a file's end (a crash
-//!   during an append, never acknowledged) is cut off when the file is read back.
+//!   its space returns at once. Each record is framed by `smolder_block::RecordRef::frame`
+//!   (length, CRC-32, lz4 payload; the format crate owns the codec, fuzzed there); a torn
+//!   frame at a file's end (a crash during an append, never acknowledged) is cut off when the
+//!   file is read back.
 //! - `db/`, a sled database with the batch markers that dedupe agents' retries, recording rules,
 //!   app deletions and the store's own identity.
 //!
@@ -25,15 +26,13 @@
 //! Integers in keys are big-endian, strings length-prefixed; every value but the empty ones is
 //! framed with a CRC-32 of its payload, checked when read.
 
+use smolder_block::{HeadRecord, Limits, Marker, RecordRef};
+use smolder_common::Profile;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, UNIX_EPOCH};
-
-use smolder_block::Marker;
-use smolder_common::{Aggregation, Labels, Profile, ProfileMeta, Series, Tree};
 
 use crate::store::StoreError;
 use crate::tenant::Tenant;
@@ -46,7 +45,9 @@ const TOMBSTONE: u8 = b'X';
 
 /// The most a head record may decompress to: far above one write's (ingest caps bodies at
 /// tens of MiB), so only damage reaches it.
-const MAX_RECORD_BYTES: u64 = 1 << 30;
+const RECORD_LIMITS: Limits = Limits {
+    max_section_bytes: 1 << 30,
+};
 
 /// The head's page cache: it holds minutes of writes and is read whole only at start.
 const CACHE_BYTES: u64 = 64 << 20;
@@ -147,7 +148,7 @@ impl Wal {
     /// Appends `record` to the log of head range `range` (durable at the next
     /// [`Wal::flush`]).
     pub(crate) fn append(&self, range: u64, record: &Record) -> Result<(), StoreError> {
-        let frame = frame(record);
+        let frame = record.frame();
         let mut open = self.logs.lock();
         let (files, dirty) = &mut *open;
         let path = self.logs.path(range);
@@ -195,17 +196,21 @@ impl Wal {
             })?;
             let mut at = 0;
             let mut records = Vec::new();
+            let mut damage = None;
             while at < bytes.len() {
                 match unframe(&bytes[at..]) {
-                    Some((record, len)) => {
+                    Ok((record, len)) => {
                         records.push((range, record));
                         at += len;
                     }
-                    None => break,
+                    Err(reason) => {
+                        damage = Some(reason);
+                        break;
+                    }
                 }
             }
-            if at < bytes.len() {
-                tracing::warn!(file = %path.display(), kept = at, dropped = bytes.len() - at, "head log ends in a torn or damaged record; cut there (it was never acknowledged if at the end)");
+            if let Some(reason) = damage {
+                tracing::warn!(file = %path.display(), kept = at, dropped = bytes.len() - at, %reason, "head log ends in a torn or damaged record; cut there (it was never acknowledged if at the end)");
                 let file =
                     File::options()
                         .write(true)
@@ -257,7 +262,7 @@ impl Wal {
         };
         let mut file = File::create(&temporary).map_err(io)?;
         for record in records {
-            file.write_all(&frame(record)).map_err(io)?;
+            file.write_all(&record.frame()).map_err(io)?;
         }
         file.sync_all().map_err(io)?;
         std::fs::rename(&temporary, &path).map_err(io)?;
@@ -403,32 +408,22 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// A record as its log frames it: length, CRC-32, lz4 payload (a record is mostly its trees'
-/// frame names, which repeat from write to write).
-fn frame(record: &Record) -> Vec<u8> {
-    let payload = lz4_flex::block::compress_prepend_size(&record.encode());
-    let mut out = Vec::with_capacity(8 + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    out.extend_from_slice(&payload);
-    out
-}
-
-/// The record framed at the start of `bytes` and the frame's length; `None` for a torn or
-/// damaged frame.
-fn unframe(bytes: &[u8]) -> Option<(Record, usize)> {
-    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
-    let crc = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?);
-    let payload = bytes.get(8..8 + len)?;
-    if crc32fast::hash(payload) != crc {
-        return None;
-    }
-    let claimed = u32::from_le_bytes(payload.get(..4)?.try_into().ok()?);
-    if u64::from(claimed) > MAX_RECORD_BYTES {
-        return None;
-    }
-    let plain = lz4_flex::block::decompress_size_prepended(payload).ok()?;
-    Some((Record::decode(&plain)?, 8 + len))
+/// The record at the start of `bytes` and its frame's length, or why there is none.
+fn unframe(bytes: &[u8]) -> Result<(Record, usize), String> {
+    let (record, len) = HeadRecord::unframe(bytes, crate::store::BUCKET, &RECORD_LIMITS)
+        .map_err(|err| err.to_string())?;
+    let tenant = Tenant::new(&record.tenant)
+        .map_err(|err| format!("head log record: invalid tenant: {err}"))?;
+    Ok((
+        Record {
+            tenant,
+            marker: record.marker,
+            window_end: record.window_end,
+            write: record.write,
+            profiles: record.profiles,
+        },
+        len,
+    ))
 }
 
 fn meta_key(name: &str) -> Vec<u8> {
@@ -512,149 +507,31 @@ pub(crate) fn printable(key: &[u8]) -> String {
 }
 
 impl Record {
-    /// Layout: tenant, marker agent id, marker sequence, window end + 1 (0: none), write
-    /// number, profile count, per profile: bucket,
-    /// app, label count, (name, value)…, spy name, sample rate, units, aggregation (0 sum, 1
-    /// average), tree length, tree (`Tree::encode`). Integers are LEB128, strings a length and
-    /// UTF-8.
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        put_str(&mut out, self.tenant.as_str());
-        put_str(&mut out, &self.marker.agent_id);
-        put_varint(&mut out, self.marker.sequence);
-        // 0: no window end (an HTTP write); else the window end plus one.
-        put_varint(
-            &mut out,
-            self.window_end.map_or(0, |end| end.saturating_add(1)),
-        );
-        put_varint(&mut out, self.write);
-        put_varint(&mut out, self.profiles.len() as u64);
-        for (bucket, profile) in &self.profiles {
-            put_varint(&mut out, *bucket);
-            put_str(&mut out, profile.series.app());
-            put_varint(&mut out, profile.series.labels().len() as u64);
-            for (name, value) in profile.series.labels().iter() {
-                put_str(&mut out, name);
-                put_str(&mut out, value);
-            }
-            put_str(&mut out, &profile.meta.spy_name);
-            put_varint(&mut out, u64::from(profile.meta.sample_rate));
-            put_str(&mut out, &profile.meta.units);
-            out.push(match profile.meta.aggregation {
-                Aggregation::Sum => 0,
-                Aggregation::Average => 1,
-            });
-            let tree = profile.tree.encode();
-            put_varint(&mut out, tree.len() as u64);
-            out.extend_from_slice(&tree);
+    /// The record as its log frames it.
+    fn frame(&self) -> Vec<u8> {
+        RecordRef {
+            tenant: self.tenant.as_str(),
+            marker: &self.marker,
+            window_end: self.window_end,
+            write: self.write,
+            profiles: &self.profiles,
         }
-        out
+        .frame()
     }
-
-    /// Decodes [`Record::encode`]'s bytes; `None` when they are malformed.
-    pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
-        let mut r = bytes;
-        let tenant = Tenant::new(take(&mut r)?).ok()?;
-        let agent_id = take(&mut r)?.to_owned();
-        let sequence = varint(&mut r)?;
-        let window_end = varint(&mut r)?.checked_sub(1);
-        let write = varint(&mut r)?;
-        let count = usize::try_from(varint(&mut r)?).ok()?;
-        let mut profiles = Vec::with_capacity(count.min(r.len()));
-        for _ in 0..count {
-            let bucket = varint(&mut r)?;
-            let app = take(&mut r)?.to_owned();
-            let labels = usize::try_from(varint(&mut r)?).ok()?;
-            let mut pairs = Vec::with_capacity(labels.min(r.len()));
-            for _ in 0..labels {
-                pairs.push((take(&mut r)?.to_owned(), take(&mut r)?.to_owned()));
-            }
-            let series = Series::new(app, Labels::from_pairs(pairs).ok()?).ok()?;
-            let spy_name = take(&mut r)?.to_owned();
-            let sample_rate = u32::try_from(varint(&mut r)?).ok()?;
-            let units = take(&mut r)?.to_owned();
-            let (&aggregation, rest) = r.split_first()?;
-            r = rest;
-            let aggregation = match aggregation {
-                0 => Aggregation::Sum,
-                1 => Aggregation::Average,
-                _ => return None,
-            };
-            let len = usize::try_from(varint(&mut r)?).ok()?;
-            let (tree, rest) = r.split_at_checked(len)?;
-            r = rest;
-            let tree = Tree::decode(tree).ok()?;
-            let at = UNIX_EPOCH + Duration::from_secs(bucket);
-            profiles.push((
-                bucket,
-                Profile {
-                    series,
-                    meta: ProfileMeta {
-                        spy_name,
-                        sample_rate,
-                        units,
-                        aggregation,
-                    },
-                    from: at,
-                    until: at + Duration::from_secs(crate::store::BUCKET),
-                    tree,
-                },
-            ));
-        }
-        r.is_empty().then_some(Record {
-            tenant,
-            marker: Marker { agent_id, sequence },
-            window_end,
-            write,
-            profiles,
-        })
-    }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push(value as u8 | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    put_varint(out, s.len() as u64);
-    out.extend_from_slice(s.as_bytes());
-}
-
-fn varint(r: &mut &[u8]) -> Option<u64> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let (&byte, rest) = r.split_first()?;
-        *r = rest;
-        value |= u64::from(byte & 0x7f).checked_shl(shift)?;
-        if byte < 0x80 {
-            return Some(value);
-        }
-    }
-    None
-}
-
-fn take<'a>(r: &mut &'a [u8]) -> Option<&'a str> {
-    let len = usize::try_from(varint(r)?).ok()?;
-    let (s, rest) = r.split_at_checked(len)?;
-    *r = rest;
-    std::str::from_utf8(s).ok()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
     use super::*;
 
-    #[test]
-    fn records_round_trip_and_refuse_damage() {
-        let mut tree = Tree::new();
+    fn record(tenant: &str) -> HeadRecord {
+        let mut tree = smolder_common::Tree::new();
         tree.insert_names(["main", "work"], 7);
         let at = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        let record = Record {
-            tenant: Tenant::anonymous(),
+        HeadRecord {
+            tenant: tenant.into(),
             marker: Marker {
                 agent_id: "host-1".into(),
                 sequence: 9,
@@ -664,26 +541,28 @@ mod tests {
             profiles: vec![(
                 1_700_000_000,
                 Profile {
-                    series: Series::parse("app.cpu{env=prod}").unwrap(),
-                    meta: ProfileMeta::default(),
+                    series: smolder_common::Series::parse("app.cpu{env=prod}").unwrap(),
+                    meta: smolder_common::ProfileMeta::default(),
                     from: at,
-                    until: at + Duration::from_secs(10),
-                    tree: tree.clone(),
+                    until: at + Duration::from_secs(crate::store::BUCKET),
+                    tree,
                 },
             )],
-        };
-        let bytes = record.encode();
-        let back = Record::decode(&bytes).unwrap();
-        assert_eq!(back.marker, record.marker);
-        assert_eq!((back.window_end, back.write), (record.window_end, 3));
-        assert_eq!(back.profiles[0].1.tree, tree);
-        assert_eq!(back.profiles[0].1.series, record.profiles[0].1.series);
-        for len in 0..bytes.len() {
-            assert!(
-                Record::decode(&bytes[..len]).is_none(),
-                "truncated at {len}"
-            );
         }
+    }
+
+    #[test]
+    fn records_round_trip_and_refuse_an_invalid_tenant() {
+        let written = record("team-a");
+        let frame = written.as_ref().frame();
+        let (back, len) = unframe(&frame).unwrap();
+        assert_eq!(len, frame.len());
+        assert_eq!(back.tenant.as_str(), "team-a");
+        assert_eq!(back.frame(), frame);
+        let err = unframe(&record("no/slash").as_ref().frame()).err().unwrap();
+        assert!(err.contains("invalid tenant"), "{err}");
+        let err = unframe(&frame[..frame.len() - 1]).err().unwrap();
+        assert!(err.contains("head log record: truncated"), "{err}");
     }
 
     #[test]
