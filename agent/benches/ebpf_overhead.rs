@@ -22,11 +22,15 @@
 //! and perf.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+use smolder_test_support::net::{LOOPBACK_ANY_PORT, silent_udp};
+use smolder_test_support::process::{Process, daemon};
+use smolder_test_support::prometheus::Metrics;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_smolder-agent");
 
@@ -75,22 +79,33 @@ fn bench_dir() -> PathBuf {
     dir
 }
 
-/// Starts the release agent daemon with a config on a free port; returns it and the port.
-fn start_agent(dir: &Path) -> (Child, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+/// Starts the release agent daemon on port 0, its state in `dir` and its batches shipped to a
+/// socket that never answers; returns it and its HTTP address.
+fn start_agent(dir: &Path) -> (Process, SocketAddr) {
     let config = dir.join("agent.yaml");
-    std::fs::write(&config, format!("http:\n  listen: 127.0.0.1:{port}\n")).unwrap();
-    let child = Command::new(AGENT)
+    std::fs::write(
+        &config,
+        format!(
+            "http:\n  listen: {LOOPBACK_ANY_PORT}\nship:\n  aggregator: {}\n",
+            silent_udp()
+        ),
+    )
+    .unwrap();
+    let mut command = daemon(Path::new(AGENT), "warn");
+    command
         .arg("--config")
         .arg(&config)
-        .arg("--log-level")
-        .arg("warn")
-        .spawn()
-        .expect("the agent starts");
-    (child, port)
+        .arg("--data-dir")
+        .arg(dir.join("agent-data"));
+    let process = Process::spawn(command);
+    let addr = process.listening("http");
+    (process, addr)
+}
+
+/// Stops the agent as systemd would.
+fn stop_agent(mut agent: Process) {
+    agent.terminate();
+    agent.wait();
 }
 
 fn signal(child: &Child, signal: i32) {
@@ -174,9 +189,9 @@ fn slowdown() {
         let base = run_workload(&exe, work);
 
         // Steady state: after the first drain, which symbolizes every binary on the host once.
-        let (daemon, port) = start_agent(&dir);
+        let (daemon, addr) = start_agent(&dir);
         let warm = Instant::now();
-        while metric(&scrape(port), "smolder_agent_ebpf_drains_total") < 1.0
+        while scrape(addr).value("smolder_agent_ebpf_drains_total", &[]) < 1.0
             && warm.elapsed() < Duration::from_secs(30)
         {
             sleep(Duration::from_millis(200));
@@ -186,7 +201,7 @@ fn slowdown() {
         let after = on_sample_stats();
         bpf.0 += after.0.saturating_sub(before.0);
         bpf.1 += after.1.saturating_sub(before.1);
-        stop(daemon, libc::SIGTERM);
+        stop_agent(daemon);
 
         let recorder = Command::new("perf")
             .args(["record", "-F", "99", "-a", "-g", "-q", "-o"])
@@ -273,21 +288,18 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn scrape(port: u16) -> String {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
-    };
-    let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
+/// The agent's `/metrics`, over plain HTTP/1.0.
+fn scrape(addr: SocketAddr) -> Metrics {
+    let mut stream = TcpStream::connect(addr).expect("the agent's port answers");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .expect("sending the request");
     let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    text
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    stream
+        .read_to_string(&mut text)
+        .expect("reading the answer");
+    let (_, body) = text.split_once("\r\n\r\n").expect("a head and a body");
+    Metrics::parse(body).expect("Prometheus text")
 }
 
 fn footprint() {
@@ -306,7 +318,7 @@ fn footprint() {
                 .expect("a workload process starts")
         })
         .collect();
-    let (daemon, port) = start_agent(&dir);
+    let (daemon, addr) = start_agent(&dir);
     let pid = daemon.id();
     // Two windows to learn every process and parse every binary once.
     sleep(Duration::from_secs(25));
@@ -321,8 +333,8 @@ fn footprint() {
     let hwm = status_kib(pid, "VmHWM:");
     let anon = status_kib(pid, "RssAnon:");
     let file = status_kib(pid, "RssFile:");
-    let metrics = scrape(port);
-    stop(daemon, libc::SIGTERM);
+    let metrics = scrape(addr);
+    stop_agent(daemon);
     for process in &mut processes {
         let _ = process.kill();
         let _ = process.wait();
@@ -344,12 +356,12 @@ fn footprint() {
     );
     println!(
         "  samples {:.0}, drains {:.0}, processes tracked {:.0}, open files {:.0}, cached frames {:.0}, truncated stacks {:.0}",
-        metric(&metrics, "smolder_agent_ebpf_samples_total"),
-        metric(&metrics, "smolder_agent_ebpf_drains_total"),
-        metric(&metrics, "smolder_agent_ebpf_processes "),
-        metric(&metrics, "smolder_agent_symbolize_open_files "),
-        metric(&metrics, "smolder_agent_symbolize_cached_frames "),
-        metric(&metrics, "smolder_agent_symbolize_truncated_stacks_total"),
+        metrics.value("smolder_agent_ebpf_samples_total", &[]),
+        metrics.value("smolder_agent_ebpf_drains_total", &[]),
+        metrics.value("smolder_agent_ebpf_processes", &[]),
+        metrics.value("smolder_agent_symbolize_open_files", &[]),
+        metrics.value("smolder_agent_symbolize_cached_frames", &[]),
+        metrics.value("smolder_agent_symbolize_truncated_stacks_total", &[]),
     );
     std::fs::remove_dir_all(&dir).ok();
 }

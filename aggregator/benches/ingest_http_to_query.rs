@@ -21,6 +21,7 @@ use smolder_aggregator::app::{self, Running};
 use smolder_aggregator::config::Config;
 use smolder_common::pprof::{self, EncodeOptions};
 use smolder_common::{Corpus, CorpusConfig, Tree, to_folded};
+use smolder_test_support::prometheus::Metrics;
 
 /// Distinct bucket bodies; the day cycles through them (generating 8640 would dominate).
 const BODIES: usize = 48;
@@ -248,14 +249,10 @@ async fn settle(http: &reqwest::Client, addr: SocketAddr) {
             .text()
             .await
             .unwrap();
-        let value = |name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
-                .unwrap_or(-1.0)
-        };
+        let metrics = Metrics::parse(&text).unwrap();
         let now = (
-            value("smolder_aggregator_store_head_series") as i64,
-            value("smolder_aggregator_store_blocks") as i64,
+            metrics.value("smolder_aggregator_store_head_series", &[]) as i64,
+            metrics.value("smolder_aggregator_store_blocks", &[]) as i64,
         );
         if now.0 == 0 && Some(now) == last {
             stable += 1;

@@ -14,6 +14,7 @@ use smolder_agent::config::Config;
 use smolder_agent::ebpf;
 use smolder_agent::relabel::RelabelConfig;
 use smolder_common::Profile;
+use smolder_test_support::prometheus::Metrics;
 
 /// Serialises the tests of this module: each samples the whole host.
 static HOST: Mutex<()> = Mutex::new(());
@@ -414,11 +415,11 @@ fn service_name_comes_from_the_systemd_unit_else_the_executable() {
     );
 }
 
+/// Metric `name` in `text`, all its samples summed; a missing metric fails the test.
 fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|line| line.starts_with(name))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    Metrics::parse(text)
+        .expect("Prometheus text")
+        .value(name, &[])
 }
 
 #[test]

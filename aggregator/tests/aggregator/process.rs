@@ -1,38 +1,27 @@
 //! The aggregator as a process: acknowledged data survives `kill -9`, and a second aggregator
 //! on the same data directory refuses to start.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A free loopback port: bound, read, released. Another process could take it in between, which
-/// is unlikely on a test machine and would fail the test loudly rather than wrongly.
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
+use smolder_test_support::process::{Process, daemon};
 
-fn spawn(data_dir: &Path, addr: SocketAddr) -> Child {
+/// An aggregator on `data_dir`, both listeners on port 0.
+fn spawn(data_dir: &Path) -> Process {
     let config = data_dir.with_extension("yaml");
     std::fs::write(
         &config,
-        format!("http:\n  listen: {addr}\ningest:\n  quic:\n    listen: 127.0.0.1:0\n"),
+        "http:\n  listen: 127.0.0.1:0\ningest:\n  quic:\n    listen: 127.0.0.1:0\n",
     )
     .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_smolder-aggregator"))
+    let mut command = daemon(Path::new(env!("CARGO_BIN_EXE_smolder-aggregator")), "warn");
+    command
         .arg("--data-dir")
         .arg(data_dir)
         .arg("--config")
-        .arg(&config)
-        .arg("--log-level")
-        .arg("warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the aggregator binary starts")
+        .arg(&config);
+    Process::spawn(command)
 }
 
 async fn wait_ready(http: &reqwest::Client, addr: SocketAddr) {
@@ -53,8 +42,8 @@ async fn acknowledged_profiles_survive_kill_9() {
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
     let http = reqwest::Client::new();
-    let addr = free_port();
-    let mut child = spawn(&data, addr);
+    let mut child = spawn(&data);
+    let addr = child.listening("http");
     wait_ready(&http, addr).await;
 
     // Concurrent writers, each acknowledged before the kill; recent enough that retention keeps
@@ -84,11 +73,10 @@ async fn acknowledged_profiles_survive_kill_9() {
         assert_eq!(response.status(), 200, "write {i}");
         acknowledged += i as u64 + 1;
     }
-    child.kill().expect("SIGKILL");
-    child.wait().unwrap();
+    child.kill();
 
-    let addr = free_port();
-    let mut child = spawn(&data, addr);
+    let mut child = spawn(&data);
+    let addr = child.listening("http");
     wait_ready(&http, addr).await;
     let render: serde_json::Value = http
         .get(format!(
@@ -102,8 +90,7 @@ async fn acknowledged_profiles_survive_kill_9() {
         .await
         .unwrap();
     assert_eq!(render["flamebearer"]["numTicks"], acknowledged, "{render}");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
 }
 
 #[tokio::test]
@@ -111,51 +98,44 @@ async fn a_second_aggregator_on_the_same_directory_fails_clearly() {
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
     let http = reqwest::Client::new();
-    let addr = free_port();
-    let mut first = spawn(&data, addr);
+    let mut first = spawn(&data);
+    let addr = first.listening("http");
     wait_ready(&http, addr).await;
 
-    let second = spawn(&data, free_port()).wait_with_output().unwrap();
-    assert!(!second.status.success());
-    let stderr = String::from_utf8_lossy(&second.stderr);
+    let mut second = spawn(&data);
+    assert!(!second.wait().success());
+    let stderr = second.log();
     assert!(
         stderr.contains("is in use by another aggregator"),
         "{stderr}"
     );
-    first.kill().unwrap();
-    first.wait().unwrap();
+    first.kill();
 }
 
-/// Starts the aggregator with `extra` YAML under `store:` and `env` set, stderr to `log`.
-fn spawn_store(
-    data_dir: &Path,
-    addr: SocketAddr,
-    store: &str,
-    env: &[(&str, &str)],
-    log: &Path,
-) -> Child {
+/// An aggregator on `data_dir` with `store` YAML under `store:` and `env` set, both listeners
+/// on port 0, logging the store's info lines (the test pauses among them).
+fn spawn_store(data_dir: &Path, store: &str, env: &[(&str, &str)]) -> Process {
     let config = data_dir.with_extension("yaml");
     std::fs::write(
         &config,
         format!(
-            "http:\n  listen: {addr}\ningest:\n  quic:\n    listen: 127.0.0.1:0\nstore:\n{store}"
+            "http:\n  listen: 127.0.0.1:0\ningest:\n  quic:\n    listen: 127.0.0.1:0\nstore:\n{store}"
         ),
     )
     .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_smolder-aggregator"));
+    let mut command = daemon(
+        Path::new(env!("CARGO_BIN_EXE_smolder-aggregator")),
+        "warn,smolder_aggregator::store=info",
+    );
     command
         .arg("--data-dir")
         .arg(data_dir)
         .arg("--config")
-        .arg(&config)
-        .arg("--log-level")
-        .arg("warn,smolder_aggregator::store=info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
+        .arg(&config);
     for (name, value) in env {
         command.env(name, value);
     }
-    command.spawn().expect("the aggregator binary starts")
+    Process::spawn(command)
 }
 
 /// Every stack of `app` over `[from, until)` with its value, from `/render`'s folded output.
@@ -196,7 +176,6 @@ async fn kill_9_during_ingest_cut_and_compaction_loses_and_doubles_nothing() {
         .unwrap_or(20);
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
-    let log = root.path().join("log");
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -223,8 +202,8 @@ async fn kill_9_during_ingest_cut_and_compaction_loses_and_doubles_nothing() {
     };
     while (in_ingest < wanted || in_cut < wanted || in_merge < wanted) && rounds < 400 {
         rounds += 1;
-        let addr = free_port();
-        let mut child = spawn_store(&data, addr, store, &pause, &log);
+        let mut child = spawn_store(&data, store, &pause);
+        let addr = child.listening("http");
         wait_ready(&http, addr).await;
         let writer = {
             let http = http.clone();
@@ -250,10 +229,11 @@ async fn kill_9_during_ingest_cut_and_compaction_loses_and_doubles_nothing() {
         sent += 200;
         tokio::time::sleep(Duration::from_millis(random(2_500))).await;
         let writing = !writer.is_finished();
-        child.kill().expect("SIGKILL");
-        child.wait().unwrap();
+        child.kill();
+        // Reaped already; this waits for the reader of its stderr to see the last lines.
+        child.wait();
         acked.extend(writer.await.unwrap());
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let text = child.log();
         let last_pause = text.lines().rev().find(|l| l.contains("test pause"));
         match last_pause {
             Some(line) if !line.contains("pause over") && line.contains("cut written") => {
@@ -270,8 +250,8 @@ async fn kill_9_during_ingest_cut_and_compaction_loses_and_doubles_nothing() {
     );
 
     // A clean start: the head replays, is cut, and compaction runs.
-    let addr = free_port();
-    let mut child = spawn_store(&data, addr, store, &[], &log);
+    let mut child = spawn_store(&data, store, &[]);
+    let addr = child.listening("http");
     wait_ready(&http, addr).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let read = stacks(&http, addr, "crash.cpu", base, base + 20_000).await;
@@ -286,10 +266,9 @@ async fn kill_9_during_ingest_cut_and_compaction_loses_and_doubles_nothing() {
         read.values().all(|&v| v == 1),
         "a write counted twice: {read:?}"
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
 
-    let check = Command::new(env!("CARGO_BIN_EXE_smolder-aggregator"))
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_smolder-aggregator"))
         .arg("--data-dir")
         .arg(&data)
         .arg("check")
