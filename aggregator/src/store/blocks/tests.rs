@@ -284,6 +284,35 @@ async fn a_crash_between_writing_a_cut_and_deleting_the_head_counts_nothing_twic
     assert_eq!(total(&store, "app.cpu", base, base + 100), 7);
 }
 
+/// A write's record durable in its log, the write counter's update not (a kill between the
+/// two syncs): the replayed record is cut into a block, and a later write must not take its
+/// number again, or its marker would equal the block's and the write would be dropped as a
+/// retry (found by the kill -9 test).
+#[tokio::test]
+async fn a_write_number_replayed_from_the_log_is_never_given_out_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let store = open(dir.path());
+    write(&store, vec![profile("app.cpu", base, &[("a", 1)])]).await;
+    // As if the process died after the log's sync and before the database's.
+    let mut batch = sled::Batch::default();
+    wal::Wal::set_meta(&mut batch, "next_write", &1u64.to_be_bytes());
+    store.inner.shared.wal.apply(batch).unwrap();
+    store.inner.shared.wal.flush().unwrap();
+    let store = reopen(store, dir.path(), StoreConfig::default()).await;
+    store.cut(at(base + 2_000)).await.unwrap();
+    let store = reopen(store, dir.path(), StoreConfig::default()).await;
+    write(&store, vec![profile("app.cpu", base + 10, &[("b", 2)])]).await;
+    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
+    // Replayed with the block of its range there: kept, being another write.
+    let store = reopen(store, dir.path(), StoreConfig::default()).await;
+    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
+    store.cut(at(base + 2_000)).await.unwrap();
+    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
+    store.compact(at(base + 20_000)).await.unwrap();
+    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
+}
+
 #[tokio::test]
 async fn a_crash_between_writing_a_merge_and_deleting_its_inputs_shows_the_merge_only() {
     let dir = tempfile::tempdir().unwrap();

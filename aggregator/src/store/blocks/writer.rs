@@ -186,6 +186,10 @@ impl Writer {
         for range in changed {
             writer.shared.wal.rewrite_range(range, &by_range[&range])?;
         }
+        // A replayed record's number may be newer than the stored counter (a kill between the
+        // log's sync and the database's); once its range is cut, only the counter remembers it,
+        // and a number given out twice is a marker that replay and compaction take for a retry.
+        Wal::set_meta(&mut batch, "next_write", &next_write.to_be_bytes());
         writer.shared.wal.apply(batch)?;
         writer.shared.wal.flush()?;
         writer.next_write = next_write;
