@@ -438,12 +438,24 @@ async fn retention_deletes_whole_blocks_by_age_and_the_oldest_past_the_size_limi
     }
     store.cut(at(base + 30_000)).await.unwrap();
     assert_eq!(block_count(&store), 3);
+    let blocks_bytes = || -> u64 {
+        walk(&dir.path().join("blocks"))
+            .iter()
+            .map(|f| f.metadata().unwrap().len())
+            .sum()
+    };
+    let before = blocks_bytes();
     let report = store
         .enforce_retention(at(base + 30 * 86_400 + 10_000))
         .await
         .unwrap();
     assert_eq!(report.blocks, 1);
     assert_eq!(total(&store, "app.cpu", base, base + 30_000), 2);
+    let after = blocks_bytes();
+    assert!(
+        after < before && walk(&dir.path().join("blocks")).len() == 2,
+        "the aged-out block's file is gone at once: {before} -> {after} bytes"
+    );
     let store = reopen(
         store,
         dir.path(),
