@@ -207,14 +207,15 @@ async fn run(buckets: u64, fresh: bool) {
     );
     server.stop().await.unwrap();
 
-    // 4. Retention cycling: a disk limit a quarter of what four rounds of data need, so
-    // size-based retention keeps deleting the oldest blocks while new data arrives.
+    // 4. Retention cycling: a disk limit a quarter of what four rounds of data need (a quarter
+    // day compacts to about 10 MiB), so size-based retention keeps deleting the oldest blocks
+    // while new data arrives.
     let cycle_dir = tempfile::tempdir().unwrap();
     let mut config = Config::default();
     let limit: u64 = std::env::var("SMOLDER_BENCH_LIMIT_MIB")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
+        .unwrap_or(10);
     config.store.max_disk_bytes = limit << 20;
     config.store.retention_interval = Duration::from_secs(1);
     let server = start(config, cycle_dir.path()).await;
