@@ -20,7 +20,8 @@
 //! `counts.rs` drains the double-buffered counts and stacks maps into [`StackCount`]s,
 //! `events.rs` reads the process-event ring buffer, `errors.rs` the per-CPU error counters.
 //! Then [`process`] (the process table and labels from `/proc`), [`symbolize`] (addresses to
-//! names), `profiles.rs` (symbolized samples to one tree per series and kind) and [`metrics`]
+//! names), [`python`] (CPython processes: their release, threads and frames read from their
+//! memory), `profiles.rs` (symbolized samples to one tree per series and kind) and [`metrics`]
 //! (`smolder_agent_ebpf_*`, `smolder_agent_symbolize_*`). `sample.rs` holds what every stage
 //! of this source passes on: [`SampleKind`], [`Stack`], [`StackCount`].
 
@@ -31,6 +32,7 @@ pub mod loader;
 pub mod metrics;
 pub mod process;
 mod profiles;
+pub mod python;
 mod sample;
 pub mod symbolize;
 

@@ -2,6 +2,8 @@
 
 /// The eBPF source: the real sampler, loaded as root, sampling workloads the tests build.
 mod ebpf;
+/// CPython read from user space: detection, offsets per release, threads, frames, names.
+mod python;
 /// Rules: the documented example on every window, `/exported-metrics`, invalid rules.
 mod rules;
 /// Pull mode: scraping real pprof targets, bad targets, TLS and auth, file and HTTP discovery.

@@ -1,0 +1,154 @@
+//! CPython: which processes run it, and their Python stacks read from their memory.
+//!
+//! Input: process ids the eBPF source has seen. Output: for each CPython process, the
+//! interpreter found in it ([`ProcessInterpreter`]: release, layout, addresses), and, once
+//! attached ([`PythonProcess`]), its threads, their frames and the frames' names,
+//! `qualname (path:first_line)`. Caller: the eBPF source. Owns an open `/proc/PID/mem` per
+//! attached process and the per-binary cache of inspected interpreters ([`Detector`]).
+//!
+//! Supported: CPython 3.11, 3.12 and 3.13 on x86-64 with glibc, linked statically or as
+//! `libpython3.X.so`. Everything else that is CPython (older, newer, pre-releases, free-threaded,
+//! musl) is detected and reported as [`Unsupported`], never walked with guessed offsets.
+//!
+//! Files: `detect.rs` finds the interpreter and its release in a process's binaries;
+//! `layout.rs` holds the offsets per release (tables for 3.11 and 3.12, 3.13's own
+//! `_Py_DebugOffsets`); `memory.rs` reads `/proc/PID/mem`; `reader.rs` walks interpreters,
+//! threads and frames; `names.rs` reads code objects and strings and caches names.
+
+mod detect;
+mod layout;
+mod memory;
+mod names;
+mod reader;
+
+use std::io;
+use std::path::PathBuf;
+
+pub use detect::{
+    Detector, Interpreter, ProcessInterpreter, PythonVersion, Target, Unsupported, inspect,
+};
+pub use layout::{EntryMarker, FrameAnchor, Layout};
+pub use memory::Memory;
+pub use names::{CodeInfo, CodeName, NameCache, read_code, read_string};
+pub use reader::{
+    Frame, MAX_FRAMES, MAX_INTERPRETERS, MAX_THREADS, PythonProcess, RawFrame, ThreadStack,
+    ThreadState,
+};
+
+/// Why a CPython process or binary could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PythonError {
+    /// `/proc/PID/maps` could not be read: the process has exited.
+    #[error("reading the memory map of process {pid} failed")]
+    Maps {
+        /// The process.
+        pid: u32,
+        /// Why.
+        source: io::Error,
+    },
+    /// A binary's symbol tables could not be read.
+    #[error("reading the symbols of {path} failed")]
+    Inspect {
+        /// The binary, as opened.
+        path: PathBuf,
+        /// What blazesym reported.
+        source: Box<blazesym::Error>,
+    },
+    /// `Py_Version` or `_Py_DebugOffsets` could not be read from a binary.
+    #[error("reading {path} failed")]
+    ReadBinary {
+        /// The binary, as opened.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// 3.13's `_Py_DebugOffsets` disagrees with the binary or with itself.
+    #[error("the debug offsets of CPython {version:#x} are unusable: {what}")]
+    DebugOffsets {
+        /// `Py_Version`.
+        version: u32,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// The interpreter is a free-threaded build.
+    #[error("CPython {version:#x} is a free-threaded build")]
+    FreeThreaded {
+        /// `Py_Version`.
+        version: u32,
+    },
+    /// The interpreter's symbols lie outside the process's mappings of its binary.
+    #[error("process {pid} does not map the CPython state of {path}")]
+    Unmapped {
+        /// The process.
+        pid: u32,
+        /// The binary.
+        path: PathBuf,
+    },
+    /// `/proc/PID/mem` could not be opened: the process has exited, or the agent lacks
+    /// `CAP_SYS_PTRACE`.
+    #[error("opening the memory of process {pid} failed")]
+    OpenMemory {
+        /// The process.
+        pid: u32,
+        /// Why.
+        source: io::Error,
+    },
+    /// A range of the process's memory could not be read: unmapped, or the process has exited.
+    #[error("reading {len} bytes at {addr:#x} of process {pid} failed")]
+    Read {
+        /// The process.
+        pid: u32,
+        /// The address.
+        addr: u64,
+        /// The bytes asked for.
+        len: usize,
+        /// Why.
+        source: io::Error,
+    },
+    /// What a frame runs is not a code object: the frame changed while it was read, or the
+    /// object was freed.
+    #[error("the object at {addr:#x} of process {pid} is not a code object")]
+    NotCode {
+        /// The process.
+        pid: u32,
+        /// The object's address.
+        addr: u64,
+    },
+    /// A code object's name or file name is not a string the reader knows.
+    #[error("the object at {addr:#x} of process {pid} is not a readable str: {what}")]
+    NotString {
+        /// The process.
+        pid: u32,
+        /// The object's address.
+        addr: u64,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// The interpreter's lists do not hold together: the layout is wrong, or they changed
+    /// while read.
+    #[error("the CPython state of process {pid} is inconsistent: {what}")]
+    Inconsistent {
+        /// The process.
+        pid: u32,
+        /// What is wrong.
+        what: &'static str,
+    },
+}
+
+impl PythonError {
+    /// The error as a bounded metric label value.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PythonError::Maps { .. } => "maps",
+            PythonError::Inspect { .. } | PythonError::ReadBinary { .. } => "binary",
+            PythonError::DebugOffsets { .. } => "debug_offsets",
+            PythonError::FreeThreaded { .. } => "free_threaded",
+            PythonError::Unmapped { .. } => "unmapped",
+            PythonError::OpenMemory { .. } => "open_memory",
+            PythonError::Read { .. } => "read",
+            PythonError::NotCode { .. } => "not_code",
+            PythonError::NotString { .. } => "not_string",
+            PythonError::Inconsistent { .. } => "inconsistent",
+        }
+    }
+}
