@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -667,4 +668,29 @@ fn the_reader_finds_the_threads_of_subinterpreters() {
             "{label}: paused in run_string"
         );
     }
+}
+
+#[test]
+fn musl_processes_are_detected_and_left_unsupported() {
+    // A process as /proc would show one: Debian's python3.11 mapped beside musl's loader, its
+    // binary reached through the process's root (as in a container).
+    let proc = tempfile::tempdir().unwrap();
+    let dir = proc.path().join("4242");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::symlink("/", dir.join("root")).unwrap();
+    std::os::unix::fs::symlink("/usr/bin/python3.11", dir.join("exe")).unwrap();
+    let python = std::fs::metadata("/usr/bin/python3.11").unwrap();
+    // The device number only has to be the same on both lines.
+    let maps = format!(
+        "00400000-00a00000 r-xp 00000000 fd:01 {} /usr/bin/python3.11\n\
+         7f0000000000-7f0000100000 r-xp 00000000 fd:01 77 /lib/ld-musl-x86_64.so.1\n",
+        python.ino(),
+    );
+    std::fs::write(dir.join("maps"), maps).unwrap();
+    let found = Detector::default()
+        .process(proc.path(), 4242)
+        .unwrap()
+        .expect("CPython is detected");
+    assert_eq!(found.target, Err(Unsupported::Musl));
+    assert_eq!(found.interpreter.version_label(), "3.11");
 }
