@@ -12,6 +12,8 @@ fn main() {
     let clang = env::var("CLANG").unwrap_or_else(|_| "clang".to_owned());
     println!("cargo:rerun-if-changed=src/sampler.bpf.c");
     println!("cargo:rerun-if-changed=src/sampler.h");
+    println!("cargo:rerun-if-changed=src/python.h");
+    println!("cargo:rerun-if-changed=src/python.bpf.h");
     println!("cargo:rerun-if-env-changed=CLANG");
     // -g keeps BTF, which aya needs for BTF-defined maps; -Werror keeps the contract warning-free.
     let status = Command::new(&clang)

@@ -8,6 +8,9 @@
  * buffer when first sampled, and again when they exec or exit, so the agent can capture their
  * memory maps while they are alive.
  *
+ * Samples of CPython processes the agent registered in `python_procs` carry their Python stack
+ * instead of the user stack (python.bpf.h, contract in python.h).
+ *
  * The kernel requires a GPL-compatible licence for bpf_get_stackid and the ring buffer helpers.
  */
 #include <linux/types.h>
@@ -16,6 +19,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "sampler.h"
+#include "python.bpf.h"
 
 #define EEXIST 17
 #define EFAULT 14
@@ -91,14 +95,30 @@ static __always_inline __s32 stack_id(long id, __u32 collision, __u32 other)
 }
 
 static __always_inline void count_sample(struct bpf_perf_event_data *ctx, void *counts,
-					 void *stacks, __u32 tgid)
+					 void *stacks, void *python_stacks, __u32 buffer,
+					 __u64 pid_tgid)
 {
-	struct sample_key key = { .tgid = tgid };
-	/* BPF_F_FAST_STACK_CMP: equal hashes are the same stack, without comparing frames. */
-	key.user_stack_id = stack_id(bpf_get_stackid(ctx, stacks,
-						     BPF_F_USER_STACK | BPF_F_FAST_STACK_CMP),
-				     SMOLDER_ERR_USER_STACK_COLLISION,
-				     SMOLDER_ERR_USER_STACK_OTHER);
+	__u32 tgid = pid_tgid >> 32;
+	struct sample_key key = { .tgid = tgid, .user_stack_id = -EFAULT };
+	struct python_proc *proc = bpf_map_lookup_elem(&python_procs, &tgid);
+	if (proc) {
+		__u32 zero = 0;
+		struct python_scratch *scratch = bpf_map_lookup_elem(&python_scratch, &zero);
+		if (scratch) {
+			struct python_stack_key python = {};
+			key.python_status = python_stack(proc, scratch, tgid, (__u32)pid_tgid, buffer,
+							 python_stacks, &python);
+			key.python_len = python.len;
+			key.python_hash = python.hash;
+		}
+	}
+	/* A Python stack stands for the user stack (Python-only stacks). */
+	if (key.python_status != SMOLDER_PYTHON_OK && key.python_status != SMOLDER_PYTHON_TRUNCATED)
+		/* BPF_F_FAST_STACK_CMP: equal hashes are the same stack, without comparing frames. */
+		key.user_stack_id = stack_id(bpf_get_stackid(ctx, stacks,
+							     BPF_F_USER_STACK | BPF_F_FAST_STACK_CMP),
+					     SMOLDER_ERR_USER_STACK_COLLISION,
+					     SMOLDER_ERR_USER_STACK_OTHER);
 	key.kernel_stack_id = stack_id(bpf_get_stackid(ctx, stacks, BPF_F_FAST_STACK_CMP),
 				       SMOLDER_ERR_KERNEL_STACK_COLLISION,
 				       SMOLDER_ERR_KERNEL_STACK_OTHER);
@@ -122,7 +142,8 @@ static __always_inline void count_sample(struct bpf_perf_event_data *ctx, void *
 SEC("perf_event")
 int on_sample(struct bpf_perf_event_data *ctx)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
 	/* tgid 0 is the idle task. */
 	if (tgid == 0 || tgid == self_tgid)
 		return 0;
@@ -136,9 +157,9 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	__u32 zero = 0;
 	__u32 *active = bpf_map_lookup_elem(&buffer, &zero);
 	if (active && *active == 1)
-		count_sample(ctx, &counts_1, &stacks_1, tgid);
+		count_sample(ctx, &counts_1, &stacks_1, &python_stacks_1, 1, pid_tgid);
 	else
-		count_sample(ctx, &counts_0, &stacks_0, tgid);
+		count_sample(ctx, &counts_0, &stacks_0, &python_stacks_0, 0, pid_tgid);
 	return 0;
 }
 
@@ -148,9 +169,14 @@ int on_sample(struct bpf_perf_event_data *ctx)
 SEC("raw_tp/sched_process_exec")
 int on_exec(void *ctx)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	__u32 tid = pid_tgid;
 	if (tgid == self_tgid)
 		return 0;
+	/* A new image: whatever CPython state the process had is gone (the agent looks again). */
+	bpf_map_delete_elem(&python_procs, &tgid);
+	bpf_map_delete_elem(&python_threads, &tid);
 	if (bpf_map_delete_elem(&seen, &tgid) == 0)
 		send_event(tgid, SMOLDER_EVENT_EXEC);
 	return 0;
@@ -161,9 +187,13 @@ int on_exit(void *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
+	__u32 tid = pid_tgid;
+	/* A thread id may be reused by a thread of another process: its cached state must go. */
+	bpf_map_delete_elem(&python_threads, &tid);
 	/* Only the main thread's exit ends the process for the agent; other threads come and go. */
-	if ((__u32)pid_tgid != tgid)
+	if (tid != tgid)
 		return 0;
+	bpf_map_delete_elem(&python_procs, &tgid);
 	if (bpf_map_delete_elem(&seen, &tgid) == 0)
 		send_event(tgid, SMOLDER_EVENT_EXIT);
 	return 0;

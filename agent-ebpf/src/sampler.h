@@ -44,14 +44,22 @@ enum smolder_event_kind {
 	SMOLDER_EVENT_EXIT = 3,
 };
 
-/* Key of the counts maps: one process and one pair of stacks. Stack ids are indexes into the
- * stacks map of the same buffer, or a negative errno when bpf_get_stackid failed (-EFAULT for
- * the kernel stack of a sample taken in user mode). 12 bytes, no padding. */
+/* Key of the counts maps: one process and its stacks. Stack ids are indexes into the stacks map
+ * of the same buffer, or a negative errno when bpf_get_stackid failed (-EFAULT for the kernel
+ * stack of a sample taken in user mode, and for the user stack when a Python stack replaces it).
+ * For CPython processes (python.h), python_status says what the walk found; with
+ * SMOLDER_PYTHON_OK or _TRUNCATED, (tgid, python_len, python_hash) is the python_stack_key of
+ * the sample's Python stack. 24 bytes, no padding. */
 struct sample_key {
 	__u32 tgid;
 	__s32 user_stack_id;
 	__s32 kernel_stack_id;
+	__u16 python_status;
+	__u16 python_len;
+	__u64 python_hash;
 };
+
+_Static_assert(sizeof(struct sample_key) == 24, "sample_key is 24 bytes");
 
 /* One entry of the `events` ring buffer. 8 bytes, no padding. */
 struct process_event {

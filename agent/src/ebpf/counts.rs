@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aya::maps::MapError;
-use smolder_agent_ebpf::{self as kernel, SampleKey};
+use smolder_agent_ebpf::{self as kernel, PythonStatus, SampleKey};
 
 use super::{EbpfError, SampleKind, Sampler, Stack, StackCount};
 
@@ -31,7 +31,9 @@ fn map_error(map: &'static str, action: &'static str) -> impl Fn(MapError) -> Eb
 
 impl Sampler {
     /// Switches the program to the other buffer and returns every sample of the one it wrote
-    /// since the previous drain, emptying it.
+    /// since the previous drain, emptying it (its Python stacks set too). The samples' Python
+    /// stacks are keys into the `python_events` the kernel sent for that buffer
+    /// ([`Sampler::drained_buffer`]).
     ///
     /// # Errors
     ///
@@ -86,13 +88,17 @@ impl Sampler {
                 read.insert(id, Arc::clone(&frames));
                 Ok(Stack::Frames(frames))
             };
-            let user = stack(key.user_stack_id)?;
+            let user = match key.python_stack() {
+                Some(python) => Stack::Python(python),
+                None => stack(key.user_stack_id)?,
+            };
             let kernel = stack(key.kernel_stack_id)?;
             samples.push(StackCount {
                 kind: SampleKind::Cpu,
                 pid: key.tgid,
                 user,
                 kernel,
+                python: PythonStatus::from_raw(key.python_status).unwrap_or(PythonStatus::None),
                 count,
             });
         }
@@ -108,6 +114,12 @@ impl Sampler {
                 Err(err) => return Err(map_error(stacks_name, "deleting a stack")(err)),
             }
         }
+        self.clear_python_stacks(index)?;
         Ok(samples)
+    }
+
+    /// The buffer the last [`Sampler::drain`] emptied.
+    pub fn drained_buffer(&self) -> usize {
+        1 - self.active as usize
     }
 }

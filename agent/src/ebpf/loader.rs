@@ -7,7 +7,8 @@
 //! the memory cgroup, so `RLIMIT_MEMLOCK` is not raised.
 //!
 //! What loading yields, [`Sampler`], holds the object and one field per kernel object; the map
-//! readers beside this file (`counts.rs`, `events.rs`, `errors.rs`) read them.
+//! readers beside this file (`counts.rs`, `events.rs`, `errors.rs`) and `python/maps.rs` (the
+//! Python walk's maps) read them.
 
 use std::io;
 
@@ -19,6 +20,7 @@ use smolder_agent_ebpf::{self as kernel, SampleKey};
 use tracing::{info, warn};
 
 use super::EbpfConfig;
+use super::python::PythonMaps;
 
 /// Why the sampler could not start or read its maps.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +99,8 @@ pub struct Sampler {
     pub(super) active: u32,
     /// Error counters as last read, to report increments.
     pub(super) errors_seen: [u64; kernel::ErrorIndex::ALL.len()],
+    /// `python_procs`, `python_stacks_N`, `python_events`.
+    pub(super) python: PythonMaps,
     cpus: usize,
 }
 
@@ -250,6 +254,14 @@ impl Sampler {
             .map_max_entries(kernel::MAP_COUNTS[1], config.counts_map_entries)
             .map_max_entries(kernel::MAP_STACKS[0], config.stack_map_entries)
             .map_max_entries(kernel::MAP_STACKS[1], config.stack_map_entries)
+            .map_max_entries(
+                kernel::MAP_PYTHON_STACKS[0],
+                config.python.stack_map_entries,
+            )
+            .map_max_entries(
+                kernel::MAP_PYTHON_STACKS[1],
+                config.python.stack_map_entries,
+            )
             .load(kernel::OBJECT)
             .map_err(|source| EbpfError::Load {
                 missing: missing_capabilities(true),
@@ -336,6 +348,26 @@ impl Sampler {
             kernel::MAP_ERRORS,
             PerCpuArray::try_from(take_map(&mut ebpf, kernel::MAP_ERRORS)?),
         )?;
+        let python = PythonMaps {
+            procs: typed(
+                kernel::MAP_PYTHON_PROCS,
+                HashMap::try_from(take_map(&mut ebpf, kernel::MAP_PYTHON_PROCS)?),
+            )?,
+            stacks: [
+                typed(
+                    kernel::MAP_PYTHON_STACKS[0],
+                    HashMap::try_from(take_map(&mut ebpf, kernel::MAP_PYTHON_STACKS[0])?),
+                )?,
+                typed(
+                    kernel::MAP_PYTHON_STACKS[1],
+                    HashMap::try_from(take_map(&mut ebpf, kernel::MAP_PYTHON_STACKS[1])?),
+                )?,
+            ],
+            events: typed(
+                kernel::MAP_PYTHON_EVENTS,
+                RingBuf::try_from(take_map(&mut ebpf, kernel::MAP_PYTHON_EVENTS)?),
+            )?,
+        };
         info!(
             cpus = cpus.len(),
             frequency = config.frequency,
@@ -350,6 +382,7 @@ impl Sampler {
             errors,
             active: 0,
             errors_seen: [0; kernel::ErrorIndex::ALL.len()],
+            python,
             cpus: cpus.len(),
         })
     }

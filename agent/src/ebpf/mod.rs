@@ -50,10 +50,11 @@ use tracing::{debug, info_span, warn};
 pub use errors::ErrorCounts;
 pub use events::{ProcessEvent, ProcessEventKind};
 pub use loader::{EbpfError, Sampler};
-pub use metrics::{EbpfMetrics, SymbolizeMetrics};
+pub use metrics::{EbpfMetrics, PythonMetrics, SymbolizeMetrics};
 pub use sample::{SPY_NAME, SampleKind, Stack, StackCount};
 
 use self::process::{Labeller, ProcessInfo, Processes};
+use self::python::{PythonConfig, Pythons, StackEvent};
 use self::symbolize::Symbolizer;
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -91,6 +92,8 @@ pub struct EbpfConfig {
     /// Default `30s`; they are kept at least until the drain after the exit in any case.
     #[serde(with = "smolder_common::timestamp::serde_duration")]
     pub exit_grace: Duration,
+    /// Python stacks of CPython processes.
+    pub python: PythonConfig,
 }
 
 impl Default for EbpfConfig {
@@ -102,6 +105,7 @@ impl Default for EbpfConfig {
             counts_map_entries: smolder_agent_ebpf::COUNTS_ENTRIES,
             stack_map_entries: smolder_agent_ebpf::STACKS_ENTRIES,
             exit_grace: Duration::from_secs(30),
+            python: PythonConfig::default(),
         }
     }
 }
@@ -119,6 +123,9 @@ struct Collector {
     /// Drains completed.
     drained: u64,
     events: Vec<ProcessEvent>,
+    /// The CPython processes walked; `None` when `ebpf.python.enabled` is off.
+    python: Option<Pythons>,
+    stack_events: Vec<StackEvent>,
 }
 
 impl Collector {
@@ -137,6 +144,12 @@ impl Collector {
             grace: config.ebpf.exit_grace,
             drained: 0,
             events: Vec::new(),
+            python: config
+                .ebpf
+                .python
+                .enabled
+                .then(|| Pythons::new(Path::new("/proc"), metrics.python.clone())),
+            stack_events: Vec::new(),
         })
     }
 
@@ -152,6 +165,18 @@ impl Collector {
                 let labels = self.labeller.labels(&info);
                 if labels.is_some() {
                     self.symbolizer.capture(pid)?;
+                }
+                if let Some(python) = &mut self.python {
+                    match labels.as_ref().and_then(|_| python.learn(pid)) {
+                        Some(entry) => {
+                            if let Err(err) = self.sampler.register_python(pid, &entry) {
+                                self.metrics.tier.error("python_register");
+                                warn!(pid, error = %err, "the process keeps native stacks");
+                                python.forget(pid);
+                            }
+                        }
+                        None => python.forget(pid),
+                    }
                 }
                 self.processes.seen(pid, labels, info.start_time);
             }
@@ -176,7 +201,20 @@ impl Collector {
             }
         }
         self.events = events;
+        self.poll_python();
         Ok(())
+    }
+
+    /// Takes the new Python stacks the kernel sent, naming their frames while their processes
+    /// run.
+    fn poll_python(&mut self) {
+        let Some(python) = &mut self.python else {
+            return;
+        };
+        self.sampler.poll_python_events(&mut self.stack_events);
+        for event in self.stack_events.drain(..) {
+            python.stack_sent(event);
+        }
     }
 
     /// Sleeps until `deadline`, handling process events every poll interval.
@@ -196,13 +234,18 @@ impl Collector {
         let _span = info_span!("drain").entered();
         self.poll()?;
         let started = Instant::now();
-        let samples = match self.sampler.drain() {
+        let mut samples = match self.sampler.drain() {
             Ok(samples) => samples,
             Err(err) => {
                 self.metrics.tier.error("drain");
                 return Err(err.into());
             }
         };
+        // Every stack of the drained buffer was sent before the drain read it.
+        self.poll_python();
+        if let Some(python) = &mut self.python {
+            python.name(&mut samples, self.sampler.drained_buffer());
+        }
         self.metrics
             .drain_duration
             .observe(started.elapsed().as_secs_f64());
@@ -243,6 +286,9 @@ impl Collector {
             .purge(Instant::now(), self.drained, self.grace)
         {
             self.symbolizer.forget(pid)?;
+            if let Some(python) = &mut self.python {
+                python.forget(pid);
+            }
         }
         self.metrics
             .processes

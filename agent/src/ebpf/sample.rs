@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use smolder_agent_ebpf::{PythonStackKey, PythonStatus};
 use smolder_common::{Aggregation, ProfileMeta};
 
 /// The spy name of the profiles, as Pyroscope's eBPF agent calls itself.
@@ -45,6 +46,10 @@ impl SampleKind {
 pub enum Stack {
     /// Instruction addresses, the leaf (innermost frame) first.
     Frames(Arc<[u64]>),
+    /// A CPython stack the kernel walked, by its key; [`python`](super::python) names it.
+    Python(PythonStackKey),
+    /// Frames named at the source (Python frames), the leaf first.
+    Named(Arc<[Arc<str>]>),
     /// The sample has no stack of this kind (no kernel stack for a sample in user mode, no user
     /// stack for a kernel thread).
     None,
@@ -64,6 +69,8 @@ pub struct StackCount {
     pub user: Stack,
     /// The kernel stack.
     pub kernel: Stack,
+    /// What the kernel's Python walk found ([`PythonStatus::None`] outside CPython processes).
+    pub python: PythonStatus,
     /// How many times this pair was sampled.
     pub count: u64,
 }

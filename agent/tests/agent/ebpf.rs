@@ -18,7 +18,7 @@ use smolder_common::Profile;
 /// Serialises the tests of this module: each samples the whole host.
 static HOST: Mutex<()> = Mutex::new(());
 
-fn exclusive() -> MutexGuard<'static, ()> {
+pub(crate) fn exclusive() -> MutexGuard<'static, ()> {
     HOST.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

@@ -1,9 +1,10 @@
 //! Which processes run CPython, which release, and where its runtime state lives.
 //!
-//! Per binary ([`inspect`]): a binary defining `_PyRuntime` in its symbol table is a CPython
-//! interpreter, linked statically (Debian's `/usr/bin/python3.11`) or as `libpython3.X.so`
-//! (`--enable-shared` builds, virtualenvs, embedding programs). Its release is the exported
-//! `Py_Version` constant (3.11 and later), read from the file, never guessed from a name. 3.11
+//! Per binary ([`inspect`]): an x86-64 ELF file exporting `Py_Initialize` (its dynamic symbol
+//! table, read in place from a mapping of the file) is a CPython interpreter, linked statically
+//! (Debian's `/usr/bin/python3.11`) or as `libpython3.X.so` (`--enable-shared` builds,
+//! virtualenvs, embedding programs). Its release is the exported `Py_Version` constant (3.11
+//! and later), read from the file, never guessed from a name. 3.11
 //! and 3.12 get the tables of [`Layout`]; 3.13 the `_Py_DebugOffsets` its `_PyRuntime`
 //! initialiser holds, read from the file and checked. Anything else is an interpreter the walk
 //! does not support ([`Unsupported`]): older (no `Py_Version`), newer, pre-releases of 3.11 and
@@ -17,12 +18,12 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use blazesym::inspect::Inspector;
-use blazesym::inspect::source::{Elf, Source};
+use blazesym::Mmap;
+use object::read::elf::ElfFile64;
+use object::{Architecture, Endianness, Object, ObjectSegment, ObjectSymbol};
 
 use super::PythonError;
 use super::layout::{DEBUG_OFFSETS_WORDS, Layout};
@@ -131,35 +132,56 @@ const SYMBOLS: [&str; 5] = [
     "PyUnicode_Type",
 ];
 
-/// Inspects the binary at `path`: `None` when it is not a CPython interpreter.
+/// The file offsets of [`SYMBOLS`] defined in the dynamic symbol table of `elf` (exported
+/// symbols only: a program linked against libpython imports them undefined).
+fn exported(elf: &ElfFile64<'_, Endianness>) -> [Option<u64>; SYMBOLS.len()] {
+    let mut found = [None; SYMBOLS.len()];
+    for symbol in elf.dynamic_symbols() {
+        if !symbol.is_definition() {
+            continue;
+        }
+        let Some(index) = symbol
+            .name_bytes()
+            .ok()
+            .and_then(|name| SYMBOLS.iter().position(|s| s.as_bytes() == name))
+        else {
+            continue;
+        };
+        let addr = symbol.address();
+        found[index] = elf.segments().find_map(|segment| {
+            let (offset, size) = segment.file_range();
+            let within = addr.checked_sub(segment.address())?;
+            (within < size).then(|| offset + within)
+        });
+    }
+    found
+}
+
+/// Inspects the binary at `path`: `None` when it is not an x86-64 CPython interpreter.
 ///
 /// # Errors
 ///
-/// [`PythonError::Inspect`] when its symbols cannot be read, [`PythonError::ReadBinary`] when
-/// `Py_Version` or `_Py_DebugOffsets` cannot be read from it.
+/// [`PythonError::ReadBinary`] when it cannot be mapped, [`PythonError::Inspect`] when it is an
+/// ELF file whose headers or symbols cannot be parsed.
 pub fn inspect(path: &Path) -> Result<Option<Interpreter>, PythonError> {
-    let mut elf = Elf::new(path);
-    elf.debug_syms = false;
-    // A fresh inspector per binary: its cache would only keep the file mapped.
-    let inspector = Inspector::new();
-    let found = inspector
-        .lookup(&Source::Elf(elf), &SYMBOLS)
-        .map_err(|source| PythonError::Inspect {
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        })?;
-    // Defined symbols only: a program linked against libpython imports them undefined.
-    let offset = |index: usize| {
-        found.get(index).and_then(|syms| {
-            syms.iter()
-                .find(|sym| sym.addr != 0)
-                .and_then(|sym| sym.file_offset)
-        })
-    };
-    if offset(0).is_none() {
+    let map = Mmap::builder()
+        .open(path)
+        .map_err(|source| read_error(path, std::io::Error::other(source)))?;
+    let bytes: &[u8] = &map;
+    if !bytes.starts_with(b"\x7fELF") {
         return Ok(None);
     }
-    let (runtime, code_type, unicode_type) = (offset(1), offset(3), offset(4));
+    let elf = ElfFile64::<Endianness>::parse(bytes).map_err(|source| PythonError::Inspect {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if elf.architecture() != Architecture::X86_64 {
+        return Ok(None);
+    }
+    let [initialize, runtime, version_offset, code_type, unicode_type] = exported(&elf);
+    if initialize.is_none() {
+        return Ok(None);
+    }
     let older = |runtime| Interpreter {
         version: None,
         layout: Err(Unsupported::Older),
@@ -168,22 +190,28 @@ pub fn inspect(path: &Path) -> Result<Option<Interpreter>, PythonError> {
         unicode_type,
     };
     // Py_Version and _PyRuntime exist in every release since 3.11.
-    let (Some(version_offset), Some(runtime_offset)) = (offset(2), runtime) else {
+    let (Some(version_offset), Some(runtime_offset)) = (version_offset, runtime) else {
         return Ok(Some(older(runtime)));
     };
-    let file = File::open(path).map_err(|source| read_error(path, source))?;
-    let mut word = [0u8; 8];
-    file.read_exact_at(&mut word, version_offset)
-        .map_err(|source| read_error(path, source))?;
+    let at = |offset: u64, len: usize| {
+        usize::try_from(offset)
+            .ok()
+            .and_then(|start| bytes.get(start..start.checked_add(len)?))
+            .ok_or_else(|| {
+                read_error(
+                    path,
+                    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "symbol past the end"),
+                )
+            })
+    };
     // `const unsigned long Py_Version`; PY_VERSION_HEX fits the low 32 bits.
+    let word: [u8; 8] = at(version_offset, 8)?.try_into().unwrap_or([0; 8]);
     let version = PythonVersion(u32::try_from(u64::from_le_bytes(word)).unwrap_or(0));
     let layout = match (version.major(), version.minor()) {
         (3, 11) | (3, 12) => Layout::from_table(version.0).ok_or(Unsupported::PreRelease),
         (3, 13) => {
-            let mut words = vec![0u8; DEBUG_OFFSETS_WORDS * 8];
-            file.read_exact_at(&mut words, runtime_offset)
-                .map_err(|source| read_error(path, source))?;
-            match Layout::from_debug_offsets(&words, version.0) {
+            let words = at(runtime_offset, DEBUG_OFFSETS_WORDS * 8)?;
+            match Layout::from_debug_offsets(words, version.0) {
                 Ok(layout) => Ok(layout),
                 Err(PythonError::FreeThreaded { .. }) => Err(Unsupported::FreeThreaded),
                 Err(err) => {

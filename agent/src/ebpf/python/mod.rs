@@ -1,39 +1,75 @@
 //! CPython: which processes run it, and their Python stacks read from their memory.
 //!
-//! Input: process ids the eBPF source has seen. Output: for each CPython process, the
-//! interpreter found in it ([`ProcessInterpreter`]: release, layout, addresses), and, once
-//! attached ([`PythonProcess`]), its threads, their frames and the frames' names,
-//! `qualname (path:first_line)`. Caller: the eBPF source. Owns an open `/proc/PID/mem` per
-//! attached process and the per-binary cache of inspected interpreters ([`Detector`]).
+//! Input: process ids the eBPF source has seen, and the Python stacks the kernel walked
+//! (`agent-ebpf/src/python.h`: code object and instruction pointer per frame). Output: for each
+//! CPython process, the interpreter found in it ([`ProcessInterpreter`]: release, layout,
+//! addresses) and its `python_procs` entry; the drained samples' Python stacks as frame names,
+//! `qualname (path:first_line)`, innermost first. Caller: the eBPF source's `smolder-ebpf`
+//! thread. Owns an open `/proc/PID/mem` per walked process, the names of their code objects,
+//! and the per-binary cache of inspected interpreters ([`Detector`]).
 //!
 //! Supported: CPython 3.11, 3.12 and 3.13 on x86-64 with glibc, linked statically or as
 //! `libpython3.X.so`. Everything else that is CPython (older, newer, pre-releases, free-threaded,
-//! musl) is detected and reported as [`Unsupported`], never walked with guessed offsets.
+//! musl) is detected, counted and reported as [`Unsupported`], never walked with guessed
+//! offsets: those processes keep their native stacks. Walked processes show Python stacks only
+//! (their native frames are left out); kernel frames stay below.
 //!
 //! Files: `detect.rs` finds the interpreter and its release in a process's binaries;
 //! `layout.rs` holds the offsets per release (tables for 3.11 and 3.12, 3.13's own
 //! `_Py_DebugOffsets`); `memory.rs` reads `/proc/PID/mem`; `reader.rs` walks interpreters,
-//! threads and frames; `names.rs` reads code objects and strings and caches names.
+//! threads and frames from user space (the BPF walk's oracle in the tests); `names.rs` reads
+//! code objects and strings and caches names; `maps.rs` is the reader and writer of the Python
+//! kernel objects; `table.rs` ([`Pythons`]) ties them together for the eBPF source.
 
 mod detect;
 mod layout;
+mod maps;
 mod memory;
 mod names;
 mod reader;
+mod table;
 
 use std::io;
 use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
 
 pub use detect::{
     Detector, Interpreter, ProcessInterpreter, PythonVersion, Target, Unsupported, inspect,
 };
 pub use layout::{EntryMarker, FrameAnchor, Layout};
+pub use maps::{PythonMaps, StackEvent};
 pub use memory::Memory;
 pub use names::{CodeInfo, CodeName, NameCache, read_code, read_string};
 pub use reader::{
     Frame, MAX_FRAMES, MAX_INTERPRETERS, MAX_THREADS, PythonProcess, RawFrame, ThreadStack,
     ThreadState,
 };
+pub use table::{Pythons, STACK_LOST, TRUNCATED, UNKNOWN_CODE};
+
+/// Python stacks (`ebpf.python:` in the config file).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct PythonConfig {
+    /// Whether the samples of CPython 3.11 to 3.13 processes (x86-64, glibc) carry their Python
+    /// stacks, read from the interpreter by the kernel, instead of the interpreter's native
+    /// frames. Default `true`.
+    pub enabled: bool,
+    /// Distinct Python stacks each of the two Python stack sets holds per window (about 80
+    /// bytes of kernel memory each). Default `8192`; a sample that finds the set full keeps its
+    /// native stack and is counted in
+    /// `smolder_agent_python_read_failures_total{reason="stacks_map_full"}`.
+    pub stack_map_entries: u32,
+}
+
+impl Default for PythonConfig {
+    fn default() -> Self {
+        PythonConfig {
+            enabled: true,
+            stack_map_entries: smolder_agent_ebpf::PYTHON_STACKS_ENTRIES,
+        }
+    }
+}
 
 /// Why a CPython process or binary could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -46,15 +82,15 @@ pub enum PythonError {
         /// Why.
         source: io::Error,
     },
-    /// A binary's symbol tables could not be read.
+    /// A binary's ELF headers or dynamic symbols could not be parsed.
     #[error("reading the symbols of {path} failed")]
     Inspect {
         /// The binary, as opened.
         path: PathBuf,
-        /// What blazesym reported.
-        source: Box<blazesym::Error>,
+        /// What the ELF parser reported.
+        source: object::read::Error,
     },
-    /// `Py_Version` or `_Py_DebugOffsets` could not be read from a binary.
+    /// A binary could not be mapped, or `Py_Version` or `_Py_DebugOffsets` lie past its end.
     #[error("reading {path} failed")]
     ReadBinary {
         /// The binary, as opened.

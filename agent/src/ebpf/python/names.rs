@@ -3,8 +3,11 @@
 //! One name per function, not per line, so that flame graphs merge a function's samples across
 //! samples and processes. A [`NameCache`] keeps the names of one process by code object address,
 //! with what identifies the object (its type, name and file pointers, first line and length):
-//! a name is handed out again only after the object at that address still has them, so an
-//! object freed and replaced by another at the same address is read afresh.
+//! [`NameCache::resolve`] hands a name out again only after the object at that address still
+//! has them, so an object freed and replaced by another at the same address is read afresh.
+//! Names checked within the current window are trusted without another read
+//! ([`NameCache::checked`]); once the process has exited, the last name known stands
+//! ([`NameCache::cached`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -203,14 +206,17 @@ pub fn read_string(
 #[derive(Debug)]
 struct Cached {
     fingerprint: Fingerprint,
-    name: Arc<str>,
-    units: u64,
+    name: CodeName,
+    /// The window in which the object was last found to be this one.
+    checked: u64,
 }
 
 /// The names of one process's code objects, by address.
 #[derive(Debug, Default)]
 pub struct NameCache {
     names: HashMap<u64, Cached>,
+    /// The current window; names checked in it are trusted without another read.
+    window: u64,
 }
 
 /// A frame's name and the length of its code.
@@ -236,16 +242,17 @@ impl NameCache {
         addr: u64,
     ) -> Result<CodeName, PythonError> {
         let fingerprint = read_header(memory, target, addr)?;
-        if let Some(cached) = self.names.get(&addr)
+        if let Some(cached) = self.names.get_mut(&addr)
             && cached.fingerprint == fingerprint
         {
-            return Ok(CodeName {
-                name: Arc::clone(&cached.name),
-                units: cached.units,
-            });
+            cached.checked = self.window;
+            return Ok(cached.name.clone());
         }
         let info = info_from(memory, target, &fingerprint)?;
-        let name: Arc<str> = Arc::from(info.frame_name());
+        let name = CodeName {
+            name: Arc::from(info.frame_name()),
+            units: info.units,
+        };
         if self.names.len() >= MAX_CACHED_NAMES {
             self.names.clear();
         }
@@ -253,23 +260,31 @@ impl NameCache {
             addr,
             Cached {
                 fingerprint,
-                name: Arc::clone(&name),
-                units: info.units,
+                name: name.clone(),
+                checked: self.window,
             },
         );
-        Ok(CodeName {
-            name,
-            units: info.units,
-        })
+        Ok(name)
     }
 
-    /// The name last resolved for `addr`, unchecked: for naming samples after the process has
-    /// exited.
+    /// The name of `addr` if [`NameCache::resolve`] checked it in the current window.
+    pub fn checked(&self, addr: u64) -> Option<CodeName> {
+        self.names
+            .get(&addr)
+            .filter(|cached| cached.checked == self.window)
+            .map(|cached| cached.name.clone())
+    }
+
+    /// The name last resolved for `addr`, in any window: for naming samples after the process
+    /// has exited.
     pub fn cached(&self, addr: u64) -> Option<CodeName> {
-        self.names.get(&addr).map(|cached| CodeName {
-            name: Arc::clone(&cached.name),
-            units: cached.units,
-        })
+        self.names.get(&addr).map(|cached| cached.name.clone())
+    }
+
+    /// Starts a new window: names must be checked again before [`NameCache::checked`] returns
+    /// them.
+    pub fn next_window(&mut self) {
+        self.window += 1;
     }
 
     /// How many names are cached.

@@ -241,9 +241,19 @@ impl PythonProcess {
         self.names.resolve(&self.memory, &self.target, code)
     }
 
+    /// The name of `code` if [`PythonProcess::name`] checked it in the current window.
+    pub fn checked_name(&self, code: u64) -> Option<CodeName> {
+        self.names.checked(code)
+    }
+
     /// The name last resolved for `code`, without reading the process (which may have exited).
     pub fn cached_name(&self, code: u64) -> Option<CodeName> {
         self.names.cached(code)
+    }
+
+    /// Starts a new window: names are checked against the process again.
+    pub fn next_window(&mut self) {
+        self.names.next_window();
     }
 
     /// Whether the instruction pointer `instr` of a frame running `code` lies in its bytecode

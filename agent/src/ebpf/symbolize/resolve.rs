@@ -362,6 +362,9 @@ impl State {
                 }
                 frames.extend(user.into_iter().rev());
             }
+            Stack::Named(names) => frames.extend(names.iter().rev().cloned()),
+            // Named by the eBPF source before symbolization; left unnamed only if it was not.
+            Stack::Python(_) => frames.push(Arc::from(crate::ebpf::python::UNKNOWN_CODE)),
             Stack::None => {}
             Stack::Lost => frames.push(Arc::from("[user stack lost]")),
         }
@@ -379,7 +382,7 @@ impl State {
                         .collect();
                     frames.extend(kernel.into_iter().rev());
                 }
-                Stack::None => {}
+                Stack::Python(_) | Stack::Named(_) | Stack::None => {}
                 Stack::Lost => frames.push(Arc::from("[kernel stack lost]")),
             }
         }
@@ -430,6 +433,8 @@ fn call_site(addr: u64, depth: usize) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use smolder_agent_ebpf::PythonStatus;
+
     use super::*;
     use crate::ebpf::SampleKind;
     use crate::metrics::Metrics;
@@ -481,6 +486,7 @@ mod tests {
                 [0x55d0c0a01100, 0x55d0c0a01200, 0x7f0000000010, 0xdead].as_slice(),
             )),
             kernel: Stack::None,
+            python: PythonStatus::None,
             count: 3,
         };
         let named = state.name(&sample);
@@ -497,6 +503,7 @@ mod tests {
             pid: 7,
             user: Stack::Frames(Arc::from([0x55d0c0a01100, 0x55d0c0a01801, 0x10].as_slice())),
             kernel: Stack::Lost,
+            python: PythonStatus::None,
             count: 2,
         };
         let named = state.name(&sample);
@@ -520,11 +527,47 @@ mod tests {
                 [0x55d0c0a01100, 0x55d0c0a01200, 0x7f0000000500].as_slice(),
             )),
             kernel: Stack::None,
+            python: PythonStatus::None,
             count: 1,
         };
         let named = state.name(&sample);
         let frames: Vec<&str> = named.frames.iter().map(|f| &**f).collect();
         assert_eq!(frames, ["libc.so.6+0x284ff", "main", "leaf"]);
+        assert!(!named.truncated);
+    }
+
+    #[test]
+    fn named_stacks_pass_through_root_first_above_kernel_frames() {
+        let mut state = state();
+        state.frames.insert(
+            FrameKey::Kernel(0xffff_0000 - 1),
+            Arc::from("do_syscall_64"),
+        );
+        state
+            .frames
+            .insert(FrameKey::Kernel(0xffff_1000), Arc::from("ksys_write"));
+        let sample = StackCount {
+            kind: SampleKind::Cpu,
+            pid: 7,
+            user: Stack::Named(Arc::from([
+                Arc::from("leaf (/srv/app.py:9)"),
+                Arc::from("<module> (/srv/app.py:1)"),
+            ])),
+            kernel: Stack::Frames(Arc::from([0xffff_1000, 0xffff_0000].as_slice())),
+            python: PythonStatus::Ok,
+            count: 4,
+        };
+        let named = state.name(&sample);
+        let frames: Vec<&str> = named.frames.iter().map(|f| &**f).collect();
+        assert_eq!(
+            frames,
+            [
+                "<module> (/srv/app.py:1)",
+                "leaf (/srv/app.py:9)",
+                "do_syscall_64",
+                "ksys_write"
+            ]
+        );
         assert!(!named.truncated);
     }
 }
