@@ -2,7 +2,7 @@
 
 /// The eBPF source: the real sampler, loaded as root, sampling workloads the tests build.
 mod ebpf;
-/// CPython read from user space: detection, offsets per release, threads, frames, names.
+/// CPython: detection, offsets per release, the user-space reader, the kernel walk.
 mod python;
 /// Rules: the documented example on every window, `/exported-metrics`, invalid rules.
 mod rules;

@@ -45,7 +45,7 @@ pub use reader::{
     Frame, MAX_FRAMES, MAX_INTERPRETERS, MAX_THREADS, PythonProcess, RawFrame, ThreadStack,
     ThreadState,
 };
-pub use table::{Pythons, STACK_LOST, TRUNCATED, UNKNOWN_CODE};
+pub use table::{Pythons, STACK_LOST, TRUNCATED, UNKNOWN_CODE, kernel_entry};
 
 /// Python stacks (`ebpf.python:` in the config file).
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]

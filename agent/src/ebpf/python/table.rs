@@ -229,9 +229,15 @@ fn kernel_dev(dev: u64) -> u64 {
     (major << 20) | minor
 }
 
-/// The `python_procs` entry for `pid`, or why the kernel walk cannot take this layout (a label
-/// value of `smolder_agent_python_processes_total{support}`).
-fn kernel_entry(proc: &Path, pid: u32, target: &Target) -> Result<PythonProc, &'static str> {
+/// The `python_procs` entry that has the kernel walk process `pid` (under `proc`, normally
+/// `/proc`), whose interpreter was found as `target`.
+///
+/// # Errors
+///
+/// Why the kernel walk cannot take this process, as a label value of
+/// `smolder_agent_python_processes_total{support}`: `no_pid_namespace` (the process is gone),
+/// `bpf_layout` (an offset does not fit the walk's fields or its frame read).
+pub fn kernel_entry(proc: &Path, pid: u32, target: &Target) -> Result<PythonProc, &'static str> {
     use std::os::unix::fs::MetadataExt;
     let namespace = std::fs::metadata(proc.join(pid.to_string()).join("ns/pid"))
         .map_err(|_| "no_pid_namespace")?;
