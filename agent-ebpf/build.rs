@@ -1,22 +1,39 @@
-//! Compiles the kernel-side sampler with clang into `$OUT_DIR/sampler.bpf.o`, which `lib.rs`
-//! embeds. `CLANG` overrides the compiler; on Debian, `apt-get install clang libbpf-dev` provides
-//! it and the `bpf/bpf_helpers.h` header (`scripts/test` and `scripts/run` do so).
+//! Compiles the kernel-side programs with clang into `$OUT_DIR/sampler.bpf.o` and
+//! `$OUT_DIR/unwinder.bpf.o`, which `lib.rs` embeds. `CLANG` overrides the compiler; on Debian,
+//! `apt-get install clang libbpf-dev` provides it and the `bpf/bpf_helpers.h` header
+//! (`scripts/test` and `scripts/run` do so).
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let object = out.join("sampler.bpf.o");
     let clang = env::var("CLANG").unwrap_or_else(|_| "clang".to_owned());
-    println!("cargo:rerun-if-changed=src/sampler.bpf.c");
-    println!("cargo:rerun-if-changed=src/sampler.h");
-    println!("cargo:rerun-if-changed=src/python.h");
-    println!("cargo:rerun-if-changed=src/python.bpf.h");
+    for file in [
+        "src/sampler.bpf.c",
+        "src/sampler.h",
+        "src/unwinder.bpf.c",
+        "src/unwind.bpf.h",
+        "src/unwind.h",
+        "src/python.h",
+        "src/python.bpf.h",
+    ] {
+        println!("cargo:rerun-if-changed={file}");
+    }
     println!("cargo:rerun-if-env-changed=CLANG");
+    for name in ["sampler", "unwinder"] {
+        compile(
+            &clang,
+            &format!("src/{name}.bpf.c"),
+            &out.join(format!("{name}.bpf.o")),
+        );
+    }
+}
+
+fn compile(clang: &str, source: &str, object: &Path) {
     // -g keeps BTF, which aya needs for BTF-defined maps; -Werror keeps the contract warning-free.
-    let status = Command::new(&clang)
+    let status = Command::new(clang)
         .args([
             "-target",
             "bpf",
@@ -27,19 +44,19 @@ fn main() {
             "-D__TARGET_ARCH_x86",
             "-I/usr/include/x86_64-linux-gnu",
             "-c",
-            "src/sampler.bpf.c",
+            source,
             "-o",
         ])
-        .arg(&object)
+        .arg(object)
         .status()
         .unwrap_or_else(|err| {
             panic!(
-                "running {clang} to compile the eBPF sampler failed: {err}; \
+                "running {clang} to compile the eBPF programs failed: {err}; \
                  install it with `apt-get install clang libbpf-dev` or set CLANG"
             )
         });
     assert!(
         status.success(),
-        "{clang} failed to compile src/sampler.bpf.c ({status})"
+        "{clang} failed to compile {source} ({status})"
     );
 }

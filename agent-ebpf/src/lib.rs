@@ -1,4 +1,5 @@
-//! Smolder's kernel-side CPU sampler, compiled from C by `build.rs` and embedded as bytes.
+//! Smolder's kernel-side CPU sampler and unwinder, compiled from C by `build.rs` and embedded as
+//! bytes.
 //!
 //! [`OBJECT`] is the BPF object the agent loads with aya (`smolder_agent::ebpf`). It holds the
 //! program [`PROGRAM_SAMPLE`] (perf_event, one per online CPU), the process-lifecycle programs
@@ -6,6 +7,9 @@
 //! constants. `src/sampler.h` is the contract; the types here mirror it byte for byte:
 //! [`SampleKey`] keys the counts maps, [`ProcessEvent`] is what the events ring buffer carries,
 //! [`ErrorIndex`] indexes the per-CPU error counters.
+//!
+//! [`unwind`] holds the second object, the BPF unwinder (whole user stacks from `.eh_frame`
+//! tables, through a ring buffer), and the mirror of its contract `src/unwind.h`.
 //!
 //! Samples go to one of two buffers, each a counts map and a stacks map ([`MAP_COUNTS`],
 //! [`MAP_STACKS`]); [`MAP_BUFFER`] says which one the program writes. The agent flips it and
@@ -16,6 +20,8 @@
 //! [`PythonStackKey`] in the [`SampleKey`], deduplicated per buffer in [`MAP_PYTHON_STACKS`] and
 //! sent once per buffer through [`MAP_PYTHON_EVENTS`] ([`PythonStackEvent`] then
 //! [`PythonFrame`]s).
+
+pub mod unwind;
 
 /// The compiled sampler, aligned for aya's ELF parser.
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));

@@ -1,12 +1,13 @@
-//! Wires the stages together in data-path order: store, then ingest and query over HTTP.
+//! Wires the stages together in data-path order: metrics, store, rules, ingest (HTTP and QUIC),
+//! query, admin and the UI, then the router that serves them.
 //!
 //! [`run`] is what the binary calls; [`start`] is the same server on a caller's runtime, bound
-//! and ready, which tests use to talk to a real aggregator over real HTTP.
+//! and ready, which tests use to talk to a real aggregator over real HTTP. This is the one
+//! module that knows every stage; each stage is handed only what it needs.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use sd_notify::NotifyState;
@@ -16,20 +17,14 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::http;
-use crate::ingest::quic;
-use crate::metrics::{Metrics, StoreMetrics};
-use crate::rules::{self, Rules};
-use crate::store::Store;
-
-/// What every request handler can reach.
-#[derive(Clone)]
-pub(crate) struct AppState {
-    pub(crate) store: Store,
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) config: Arc<Config>,
-    pub(crate) rules: Arc<Rules>,
-}
+use crate::http::{self, RequestMetrics};
+use crate::ingest::{self, IngestMetrics, Ingester, quic};
+use crate::metrics::Metrics;
+use crate::query::{self, Querier, QueryMetrics};
+use crate::rules::{self, Rules, RulesMetrics};
+use crate::store::{SledStore, Store, StoreMetrics};
+use crate::tenant::Tenant;
+use crate::{admin, ui};
 
 /// Runs the aggregator until SIGTERM or SIGINT, then flushes and returns.
 ///
@@ -82,65 +77,92 @@ impl Running {
     }
 }
 
-/// Opens the store, binds the listener and serves in the background.
+/// Opens the store, binds the listeners and serves in the background.
 ///
 /// # Errors
 ///
-/// When the data directory cannot be opened or locked (another aggregator uses it), or the
-/// listener cannot bind.
+/// When the data directory cannot be opened or locked (another aggregator uses it), the rules
+/// are invalid, or a listener cannot bind.
 pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
-    let store = Store::open(data_dir, config.store.clone(), metrics.store.clone())
+    let registry = metrics.registry();
+
+    let store = SledStore::open(data_dir, config.store.clone(), StoreMetrics::new(registry))
         .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+
     rules::check_config(&config.metrics_export_rules, &config.rules)
         .context("checking the rules config")?;
+    let rules_metrics = RulesMetrics::new(registry, metrics.dropped_increments.clone());
     let rules = Arc::new(
         Rules::load(
             &config.metrics_export_rules,
-            store.clone(),
-            metrics.rules.clone(),
+            Arc::clone(&shared),
+            Tenant::anonymous(),
+            rules_metrics.clone(),
         )
         .context("loading the rules")?,
     );
+
+    let ingester = Arc::new(Ingester::new(
+        Arc::clone(&shared),
+        Arc::clone(&rules),
+        config.ingest.clone(),
+        config.store.retention,
+        IngestMetrics::new(registry),
+        metrics.errors.clone(),
+    ));
+    let querier = Arc::new(Querier::new(
+        Arc::clone(&shared),
+        config.query.clone(),
+        QueryMetrics::new(registry),
+        metrics.errors.clone(),
+    ));
+    let quic_metrics = quic::QuicMetrics::new(registry);
+    let requests = RequestMetrics::new(registry);
+
     let listener = TcpListener::bind(config.http.listen)
         .await
         .with_context(|| format!("binding {}", config.http.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
     info!(%addr, data_dir = %data_dir.display(), "listening");
 
-    let retention = tokio::spawn(retention_loop(
-        store.clone(),
-        config.store.retention_interval,
-        data_dir.to_owned(),
-        metrics.store.clone(),
-    ));
-    let rollup = tokio::spawn(rollup_loop(store.clone()));
+    let quic = quic::start(
+        Arc::clone(&ingester),
+        config.ingest.quic.clone(),
+        data_dir,
+        quic_metrics,
+        metrics.errors.clone(),
+    )?;
+    let quic_addr = quic.addr();
+    store.start_maintenance();
     let remote_write = (!config.rules.remote_write_url.is_empty()).then(|| {
         tokio::spawn(rules::remote_write::run(
-            rules.clone(),
+            Arc::clone(&rules),
             config.rules.clone(),
-            metrics.rules.clone(),
+            rules_metrics,
         ))
     });
-    let state = AppState {
-        store: store.clone(),
-        metrics,
-        config: Arc::new(config),
-        rules,
-    };
-    let quic = quic::start(state.clone(), data_dir)?;
-    let quic_addr = quic.addr();
+    let router = http::router(
+        [
+            ingest::routes(ingester),
+            query::routes(querier),
+            rules::routes(rules),
+            admin::routes(shared, metrics.errors.clone()),
+            ui::routes(),
+        ],
+        Arc::clone(&metrics),
+        requests,
+    );
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, http::router(state))
+        let served = axum::serve(listener, router)
             .with_graceful_shutdown(async {
                 let _ = stopped.await;
             })
             .await
             .context("serving HTTP");
         quic.close().await;
-        retention.abort();
-        rollup.abort();
         if let Some(remote_write) = remote_write {
             remote_write.abort();
         }
@@ -153,73 +175,6 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         stop,
         task,
     })
-}
-
-/// Applies retention on an interval, for as long as the server runs, and after each pass
-/// reports the data directory's free space (the first tick is immediate).
-async fn retention_loop(
-    store: Store,
-    interval: Duration,
-    data_dir: PathBuf,
-    metrics: StoreMetrics,
-) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        if let Err(err) = store.enforce_retention(SystemTime::now()).await {
-            warn!(error = %err, "retention pass failed; retrying at the next interval");
-        }
-        match filesystem_space(&data_dir) {
-            Ok((free, size)) => {
-                metrics.filesystem_free_bytes.set(saturate(free));
-                metrics.filesystem_size_bytes.set(saturate(size));
-            }
-            Err(err) => warn!(error = %err, "reading the data directory's free space failed"),
-        }
-    }
-}
-
-fn saturate(bytes: u64) -> i64 {
-    i64::try_from(bytes).unwrap_or(i64::MAX)
-}
-
-/// Bytes available to an unprivileged writer and total size of the filesystem holding `path`
-/// (statvfs(3)).
-fn filesystem_space(path: &Path) -> std::io::Result<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::other("the data directory path holds a NUL byte"))?;
-    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `c_path` is a NUL-terminated string and `stat` is writable memory of the right
-    // type, which statvfs fills on success.
-    let result = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
-    if result != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: statvfs returned 0, so it initialised `stat`.
-    let stat = unsafe { stat.assume_init() };
-    // fsblkcnt_t and unsigned long are both u64 on the 64-bit targets Smolder ships for.
-    Ok((
-        stat.f_bavail.saturating_mul(stat.f_frsize),
-        stat.f_blocks.saturating_mul(stat.f_frsize),
-    ))
-}
-
-/// How often closed rollups are built: often enough that a query rarely reads around more than
-/// one open rollup per level.
-const ROLLUP_INTERVAL: Duration = Duration::from_secs(10);
-
-/// Builds closed rollups on an interval, for as long as the server runs.
-async fn rollup_loop(store: Store) {
-    let mut ticker = tokio::time::interval(ROLLUP_INTERVAL);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        if let Err(err) = store.rollup(SystemTime::now()).await {
-            warn!(error = %err, "building rollups failed; retrying at the next interval");
-        }
-    }
 }
 
 /// Tells systemd (`Type=notify`) that the daemon is ready: its listeners are bound and its

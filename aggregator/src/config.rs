@@ -5,12 +5,12 @@
 //! defaults as YAML, so the documentation cannot drift from the code.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::Path;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+pub use crate::http::HttpConfig;
 pub use crate::ingest::IngestConfig;
 pub use crate::query::QueryConfig;
 pub use crate::rules::RulesConfig;
@@ -35,22 +35,6 @@ pub struct Config {
     /// profiles' values, served on `/exported-metrics`; listed by the recording-rules API as
     /// provisioned. Default none.
     pub metrics_export_rules: BTreeMap<String, RuleSpec>,
-}
-
-/// The HTTP listener.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
-pub struct HttpConfig {
-    /// Address and port for the API, the UI and `/metrics`. Default `0.0.0.0:4040`.
-    pub listen: SocketAddr,
-}
-
-impl Default for HttpConfig {
-    fn default() -> Self {
-        HttpConfig {
-            listen: SocketAddr::from(([0, 0, 0, 0], 4040)),
-        }
-    }
 }
 
 impl Config {

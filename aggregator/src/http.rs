@@ -1,99 +1,94 @@
-//! The HTTP surface: the router that mounts ingest and query, the error type every handler
-//! answers with, and the request metrics Pyroscope's dashboards read.
+//! The HTTP surface: one listener, the stages' routes mounted side by side, `/metrics`,
+//! `/healthz`, and the request metrics Pyroscope's dashboards read.
+//!
+//! Input: the routers of the stages (ingest, query, rules, admin, ui), each already holding
+//! its own state. Output: one [`Router`] for `axum::serve`. Caller: `app`. Owns
+//! [`HttpConfig`] and `pyroscope_request_duration_seconds`; knows nothing of the stages, so
+//! that none of them depends on it (the one way a handler says no is `api_error`).
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use prometheus::{HistogramVec, Registry};
+use serde::{Deserialize, Serialize};
 
-use crate::app::AppState;
-use crate::{ingest, query, rules, ui};
+use crate::api_error::ApiError;
+use crate::metrics::{Metrics, histogram_vec, latency_buckets};
 
-/// Every route of the aggregator.
-pub(crate) fn router(state: AppState) -> Router {
-    Router::new()
-        .merge(ingest::routes())
-        .merge(query::routes())
-        .merge(rules::routes())
-        .merge(ui::routes())
-        .route("/metrics", get(metrics))
+/// The HTTP listener.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct HttpConfig {
+    /// Address and port for the API, the UI and `/metrics`. Default `0.0.0.0:4040`.
+    pub listen: SocketAddr,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 4040)),
+        }
+    }
+}
+
+/// `pyroscope_request_duration_seconds{method,route,status_code,ws}`, labelled the way
+/// Pyroscope's dashboards expect.
+#[derive(Clone)]
+pub(crate) struct RequestMetrics(HistogramVec);
+
+impl RequestMetrics {
+    /// Creates the request metric in `registry`.
+    pub(crate) fn new(registry: &Registry) -> Self {
+        RequestMetrics(histogram_vec(
+            registry,
+            "pyroscope_request_duration_seconds",
+            "Time to answer an HTTP request.",
+            latency_buckets(),
+            &["method", "route", "status_code", "ws"],
+        ))
+    }
+}
+
+/// What the router's own handlers use.
+#[derive(Clone)]
+struct Shared {
+    metrics: Arc<Metrics>,
+    requests: RequestMetrics,
+}
+
+/// Every route of the aggregator: the stages' `routes`, `/metrics` from `metrics`, and
+/// `/healthz`, each request timed in `requests`.
+pub(crate) fn router(
+    stages: impl IntoIterator<Item = Router>,
+    metrics: Arc<Metrics>,
+    requests: RequestMetrics,
+) -> Router {
+    let shared = Shared { metrics, requests };
+    let own = Router::new()
+        .route("/metrics", get(serve_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
-        .layer(middleware::from_fn_with_state(state.clone(), track))
-        .with_state(state)
+        .with_state(shared.clone());
+    stages
+        .into_iter()
+        .fold(own, Router::merge)
+        .layer(middleware::from_fn_with_state(shared, track))
 }
 
-/// An answer other than success: a status and a message that says what was wrong.
-///
-/// Client mistakes are 4xx with the reason in the body; only the aggregator's own failures are
-/// 5xx, and those are logged here, once.
-#[derive(Debug)]
-pub(crate) struct ApiError {
-    status: StatusCode,
-    message: String,
-}
-
-impl ApiError {
-    /// 400: a parameter is missing or malformed.
-    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: message.into(),
-        }
-    }
-
-    /// 404: nothing by that name.
-    pub(crate) fn not_found(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::NOT_FOUND,
-            message: message.into(),
-        }
-    }
-
-    /// 409: the request conflicts with what exists (a name taken, a rule that is read-only).
-    pub(crate) fn conflict(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::CONFLICT,
-            message: message.into(),
-        }
-    }
-
-    /// 500: the aggregator failed; the cause is logged, the client gets a generic message.
-    pub(crate) fn internal(error: impl std::fmt::Display) -> Self {
-        tracing::error!(%error, "request failed");
-        ApiError {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            message: "internal error; see the aggregator's log".to_owned(),
-        }
-    }
-}
-
-impl ApiError {
-    /// The status this error answers with.
-    pub(crate) fn status(&self) -> StatusCode {
-        self.status
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.status, format!("{}\n", self.message)).into_response()
-    }
-}
-
-async fn metrics(State(state): State<AppState>) -> Response {
-    match state.metrics.render() {
+async fn serve_metrics(State(shared): State<Shared>) -> Response {
+    match shared.metrics.render() {
         Ok(text) => ([("content-type", prometheus::TEXT_FORMAT)], text).into_response(),
         Err(err) => ApiError::internal(err).into_response(),
     }
 }
 
-/// Records `pyroscope_request_duration_seconds` for every request, labelled the way Pyroscope's
-/// dashboards expect.
-async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// Records `pyroscope_request_duration_seconds` for every request.
+async fn track(State(shared): State<Shared>, request: Request, next: Next) -> Response {
     let method = request.method().as_str().to_owned();
     let route = request
         .extensions()
@@ -101,9 +96,9 @@ async fn track(State(state): State<AppState>, request: Request, next: Next) -> R
         .map_or_else(|| "other".to_owned(), |path| route_name(path.as_str()));
     let started = Instant::now();
     let response = next.run(request).await;
-    state
-        .metrics
-        .request_duration
+    shared
+        .requests
+        .0
         .with_label_values(&[&method, &route, response.status().as_str(), "false"])
         .observe(started.elapsed().as_secs_f64());
     response

@@ -1,25 +1,32 @@
 //! `smolder-aggregator`: the central daemon that stores profiles and answers queries about them.
 //!
-//! Data flows through one module per stage, in this order:
+//! Data flows through one module per stage, in this order. A stage imports only what lies
+//! beneath it (the leaves, the store, the rules), never a module that uses it:
+//! `tests/aggregator/layout.rs` enforces the edges and ARCHITECTURE.md lists them.
 //!
-//! - [`ingest`](crate::ingest): Pyroscope's push APIs (`POST /ingest` in folded, lines and pprof,
-//!   the Go SDK's multipart form, and Connect's `/push.v1.PusherService/Push`), each body parsed
-//!   into [`Profile`](smolder_common::Profile)s with `smolder-common`'s formats;
-//! - `store`: profiles made durable in sled, indexed by series and label, with pre-merged
-//!   rollups so that a query of any span reads a bounded number of trees;
-//! - [`query`](crate::query): `/render`, `/render-diff`, label and app listings, answered with
-//!   Pyroscope's flamebearer JSON, folded text or pprof.
-//!
+//! - `ingest`: Pyroscope's push APIs (`POST /ingest` in folded, lines, pprof and JFR, the Go
+//!   SDK's multipart form, and Connect's `/push.v1.PusherService/Push`) and agents' batches
+//!   over QUIC (`ingest::quic`), each parsed into a `ProfileSet` that the `Ingester` checks,
+//!   evaluates against the rules and writes to the store;
 //! - `rules`: counters from every stored profile by Pyroscope's `metrics-export-rules` and the
-//!   recording-rules API, served on `/exported-metrics` and optionally remote-written.
-//!
-//! [`app`] wires them together behind one HTTP listener (`http`), which also serves `/metrics`
-//! (`metrics`) and `/healthz`; [`config`] is the configuration file, one section per stage.
-//! `main.rs` only parses flags and calls [`app::run`].
-//!
+//!   recording-rules API, served on `/exported-metrics` and optionally remote-written;
+//! - `store`: the one interface (`store::Store`) ingest, query, rules and admin reach the data
+//!   through, taking a tenant; its planning as pure code; the sled backend behind it, with
+//!   pre-merged rollups so that a query of any span reads a bounded number of trees;
+//! - `query`: `/render`, `/render-diff`, label and app listings, answered with Pyroscope's
+//!   flamebearer JSON, folded text or pprof;
+//! - `admin`: `DELETE /api/apps`;
 //! - `ui`: the web UI at `/`, embedded in the binary when `aggregator/ui` was built first; it
 //!   reads everything through the query API above.
+//!
+//! Shared leaves: `api_error` (how a handler says no), `tenant` (whose data), `metrics` (the
+//! registry and the tier's errors and dropped counters). `http` mounts the stages' routes
+//! behind one listener, with `/metrics` and `/healthz`; [`app`] wires everything together in
+//! data-path order; [`config`] is the configuration file, one section per stage. `main.rs` only
+//! parses flags and calls [`app::run`].
 
+mod admin;
+mod api_error;
 pub mod app;
 pub mod config;
 mod http;
@@ -28,4 +35,5 @@ mod metrics;
 mod query;
 mod rules;
 mod store;
+mod tenant;
 mod ui;

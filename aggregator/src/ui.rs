@@ -1,8 +1,9 @@
 //! UI: the web UI, a single-page app served from assets embedded in the binary.
 //!
 //! Input: `GET /` and `GET /assets/...`. Output: the page and its hashed scripts and styles.
-//! Caller: the router in `http.rs`. Owns the asset table that `build.rs` generates from
-//! `aggregator/ui/dist` at build time (each file with a gzipped copy); nothing at run time.
+//! Caller: `app`, which hands [`routes`] to the router in `http.rs`. Owns the asset table that
+//! `build.rs` generates from `aggregator/ui/dist` at build time (each file with a gzipped
+//! copy); nothing at run time.
 //!
 //! The page talks to the aggregator only through its public HTTP API (`/render`,
 //! `/render-diff`, `/labels`, `/label-values`, `/api/apps`, `/api/recording-rules`). Its views
@@ -16,8 +17,6 @@ use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-
-use crate::app::AppState;
 
 /// One embedded file of `aggregator/ui/dist`.
 pub(crate) struct Asset {
@@ -48,7 +47,7 @@ cargo build --release -p smolder-aggregator</pre>
 "#;
 
 /// The UI's routes: the page at `/` (and `/index.html`) and its assets under `/assets/`.
-pub(crate) fn routes() -> Router<AppState> {
+pub(crate) fn routes() -> Router {
     Router::new()
         .route("/", get(index))
         .route("/index.html", get(index))

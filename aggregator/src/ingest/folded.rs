@@ -1,6 +1,6 @@
 //! Folded and `lines` bodies: one series, named by the `name` parameter, one tree.
 //!
-//! Input: checked [`IngestParams`] and the decoded body. Output: a [`Batch`] of at most one
+//! Input: checked [`IngestParams`] and the decoded body. Output: a [`ProfileSet`] of at most one
 //! profile (none for a body without stacks). The parser is `smolder-common`'s, which rejects
 //! the whole body at the first bad line, naming it, where Pyroscope silently dropped the rest
 //! of the body at a long line and wrapped negative counts.
@@ -9,14 +9,14 @@ use smolder_common::{FoldedFormat, FoldedLimits, Profile, parse_folded};
 
 use super::body::RequestBody;
 use super::params::{BodyFormat, IngestParams};
-use super::{Batch, IngestError};
+use super::{IngestError, ProfileSet, Transport};
 
-/// Parses a folded or lines body into a batch for `params.series`.
+/// Parses a folded or lines body into a profile set for `params.series`.
 ///
 /// # Errors
 ///
 /// [`IngestError::Folded`] naming the first bad line.
-pub(crate) fn parse(params: &IngestParams, body: &RequestBody) -> Result<Batch, IngestError> {
+pub(crate) fn parse(params: &IngestParams, body: &RequestBody) -> Result<ProfileSet, IngestError> {
     let (format, label) = match params.format {
         BodyFormat::Lines => (FoldedFormat::Lines, "lines"),
         _ => (FoldedFormat::Folded, "folded"),
@@ -40,7 +40,8 @@ pub(crate) fn parse(params: &IngestParams, body: &RequestBody) -> Result<Batch, 
             label,
         ));
     }
-    Ok(Batch {
+    Ok(ProfileSet {
+        transport: Transport::Http,
         format: params.format.label(),
         sent_bytes: body.sent_bytes,
         profiles,

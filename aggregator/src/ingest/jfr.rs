@@ -7,7 +7,7 @@
 //! A bare body (not multipart) is the recording itself. Parts and bare bodies are gunzipped
 //! when they start with the gzip magic, under `max_decompressed_bytes`.
 //!
-//! Output: a [`Batch`] with one profile per profile type the recording has samples for
+//! Output: a [`ProfileSet`] with one profile per profile type the recording has samples for
 //! ([`smolder_common::jfr`] lists them), named `<name's app>.<suffix>{name's labels}`, with the
 //! type's units, summed, the sample rate from `sampleRate`.
 //!
@@ -22,7 +22,7 @@ use smolder_common::{ProfileSeries, jfr};
 use super::body::{self, FormFields, RequestBody};
 use super::params::IngestParams;
 use super::pprof::to_profiles;
-use super::{Batch, IngestConfig, IngestError};
+use super::{IngestConfig, IngestError, ProfileSet, Transport};
 
 /// Reads the agent's form from `body` (read under the caps) and returns the `jfr` field. Of a
 /// repeated field the first wins.
@@ -52,7 +52,7 @@ pub(crate) fn parse(
     part: &'static str,
     sent_bytes: usize,
     config: &IngestConfig,
-) -> Result<Batch, IngestError> {
+) -> Result<ProfileSet, IngestError> {
     let recording = body::gunzip_if_gzipped(recording, config)?;
     let converted = jfr::parse(&recording).map_err(|source| IngestError::Jfr { part, source })?;
     let series = converted
@@ -69,7 +69,8 @@ pub(crate) fn parse(
             tree: s.tree,
         })
         .collect();
-    Ok(Batch {
+    Ok(ProfileSet {
+        transport: Transport::Http,
         format: "jfr",
         sent_bytes,
         profiles: to_profiles(
@@ -86,6 +87,6 @@ pub(crate) fn parse_body(
     params: &IngestParams,
     body: &RequestBody,
     config: &IngestConfig,
-) -> Result<Batch, IngestError> {
+) -> Result<ProfileSet, IngestError> {
     parse(params, &body.bytes, "jfr body", body.sent_bytes, config)
 }

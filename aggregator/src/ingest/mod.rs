@@ -1,9 +1,11 @@
 //! Ingest: Pyroscope's push APIs, turned into profiles for the store.
 //!
-//! Input: HTTP requests from Pyroscope's SDKs and tools. Output: [`Profile`]s, handed to
-//! [`Store::write`](crate::store::Store::write) in one batch per request, so that a request is
-//! stored whole or not at all. Caller: the router in `http`. Owns no tasks or files; parsing
-//! runs on tokio's blocking pool.
+//! Input: HTTP requests from Pyroscope's SDKs and tools, and agents' batches over QUIC
+//! ([`quic`]). Output: each request's [`Profile`](smolder_common::Profile)s as one
+//! [`ProfileSet`], handed to the [`Ingester`] (`ingester.rs`: limits, rules, one store write,
+//! metrics), so that a request is stored whole or not at all. Callers: the router in `http` mounts [`routes`]; `app` builds
+//! the `Ingester` and starts [`quic`]. Owns no tasks or files; parsing runs on tokio's blocking
+//! pool. Depends on `store`, `rules`, `metrics`, `api_error` and `tenant`.
 //!
 //! - `POST /ingest` (also `/pyroscope/ingest`): metadata in the query string ([`params`]),
 //!   the profile in the body ([`body`] reads it under the caps of [`IngestConfig`]), as folded
@@ -24,14 +26,15 @@
 
 mod body;
 mod folded;
+mod ingester;
 mod jfr;
+mod metrics;
 mod params;
 mod pprof;
 mod push;
 pub(crate) mod quic;
 
-use std::collections::BTreeSet;
-use std::error::Error as StdError;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::Router;
@@ -42,13 +45,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use smolder_common::jfr::JfrError;
-use smolder_common::{FoldedError, PprofError, Profile, SeriesError, TimeError};
-use tracing::debug;
+use smolder_common::{FoldedError, PprofError, SeriesError, TimeError};
 
-use crate::app::AppState;
-use crate::http::ApiError;
-use crate::store::{BatchMarker, StoreError, Written};
+use crate::api_error::{ApiError, chain};
+use crate::store::StoreError;
+use crate::tenant::Tenant;
 
+pub(crate) use self::ingester::{Ingester, ProfileSet, Stored, Transport};
+pub(crate) use self::metrics::IngestMetrics;
 use self::params::{BodyFormat, IngestParams, SUPPORTED_FORMATS};
 
 /// Limits on what clients may send.
@@ -85,8 +89,8 @@ impl Default for IngestConfig {
     }
 }
 
-/// The ingest routes.
-pub(crate) fn routes() -> Router<AppState> {
+/// The ingest routes, served by `ingester`.
+pub(crate) fn routes(ingester: Arc<Ingester>) -> Router {
     Router::new()
         .route("/ingest", post(ingest))
         .route("/pyroscope/ingest", post(ingest))
@@ -94,6 +98,7 @@ pub(crate) fn routes() -> Router<AppState> {
         // Bodies are read under `IngestConfig`'s caps by `body::read`; axum's own 2 MiB default
         // would otherwise cut multipart forms short with a different error.
         .layer(DefaultBodyLimit::disable())
+        .with_state(ingester)
 }
 
 /// Why an ingest request was rejected.
@@ -132,7 +137,7 @@ pub(crate) enum IngestError {
         /// Which limit, with the offending series.
         reason: String,
     },
-    /// A profile's span ends more than [`MAX_CLOCK_SKEW`] after the aggregator's clock, or
+    /// A profile's span ends more than [`MAX_CLOCK_SKEW`](ingester::MAX_CLOCK_SKEW) after the aggregator's clock, or
     /// before the store's retention (`store.retention`), which would delete it at once.
     #[error("profile time out of range: {reason}")]
     TimeOutOfRange {
@@ -380,235 +385,6 @@ fn is_size_limit(error: &PprofError) -> bool {
     )
 }
 
-/// `error` and its sources, `: `-separated: pprof's errors keep prost's and flate2's detail
-/// in their source, and the client needs it to find what is wrong.
-fn chain(error: &dyn StdError) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
-/// How far past the aggregator's clock a profile may end: agents' clocks drift, but a profile
-/// from the future would sit in a bucket no query reaches and that retention never deletes.
-pub(crate) const MAX_CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(600);
-
-/// Rejects a request over the limits on series and labels: each label becomes an index key in
-/// the store, so these bound what one request can add to it.
-fn check_series(
-    profiles: &[(Profile, &'static str)],
-    config: &IngestConfig,
-) -> Result<(), IngestError> {
-    if profiles.len() > config.max_series_per_request {
-        return Err(IngestError::SeriesLimit {
-            reason: format!(
-                "the request makes {} series, more than ingest.max-series-per-request ({})",
-                profiles.len(),
-                config.max_series_per_request
-            ),
-        });
-    }
-    for (profile, _) in profiles {
-        let labels = profile.series.labels();
-        if labels.len() > config.max_labels_per_series {
-            return Err(IngestError::SeriesLimit {
-                reason: format!(
-                    "series {} has {} labels, more than ingest.max-labels-per-series ({})",
-                    profile.series.app(),
-                    labels.len(),
-                    config.max_labels_per_series
-                ),
-            });
-        }
-        if let Some((name, _)) = labels
-            .iter()
-            .find(|(name, value)| name.len().max(value.len()) > config.max_label_bytes)
-        {
-            return Err(IngestError::SeriesLimit {
-                reason: format!(
-                    "label {:?} of series {} is longer than ingest.max-label-bytes ({})",
-                    name.chars().take(64).collect::<String>(),
-                    profile.series.app(),
-                    config.max_label_bytes
-                ),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Rejects a profile stamped beyond [`MAX_CLOCK_SKEW`] or older than `retention`.
-fn check_time(
-    profile: &Profile,
-    now: SystemTime,
-    retention: std::time::Duration,
-) -> Result<(), IngestError> {
-    let unix = |t: SystemTime| {
-        t.duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-    };
-    if profile.until > now + MAX_CLOCK_SKEW {
-        return Err(IngestError::TimeOutOfRange {
-            reason: format!(
-                "until {} is more than {} s after the aggregator's clock ({})",
-                unix(profile.until),
-                MAX_CLOCK_SKEW.as_secs(),
-                unix(now)
-            ),
-        });
-    }
-    if profile.until + retention < now {
-        return Err(IngestError::TimeOutOfRange {
-            reason: format!(
-                "until {} is older than the retention (store.retention, {} s); it would be deleted at once",
-                unix(profile.until),
-                retention.as_secs()
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// The profiles parsed from one request, with what the metrics need to know about them.
-pub(crate) struct Batch {
-    /// The `format` label of `smolder_aggregator_ingest_profiles_total`.
-    format: &'static str,
-    /// The body's size as sent.
-    sent_bytes: usize,
-    /// Each profile with the `type` label of the distributor metrics.
-    profiles: Vec<(Profile, &'static str)>,
-}
-
-impl Batch {
-    /// Writes the batch in one store write, then records the ingest metrics.
-    ///
-    /// # Errors
-    ///
-    /// [`IngestError::TimeOutOfRange`] when any profile is stamped too far in the future or
-    /// older than the retention (nothing is stored then); [`IngestError::Store`] when the write
-    /// fails.
-    async fn store(self, state: &AppState) -> Result<Stored, IngestError> {
-        self.store_marked(state, None).await
-    }
-
-    /// [`Batch::store`] of an agent's batch: with `marker`, the store keeps it at most once
-    /// (see [`Store::write_batch`](crate::store::Store::write_batch)). A batch stored before
-    /// is answered as [`Stored::duplicate`] and counted nowhere again.
-    ///
-    /// # Errors
-    ///
-    /// As [`Batch::store`].
-    async fn store_marked(
-        self,
-        state: &AppState,
-        marker: Option<BatchMarker>,
-    ) -> Result<Stored, IngestError> {
-        let Batch {
-            format,
-            sent_bytes,
-            profiles,
-        } = self;
-        let now = SystemTime::now();
-        check_series(&profiles, &state.config.ingest)?;
-        for (profile, _) in &profiles {
-            check_time(profile, now, state.config.store.retention)?;
-        }
-        let mut types = BTreeSet::new();
-        let mut samples = Vec::with_capacity(profiles.len());
-        let mut stored = Stored::default();
-        let profiles: Vec<Profile> = profiles
-            .into_iter()
-            .map(|(profile, kind)| {
-                let stacks = profile.tree.stack_count() as u64;
-                samples.push((kind, stacks));
-                types.insert(kind);
-                stored.samples += stacks;
-                profile
-            })
-            .collect();
-        stored.profiles = profiles.len();
-        if marker.is_none() && profiles.is_empty() {
-            return Ok(stored);
-        }
-        // Rules are evaluated before the write, which takes the profiles, and counted only once
-        // it is acknowledged: a refused write counts nowhere, a duplicate batch counts once.
-        let rules = state.rules.current();
-        let (profiles, increments) = if rules.is_empty() || profiles.is_empty() {
-            (profiles, Default::default())
-        } else {
-            let engine = state.rules.clone();
-            blocking(move || {
-                let increments = engine.evaluate(&rules, &profiles);
-                Ok((profiles, increments))
-            })
-            .await?
-        };
-        let written = match marker {
-            None => state.store.write(profiles).await.map(|()| Written::Stored),
-            Some(marker) => state.store.write_batch(profiles, marker).await,
-        }
-        .map_err(|source| IngestError::Store { source })?;
-        if written == Written::Duplicate {
-            stored.duplicate = true;
-            return Ok(stored);
-        }
-        state.rules.apply(increments);
-        let metrics = &state.metrics;
-        metrics
-            .ingest_profiles
-            .with_label_values(&[format])
-            .inc_by(stored.profiles as u64);
-        // A body with several sample types counts its size under each, as Pyroscope counts a
-        // pushed profile under its one `__name__`.
-        for kind in types {
-            metrics
-                .received_compressed_bytes
-                .with_label_values(&[kind])
-                .observe(sent_bytes as f64);
-        }
-        for (kind, stacks) in samples {
-            metrics
-                .received_samples
-                .with_label_values(&[kind])
-                .observe(stacks as f64);
-        }
-        Ok(stored)
-    }
-}
-
-/// What one request stored, for its debug event.
-#[derive(Default)]
-struct Stored {
-    profiles: usize,
-    samples: u64,
-    /// The batch had been stored before (QUIC ingest only); nothing was written.
-    duplicate: bool,
-}
-
-/// Counts and logs a request's outcome: `route` names it in the debug event.
-fn record(state: &AppState, route: &'static str, outcome: &Result<Stored, IngestError>) {
-    match outcome {
-        Ok(stored) => debug!(
-            route,
-            profiles = stored.profiles,
-            stacks = stored.samples,
-            "ingested"
-        ),
-        Err(error) => {
-            state
-                .metrics
-                .errors
-                .with_label_values(&["ingest", error.error_type()])
-                .inc();
-            debug!(route, status = error.status().as_u16(), %error, "ingest rejected");
-        }
-    }
-}
-
 /// Runs a parser on the blocking pool: bodies run to tens of MiB, too long for a runtime
 /// worker.
 async fn blocking<T: Send + 'static>(
@@ -622,9 +398,13 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// `POST /ingest`.
-async fn ingest(State(state): State<AppState>, request: Request) -> Response {
-    let outcome = ingest_request(&state, request).await;
-    record(&state, "ingest", &outcome);
+async fn ingest(
+    State(ingester): State<Arc<Ingester>>,
+    tenant: Tenant,
+    request: Request,
+) -> Response {
+    let outcome = ingest_request(&ingester, &tenant, request).await;
+    ingester.record("ingest", &outcome);
     match outcome {
         Ok(_) => StatusCode::OK.into_response(),
         Err(IngestError::Store { source }) => ApiError::internal(chain(&source)).into_response(),
@@ -633,7 +413,11 @@ async fn ingest(State(state): State<AppState>, request: Request) -> Response {
     }
 }
 
-async fn ingest_request(state: &AppState, request: Request) -> Result<Stored, IngestError> {
+async fn ingest_request(
+    ingester: &Ingester,
+    tenant: &Tenant,
+    request: Request,
+) -> Result<Stored, IngestError> {
     let (parts, body) = request.into_parts();
     let pairs: Vec<(String, String)> = Query::try_from_uri(&parts.uri)
         .map(|Query(pairs)| pairs)
@@ -642,9 +426,9 @@ async fn ingest_request(state: &AppState, request: Request) -> Result<Stored, In
         })?;
     let content_type = content_type(&parts.headers);
     let params = IngestParams::parse(&pairs, &content_type, SystemTime::now())?;
-    let config = &state.config.ingest;
+    let config = ingester.config();
     let body = body::read(&parts.headers, body, config).await?;
-    let batch = match params.format {
+    let set = match params.format {
         BodyFormat::Folded | BodyFormat::Lines => {
             blocking(move || folded::parse(&params, &body)).await?
         }
@@ -670,7 +454,7 @@ async fn ingest_request(state: &AppState, request: Request) -> Result<Stored, In
                 .await?
         }
     };
-    batch.store(state).await
+    ingester.ingest(tenant, set, None).await
 }
 
 /// The `Content-Type` header, or empty.

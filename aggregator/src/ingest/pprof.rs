@@ -1,6 +1,6 @@
 //! pprof bodies: `format=pprof` and the Go SDK's multipart form.
 //!
-//! Input: checked [`IngestParams`] and the decoded body. Output: a [`Batch`] with one profile
+//! Input: checked [`IngestParams`] and the decoded body. Output: a [`ProfileSet`] with one profile
 //! per converted sample type and distinct set of pprof string labels, named
 //! `<name's app>.<suffix>{name's labels + sample labels}` (`name` is a prefix here, as in
 //! Pyroscope). The Go SDK's form (`pyroscope-go:upstream/remote/remote.go`) carries file
@@ -16,7 +16,7 @@ use smolder_common::{Aggregation, Profile, ProfileMeta, ProfileSeries, SampleTyp
 
 use super::body::{FormFields, RequestBody};
 use super::params::IngestParams;
-use super::{Batch, IngestConfig, IngestError};
+use super::{IngestConfig, IngestError, ProfileSet, Transport};
 
 /// The pprof limits for `config`: a profile may be as large as a decompressed body.
 pub(crate) fn limits(config: &IngestConfig) -> Limits {
@@ -37,7 +37,7 @@ pub(crate) fn parse_body(
     params: &IngestParams,
     body: &RequestBody,
     limits: &Limits,
-) -> Result<Batch, IngestError> {
+) -> Result<ProfileSet, IngestError> {
     let mut series = pprof::parse(&body.bytes, &sdk_sample_types(), limits).map_err(|source| {
         IngestError::Pprof {
             part: "pprof body".to_owned(),
@@ -45,7 +45,8 @@ pub(crate) fn parse_body(
         }
     })?;
     normalize_sdk_series(&mut series, params.meta.sample_rate);
-    Ok(Batch {
+    Ok(ProfileSet {
+        transport: Transport::Http,
         format: "pprof",
         sent_bytes: body.sent_bytes,
         profiles: to_profiles(
@@ -97,7 +98,7 @@ pub(crate) fn parse_form(
     form: Form,
     sent_bytes: usize,
     limits: &Limits,
-) -> Result<Batch, IngestError> {
+) -> Result<ProfileSet, IngestError> {
     let sample_types = match &form.sample_type_config {
         None => sdk_sample_types(),
         Some(json) => SampleTypes::from_json(json).map_err(|source| IngestError::Pprof {
@@ -129,7 +130,8 @@ pub(crate) fn parse_form(
             }
         }
     }
-    Ok(Batch {
+    Ok(ProfileSet {
+        transport: Transport::Http,
         format: "pprof",
         sent_bytes,
         profiles: to_profiles(

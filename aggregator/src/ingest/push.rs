@@ -4,7 +4,7 @@
 //! Input: a `push.v1.PushRequest` (`grafana/pyroscope:api/push/v1/push.proto`) as binary
 //! protobuf (`application/proto`) or protojson (`application/json`, bytes in base64, field
 //! names `rawProfile` and `ID`, or the proto names), the body optionally
-//! `Content-Encoding: gzip`. Output: a [`Batch`] of profiles, stored whole or not at all.
+//! `Content-Encoding: gzip`. Output: a [`ProfileSet`] of profiles, stored whole or not at all.
 //!
 //! Each `RawProfileSeries` names its app with the `service_name` label, which is required:
 //! `__name__` in a push is the profile type (`process_cpu`, `memory`), not an app, so it
@@ -22,6 +22,7 @@
 //! Connect: a JSON body `{"code", "message"}`, 400 (`invalid_argument`) for anything wrong
 //! with the request, 413 (`resource_exhausted`) past a cap, 415 for another content type.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Request, State};
@@ -37,9 +38,9 @@ use smolder_common::{Labels, ProfileMeta, Series};
 
 use super::body::{self, RequestBody};
 use super::pprof::{limits, normalize_sdk_series, sdk_sample_types, to_profiles};
-use super::{Batch, IngestError, Stored, blocking, chain, content_type, record};
-use crate::app::AppState;
-use crate::http::ApiError;
+use super::{IngestError, Ingester, ProfileSet, Stored, Transport, blocking, content_type};
+use crate::api_error::{ApiError, chain};
+use crate::tenant::Tenant;
 
 /// `push.v1.PushRequest`.
 #[derive(Clone, PartialEq, Message)]
@@ -126,10 +127,14 @@ enum Codec {
 const EXPECTED: &str = "application/proto or application/json (Connect unary)";
 
 /// `POST /push.v1.PusherService/Push`.
-pub(crate) async fn push(State(state): State<AppState>, request: Request) -> Response {
+pub(crate) async fn push(
+    State(ingester): State<Arc<Ingester>>,
+    tenant: Tenant,
+    request: Request,
+) -> Response {
     let mut codec = Codec::Json;
-    let outcome = push_request(&state, request, &mut codec).await;
-    record(&state, "push", &outcome);
+    let outcome = push_request(&ingester, &tenant, request, &mut codec).await;
+    ingester.record("push", &outcome);
     match outcome {
         Ok(_) => match codec {
             Codec::Proto => (
@@ -144,7 +149,8 @@ pub(crate) async fn push(State(state): State<AppState>, request: Request) -> Res
 }
 
 async fn push_request(
-    state: &AppState,
+    ingester: &Ingester,
+    tenant: &Tenant,
     request: Request,
     codec: &mut Codec,
 ) -> Result<Stored, IngestError> {
@@ -167,15 +173,15 @@ async fn push_request(
         }
     };
     let codec = *codec;
-    let config = &state.config.ingest;
+    let config = ingester.config();
     let body = body::read(&parts.headers, body, config).await?;
     let limits = limits(config);
-    let batch = blocking(move || {
+    let set = blocking(move || {
         let request = decode(codec, &body)?;
         convert(request, &body, &limits, SystemTime::now())
     })
     .await?;
-    batch.store(state).await
+    ingester.ingest(tenant, set, None).await
 }
 
 /// Decodes the body in `codec`.
@@ -233,7 +239,7 @@ fn convert(
     body: &RequestBody,
     limits: &Limits,
     now: SystemTime,
-) -> Result<Batch, IngestError> {
+) -> Result<ProfileSet, IngestError> {
     let mut profiles = Vec::new();
     for (i, series) in request.series.into_iter().enumerate() {
         let mut service = None;
@@ -287,7 +293,8 @@ fn convert(
             profiles.extend(to_profiles(&prefix, &meta, span, converted)?);
         }
     }
-    Ok(Batch {
+    Ok(ProfileSet {
+        transport: Transport::Http,
         format: "push",
         sent_bytes: body.sent_bytes,
         profiles,

@@ -14,7 +14,8 @@
 //! both sides query the same app and `diff_<left app>_<right app>` otherwise (Pyroscope writes
 //! these the other way round, which reads as a slip); `startTime`/`endTime` span both ranges.
 
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
 
 use axum::Json;
 use axum::extract::State;
@@ -23,18 +24,27 @@ use smolder_common::flamebearer::{FlamebearerProfile, Metadata};
 use smolder_common::{ProfileMeta, Tree};
 
 use super::{
-    Params, QueryError, RawQuery, Selected, an_hour_before, blocking, no_meta, respond,
+    Params, Querier, QueryError, RawQuery, Selected, an_hour_before, blocking, no_meta, respond,
     select_and_merge, unix_secs,
 };
-use crate::app::AppState;
+use crate::tenant::Tenant;
 
 /// The handler.
-pub(super) async fn handle(State(state): State<AppState>, query: RawQuery) -> Response {
-    let result = diff(&state, query).await;
-    respond(&state, result)
+pub(super) async fn handle(
+    State(querier): State<Arc<Querier>>,
+    tenant: Tenant,
+    query: RawQuery,
+) -> Response {
+    let started = Instant::now();
+    let result = diff(&querier, tenant, query).await;
+    respond(&querier, "render_diff", started, result)
 }
 
-async fn diff(state: &AppState, query: RawQuery) -> Result<Response, QueryError> {
+async fn diff(
+    querier: &Querier,
+    tenant: Tenant,
+    query: RawQuery,
+) -> Result<(Response, &'static str), QueryError> {
     let params = Params::new(query)?;
     let now = SystemTime::now();
     let left = params.selector("leftQuery")?;
@@ -50,7 +60,7 @@ async fn diff(state: &AppState, query: RawQuery) -> Result<Response, QueryError>
             });
         }
     }
-    let max_nodes = params.max_nodes(&state.config.query)?;
+    let max_nodes = params.max_nodes(&querier.config)?;
 
     let app_name = if left.app() == right.app() {
         format!("diff_{}", left.app())
@@ -59,9 +69,15 @@ async fn diff(state: &AppState, query: RawQuery) -> Result<Response, QueryError>
     };
     // Merging both sides, aligning them and laying out the diff is CPU work: all of it runs on
     // the blocking pool.
-    let profile = blocking(&state.store, move |store| {
-        let left_side = select_and_merge(store, &left, left_range)?;
-        let right_side = select_and_merge(store, &right, right_range)?;
+    let metrics = querier.metrics.clone();
+    let profile = blocking(&querier.store, move |store| {
+        let left_side = select_and_merge(store, &tenant, &left, left_range)?;
+        let right_side = select_and_merge(store, &tenant, &right, right_range)?;
+        metrics.merged(
+            "render_diff",
+            left_side.series.len() + right_side.series.len(),
+            left_side.tree.len() + right_side.tree.len(),
+        );
         let meta = compatible(&left_side, &right_side)?;
         let metadata = Metadata {
             spy_name: meta.spy_name,
@@ -79,7 +95,7 @@ async fn diff(state: &AppState, query: RawQuery) -> Result<Response, QueryError>
         Ok(FlamebearerProfile::diff(&combined, max_nodes, metadata))
     })
     .await?;
-    Ok(Json(profile).into_response())
+    Ok((Json(profile).into_response(), "json"))
 }
 
 /// The metadata of the diff: the left side's, or the right's when the left is empty; an error

@@ -1,4 +1,4 @@
-//! Listings: label names, label values and apps; and deleting an app.
+//! Listings: label names, label values and apps.
 //!
 //! - `GET /labels`, `GET /label-names`: a JSON array of label names (sorted, `__name__` not
 //!   listed). `query` restricts it to the series of that selector's app (its matchers are
@@ -7,28 +7,29 @@
 //!   required; `label=__name__` lists app names. `query` restricts it to the series the selector
 //!   matches, matchers included.
 //! - `GET /api/apps`: `[{"name", "spyName", "sampleRate", "units"}]`, sorted by name, each with
-//!   the metadata of the app's most recently written series.
-//! - `DELETE /api/apps` with body `{"name": "<app>"}`: deletes every series of the app and all
-//!   its data; 200 with an empty body. 400 when the body has no name; **404** when no series of
-//!   that name exists. Pyroscope answers 200 there; a typo'd name that silently deletes nothing
-//!   is worth telling the caller about, and a script that wants idempotence can accept 404.
+//!   the metadata of the app's most recently written series. (`DELETE /api/apps` is `admin`'s.)
 //!
 //! Unlike Pyroscope, `from`/`until` are honoured by the listings: only series with data in the
 //! range count. Without them the range is all stored data, which is what Pyroscope lists.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::{Params, QueryError, RawQuery, blocking, respond};
-use crate::app::AppState;
+use super::{Params, Querier, RawQuery, blocking, respond};
+use crate::tenant::Tenant;
 
 /// `GET /labels` and `GET /label-names`.
-pub(super) async fn names(State(state): State<AppState>, query: RawQuery) -> Response {
+pub(super) async fn names(
+    State(querier): State<Arc<Querier>>,
+    tenant: Tenant,
+    query: RawQuery,
+) -> Response {
+    let started = Instant::now();
     let result = async {
         let params = Params::new(query)?;
         let range = params.range(("from", "until"), SystemTime::now(), UNIX_EPOCH)?;
@@ -36,18 +37,23 @@ pub(super) async fn names(State(state): State<AppState>, query: RawQuery) -> Res
             Some(_) => Some(params.selector("query")?.app().to_owned()),
             None => None,
         };
-        let names = blocking(&state.store, move |store| {
-            Ok(store.label_names(app.as_deref(), range)?)
+        let names = blocking(&querier.store, move |store| {
+            Ok(store.label_names(&tenant, app.as_deref(), range)?)
         })
         .await?;
-        Ok(Json(names).into_response())
+        Ok((Json(names).into_response(), "json"))
     }
     .await;
-    respond(&state, result)
+    respond(&querier, "label_names", started, result)
 }
 
 /// `GET /label-values`.
-pub(super) async fn values(State(state): State<AppState>, query: RawQuery) -> Response {
+pub(super) async fn values(
+    State(querier): State<Arc<Querier>>,
+    tenant: Tenant,
+    query: RawQuery,
+) -> Response {
+    let started = Instant::now();
     let result = async {
         let params = Params::new(query)?;
         let label = params.require("label")?.to_owned();
@@ -56,14 +62,14 @@ pub(super) async fn values(State(state): State<AppState>, query: RawQuery) -> Re
             Some(_) => Some(params.selector("query")?),
             None => None,
         };
-        let values = blocking(&state.store, move |store| {
-            Ok(store.label_values(&label, selector.as_ref(), range)?)
+        let values = blocking(&querier.store, move |store| {
+            Ok(store.label_values(&tenant, &label, selector.as_ref(), range)?)
         })
         .await?;
-        Ok(Json(values).into_response())
+        Ok((Json(values).into_response(), "json"))
     }
     .await;
-    respond(&state, result)
+    respond(&querier, "label_values", started, result)
 }
 
 /// One entry of `GET /api/apps`.
@@ -77,9 +83,10 @@ struct App {
 }
 
 /// `GET /api/apps`.
-pub(super) async fn apps(State(state): State<AppState>) -> Response {
+pub(super) async fn apps(State(querier): State<Arc<Querier>>, tenant: Tenant) -> Response {
+    let started = Instant::now();
     let result = async {
-        let apps = blocking(&state.store, |store| Ok(store.apps()?)).await?;
+        let apps = blocking(&querier.store, move |store| Ok(store.apps(&tenant)?)).await?;
         let apps: Vec<App> = apps
             .into_iter()
             .map(|app| App {
@@ -89,39 +96,8 @@ pub(super) async fn apps(State(state): State<AppState>) -> Response {
                 units: app.meta.units,
             })
             .collect();
-        Ok(Json(apps).into_response())
+        Ok((Json(apps).into_response(), "json"))
     }
     .await;
-    respond(&state, result)
-}
-
-/// The body of `DELETE /api/apps`.
-#[derive(Deserialize)]
-struct DeleteApp {
-    #[serde(default)]
-    name: Option<String>,
-}
-
-/// `DELETE /api/apps`.
-pub(super) async fn delete_app(State(state): State<AppState>, body: Bytes) -> Response {
-    let result = async {
-        let request: DeleteApp =
-            serde_json::from_slice(&body).map_err(|err| QueryError::InvalidBody {
-                reason: err.to_string(),
-            })?;
-        let name = request
-            .name
-            .filter(|name| !name.is_empty())
-            .ok_or_else(|| QueryError::InvalidBody {
-                reason: "no `name`".to_owned(),
-            })?;
-        let deleted = state.store.delete_app(&name).await?;
-        if deleted == 0 {
-            return Err(QueryError::AppNotFound { name });
-        }
-        tracing::info!(app = %name, series = deleted, "deleted app");
-        Ok(().into_response())
-    }
-    .await;
-    respond(&state, result)
+    respond(&querier, "apps", started, result)
 }

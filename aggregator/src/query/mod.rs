@@ -1,20 +1,23 @@
 //! Query: flame graphs, diffs, timelines and label listings over stored profiles, served the way
 //! Pyroscope v0.37 serves them.
 //!
-//! Input: HTTP GET requests (and one DELETE) with Pyroscope's parameters. Output: flamebearer
-//! JSON ([`FlamebearerProfile`](smolder_common::flamebearer::FlamebearerProfile)), folded text,
-//! pprof, or JSON arrays of names. Caller: the router in `http.rs`. Owns nothing but
-//! [`QueryConfig`]: every read goes to the store, on the blocking pool, since sled reads are
-//! synchronous.
+//! Input: HTTP GET requests with Pyroscope's parameters. Output: flamebearer JSON
+//! ([`FlamebearerProfile`](smolder_common::flamebearer::FlamebearerProfile)), folded text,
+//! pprof, or JSON arrays of names. Caller: the router in `http.rs` mounts [`routes`], served by
+//! a [`Querier`] that `app` builds: the store, [`QueryConfig`], the query metrics
+//! (`metrics.rs`) and the tier's errors counter. Owns nothing else: every read goes to the
+//! store's interface, on the blocking pool, since store reads are synchronous. Depends on
+//! `store`, `metrics`, `api_error` and `tenant`.
 //!
 //! | route | module |
 //! |---|---|
 //! | `GET /render`, `/pyroscope/render` | `render.rs` (+ `timeline.rs`, `export.rs`) |
 //! | `GET /render-diff`, `/pyroscope/render-diff` | `diff.rs` |
-//! | `GET /labels`, `/label-names`, `/label-values`, `GET`/`DELETE /api/apps` | `labels.rs` |
+//! | `GET /labels`, `/label-names`, `/label-values`, `GET /api/apps` | `labels.rs` |
 //!
-//! This file holds what the routes share: the parameters (`query`/`name`, `from`/`until`,
-//! `maxNodes`), [`QueryError`] and how each error answers and is counted.
+//! (`DELETE /api/apps`, a write, is `admin`'s.) This file holds what the routes share: the
+//! parameters (`query`/`name`, `from`/`until`, `maxNodes`), [`QueryError`] and how each error
+//! answers and is counted.
 //!
 //! # Parameters shared by the routes
 //!
@@ -30,11 +33,13 @@
 mod diff;
 mod export;
 mod labels;
+mod metrics;
 mod render;
 mod timeline;
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::extract::Query;
@@ -47,9 +52,12 @@ use smolder_common::{
     TimeError, Tree,
 };
 
-use crate::app::AppState;
-use crate::http::ApiError;
-use crate::store::{Merged, SeriesInfo, Store, StoreError, TimeRange};
+use crate::api_error::{ApiError, chain};
+use crate::metrics::Errors;
+use crate::store::{BUCKET, SeriesInfo, Store, StoreError, TimeRange};
+use crate::tenant::Tenant;
+
+pub(crate) use self::metrics::QueryMetrics;
 
 /// Limits and defaults of the query API.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -75,8 +83,33 @@ impl Default for QueryConfig {
     }
 }
 
-/// The query routes.
-pub(crate) fn routes() -> Router<AppState> {
+/// What the query handlers share: the store they read, their config and their metrics.
+pub(crate) struct Querier {
+    store: Arc<dyn Store>,
+    config: QueryConfig,
+    metrics: QueryMetrics,
+    errors: Errors,
+}
+
+impl Querier {
+    /// A query path reading `store` under `config`.
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        config: QueryConfig,
+        metrics: QueryMetrics,
+        errors: Errors,
+    ) -> Querier {
+        Querier {
+            store,
+            config,
+            metrics,
+            errors,
+        }
+    }
+}
+
+/// The query routes, served by `querier`.
+pub(crate) fn routes(querier: Arc<Querier>) -> Router {
     Router::new()
         .route("/render", get(render::handle))
         .route("/pyroscope/render", get(render::handle))
@@ -85,7 +118,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/labels", get(labels::names))
         .route("/label-names", get(labels::names))
         .route("/label-values", get(labels::values))
-        .route("/api/apps", get(labels::apps).delete(labels::delete_app))
+        .route("/api/apps", get(labels::apps))
+        .with_state(querier)
 }
 
 /// Why a query could not be answered. Every variant but [`QueryError::Store`] and
@@ -188,18 +222,6 @@ pub(crate) enum QueryError {
         /// The right side's value.
         right: String,
     },
-    /// The body of `DELETE /api/apps` is not `{"name": "<app>"}`.
-    #[error("invalid body: {reason}; expected {{\"name\": \"<app>\"}}")]
-    InvalidBody {
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// `DELETE /api/apps` named an app with no series.
-    #[error("no app named {name:?}")]
-    AppNotFound {
-        /// The name given.
-        name: String,
-    },
     /// The store failed; logged once where the response is built.
     #[error("reading the store failed")]
     Store(#[from] StoreError),
@@ -227,49 +249,36 @@ impl QueryError {
             QueryError::InvalidLabelName { .. } => "invalid_label_name",
             QueryError::TooManyGroups { .. } => "too_many_groups",
             QueryError::Incompatible { .. } => "incompatible_diff",
-            QueryError::InvalidBody { .. } => "invalid_body",
-            QueryError::AppNotFound { .. } => "app_not_found",
             QueryError::Store(_) => "store",
             QueryError::Panicked => "panicked",
         }
     }
 
-    /// The answer: 404 for an unknown app, 500 for our own failures, 400 for the rest.
+    /// The answer: 500 for our own failures, 400 for the rest.
     fn into_api_error(self) -> ApiError {
         match self {
-            QueryError::AppNotFound { .. } => ApiError::not_found(self.to_string()),
-            QueryError::Store(source) => ApiError::internal(DisplayChain(&source)),
+            QueryError::Store(source) => ApiError::internal(chain(&source)),
             QueryError::Panicked => ApiError::internal(&self),
             other => ApiError::bad_request(other.to_string()),
         }
     }
 }
 
-/// Writes an error with its sources, `outer: inner: ...`, for the one log line of a 500.
-struct DisplayChain<'a>(&'a dyn std::error::Error);
-
-impl std::fmt::Display for DisplayChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(err) = source {
-            write!(f, ": {err}")?;
-            source = err.source();
-        }
-        Ok(())
-    }
-}
-
-/// Turns a handler's result into a response, counting failures.
-fn respond(state: &AppState, result: Result<Response, QueryError>) -> Response {
+/// Turns a handler's result, an answer and its format, into a response: an answer's duration
+/// is recorded under `endpoint`, a failure counted.
+fn respond(
+    querier: &Querier,
+    endpoint: &'static str,
+    started: Instant,
+    result: Result<(Response, &'static str), QueryError>,
+) -> Response {
     match result {
-        Ok(response) => response,
+        Ok((response, format)) => {
+            querier.metrics.answered(endpoint, format, started);
+            response
+        }
         Err(err) => {
-            state
-                .metrics
-                .errors
-                .with_label_values(&["query", err.error_type()])
-                .inc();
+            querier.errors.inc("query", err.error_type());
             err.into_api_error().into_response()
         }
     }
@@ -434,11 +443,11 @@ fn label_name(name: &'static str, value: &str) -> Result<String, QueryError> {
 
 /// Runs a store read on the blocking pool.
 async fn blocking<T: Send + 'static>(
-    store: &Store,
-    read: impl FnOnce(&Store) -> Result<T, QueryError> + Send + 'static,
+    store: &Arc<dyn Store>,
+    read: impl FnOnce(&dyn Store) -> Result<T, QueryError> + Send + 'static,
 ) -> Result<T, QueryError> {
-    let store = store.clone();
-    tokio::task::spawn_blocking(move || read(&store))
+    let store = Arc::clone(store);
+    tokio::task::spawn_blocking(move || read(store.as_ref()))
         .await
         .map_err(|_| QueryError::Panicked)?
 }
@@ -464,33 +473,29 @@ struct Selected {
     series: Vec<SeriesInfo>,
 }
 
-/// Selects and merges the series `selector` matches over `range`. Blocking.
+/// Selects and merges the series `selector` matches over `range`, in 10 s buckets. Blocking.
 ///
 /// Pyroscope divides by the number of writes when the (last) series is `average`; here the
 /// `average` series are merged and divided apart from the `sum` ones, so that mixing the two
 /// (which Pyroscope does not reconcile) still gives each its meaning.
 fn select_and_merge(
-    store: &Store,
+    store: &dyn Store,
+    tenant: &Tenant,
     selector: &Selector,
     range: TimeRange,
 ) -> Result<Selected, QueryError> {
-    let series = store.select(selector, range)?;
+    let merged = store.merge(tenant, selector, range, BUCKET)?;
+    let series = merged.series;
     let meta = series
         .iter()
         .max_by_key(|info| info.last_seen)
         .map(|info| info.meta.clone());
-    let (average, sum): (Vec<SeriesInfo>, Vec<SeriesInfo>) = series
-        .iter()
-        .cloned()
-        .partition(|info| info.meta.aggregation == Aggregation::Average);
-    let mut tree = store.merge(&sum, range)?.tree;
-    if !average.is_empty() {
-        let mut merged: Merged = store.merge(&average, range)?;
-        if merged.writes > 1 {
-            merged.tree.scale(1, merged.writes);
-        }
-        tree.merge(&merged.tree);
+    let mut tree = merged.sum.tree;
+    let mut average = merged.average;
+    if average.writes > 1 {
+        average.tree.scale(1, average.writes);
     }
+    tree.merge(&average.tree);
     Ok(Selected { tree, meta, series })
 }
 

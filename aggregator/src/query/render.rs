@@ -22,7 +22,8 @@
 //! shows the per-step sums of totals. Store buckets are read whole, so a range that cuts a 10 s
 //! bucket includes all of it, where Pyroscope scaled a partly covered bucket down.
 
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
 
 use axum::Json;
 use axum::extract::State;
@@ -30,13 +31,12 @@ use axum::response::{IntoResponse, Response};
 use smolder_common::Selector;
 use smolder_common::flamebearer::{FlamebearerProfile, Metadata};
 
-use super::timeline::{self, OTHERS};
 use super::{
-    Params, QueryError, RawQuery, an_hour_before, blocking, export, label_name, no_meta, respond,
-    select_and_merge, selector_from_key, unix_secs,
+    Params, Querier, QueryConfig, QueryError, RawQuery, an_hour_before, blocking, export,
+    label_name, no_meta, respond, select_and_merge, selector_from_key, timeline, unix_secs,
 };
-use crate::app::AppState;
 use crate::store::TimeRange;
+use crate::tenant::Tenant;
 
 /// What `/render` can answer with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +47,15 @@ enum Format {
 }
 
 impl Format {
+    /// The `format` label of `smolder_aggregator_query_duration_seconds`.
+    fn label(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Collapsed => "collapsed",
+            Format::Pprof => "pprof",
+        }
+    }
+
     fn parse(value: Option<&str>) -> Result<Format, QueryError> {
         match value {
             None | Some("json") => Ok(Format::Json),
@@ -70,7 +79,11 @@ struct Request {
 }
 
 impl Request {
-    fn parse(params: &Params, state: &AppState, now: SystemTime) -> Result<Request, QueryError> {
+    fn parse(
+        params: &Params,
+        config: &QueryConfig,
+        now: SystemTime,
+    ) -> Result<Request, QueryError> {
         let selector = match (params.get("query"), params.get("name")) {
             (Some(_), _) => params.selector("query")?,
             (None, Some(key)) => selector_from_key(key)?,
@@ -80,7 +93,7 @@ impl Request {
             selector,
             range: params.range(("from", "until"), now, an_hour_before(now))?,
             format: Format::parse(params.get("format"))?,
-            max_nodes: params.max_nodes(&state.config.query)?,
+            max_nodes: params.max_nodes(config)?,
             group_by: params
                 .get("groupBy")
                 .map(|value| label_name("groupBy", value))
@@ -90,30 +103,43 @@ impl Request {
 }
 
 /// The handler.
-pub(super) async fn handle(State(state): State<AppState>, query: RawQuery) -> Response {
-    let result = render(&state, query).await;
-    respond(&state, result)
+pub(super) async fn handle(
+    State(querier): State<Arc<Querier>>,
+    tenant: Tenant,
+    query: RawQuery,
+) -> Response {
+    let started = Instant::now();
+    let result = render(&querier, tenant, query).await;
+    respond(&querier, "render", started, result)
 }
 
-async fn render(state: &AppState, query: RawQuery) -> Result<Response, QueryError> {
+async fn render(
+    querier: &Querier,
+    tenant: Tenant,
+    query: RawQuery,
+) -> Result<(Response, &'static str), QueryError> {
     let params = Params::new(query)?;
-    let request = Request::parse(&params, state, SystemTime::now())?;
+    let request = Request::parse(&params, &querier.config, SystemTime::now())?;
     let app = request.selector.app().to_owned();
     let name = export::profile_name(&app, request.range.from);
-    match request.format {
+    let format = request.format;
+    let metrics = querier.metrics.clone();
+    let response = match format {
         // Exports of up to a million nodes are CPU work: they are built on the blocking pool.
         Format::Collapsed => {
             let (selector, range) = (request.selector, request.range);
-            blocking(&state.store, move |store| {
-                let selected = select_and_merge(store, &selector, range)?;
+            blocking(&querier.store, move |store| {
+                let selected = select_and_merge(store, &tenant, &selector, range)?;
+                metrics.merged("render", selected.series.len(), selected.tree.len());
                 Ok(export::collapsed(&selected.tree, &name))
             })
-            .await
+            .await?
         }
         Format::Pprof => {
             let (selector, range) = (request.selector, request.range);
-            blocking(&state.store, move |store| {
-                let selected = select_and_merge(store, &selector, range)?;
+            blocking(&querier.store, move |store| {
+                let selected = select_and_merge(store, &tenant, &selector, range)?;
+                metrics.merged("render", selected.series.len(), selected.tree.len());
                 Ok(export::pprof(
                     &selected.tree,
                     &app,
@@ -122,15 +148,17 @@ async fn render(state: &AppState, query: RawQuery) -> Result<Response, QueryErro
                     &name,
                 ))
             })
-            .await
+            .await?
         }
-        Format::Json => Ok(Json(json(state, request, app, name).await?).into_response()),
-    }
+        Format::Json => Json(json(querier, tenant, request, app, name).await?).into_response(),
+    };
+    Ok((response, format.label()))
 }
 
 /// The flamebearer JSON of a request.
 async fn json(
-    state: &AppState,
+    querier: &Querier,
+    tenant: Tenant,
     request: Request,
     app: String,
     name: String,
@@ -143,25 +171,21 @@ async fn json(
         ..
     } = request;
     let query = selector.to_string();
-    let max_groups = state.config.query.max_groups;
+    let max_groups = querier.config.max_groups;
+    let metrics = querier.metrics.clone();
     // Merging, grouping and laying out up to a million nodes is CPU work: all of it runs on the
     // blocking pool, never on the runtime's workers.
-    let profile = blocking(&state.store, move |store| {
-        let selected = select_and_merge(store, &selector, range)?;
+    let profile = blocking(&querier.store, move |store| {
+        // Too many groups is refused from the series list, before any tree is merged.
+        if let Some(label) = group_by.as_deref() {
+            let series = store.series(&tenant, &selector, range)?;
+            timeline::check_groups(&series, label, max_groups)?;
+        }
+        let selected = select_and_merge(store, &tenant, &selector, range)?;
+        metrics.merged("render", selected.series.len(), selected.tree.len());
         let step = timeline::step_for_range(range);
-        let groups = timeline::groups(
-            store,
-            &selected.series,
-            group_by.as_deref(),
-            range,
-            step,
-            max_groups,
-        )?;
-        // Without groupBy, "*" holds every series and is the timeline itself.
-        let timeline = match (&group_by, groups.get(OTHERS)) {
-            (None, Some(all)) => all.clone(),
-            _ => timeline::read(store, &selected.series, range, step)?,
-        };
+        let (timeline, groups) =
+            timeline::read(store, &tenant, &selector, range, step, group_by.as_deref())?;
         let meta = selected.meta.unwrap_or_else(no_meta);
         let metadata = Metadata {
             spy_name: meta.spy_name,

@@ -1,12 +1,14 @@
 //! The timeline of `/render`: totals over the range in Pyroscope's steps, and one timeline per
 //! value of the `groupBy` label.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use smolder_common::Selector;
 use smolder_common::flamebearer::Timeline;
 
 use super::QueryError;
-use crate::store::{self, SeriesInfo, Store, TimeRange};
+use crate::store::{BUCKET, SeriesInfo, Store, TimeRange, Timelines};
+use crate::tenant::Tenant;
 
 /// Pyroscope's finest timeline step and the base of every coarser one, in seconds.
 const BASE_STEP: u64 = 10;
@@ -38,63 +40,80 @@ pub(super) fn step_for(range_secs: u64) -> u64 {
 
 /// The step for `range`, measured the way the store reads it (whole 10 s buckets).
 pub(super) fn step_for_range(range: TimeRange) -> u64 {
-    let (from, until) = range.buckets();
+    let (from, until) = range.aligned(BUCKET);
     step_for(until - from)
 }
 
-/// The timeline of `series` over `range` in steps of `step` seconds. Blocking.
-pub(super) fn read(
-    store: &Store,
+/// Refuses a `groupBy` on `label` that splits `series` into more than `max_groups` values.
+/// `"*"`, always present, does not count.
+pub(super) fn check_groups(
     series: &[SeriesInfo],
-    range: TimeRange,
-    step: u64,
-) -> Result<Timeline, QueryError> {
-    let store::Timeline {
-        start,
-        step,
-        samples,
-    } = store.timeline(series, range, step)?;
-    Ok(Timeline {
-        start_time: i64::try_from(start).unwrap_or(i64::MAX),
-        samples,
-        duration_delta: i64::try_from(step).unwrap_or(i64::MAX),
-        watermarks: BTreeMap::new(),
-    })
-}
-
-/// `groups`: one timeline per value of label `group_by` among `series`, and under `"*"` the
-/// series without it; without `group_by`, `"*"` holds every series. `"*"` is always present, as
-/// in Pyroscope. Blocking.
-pub(super) fn groups(
-    store: &Store,
-    series: &[SeriesInfo],
-    group_by: Option<&str>,
-    range: TimeRange,
-    step: u64,
+    label: &str,
     max_groups: usize,
-) -> Result<BTreeMap<String, Timeline>, QueryError> {
-    let mut by_value: BTreeMap<String, Vec<SeriesInfo>> = BTreeMap::new();
-    by_value.insert(OTHERS.to_owned(), Vec::new());
+) -> Result<(), QueryError> {
+    let mut values = BTreeSet::from([OTHERS]);
     for info in series {
-        let value = group_by
-            .and_then(|label| info.series.labels().get(label))
-            .unwrap_or(OTHERS);
-        by_value
-            .entry(value.to_owned())
-            .or_default()
-            .push(info.clone());
-        // "*" is always there and does not count.
-        if by_value.len() > max_groups + 1 {
+        values.insert(info.series.labels().get(label).unwrap_or(OTHERS));
+        if values.len() > max_groups + 1 {
             return Err(QueryError::TooManyGroups {
-                label: group_by.unwrap_or_default().to_owned(),
+                label: label.to_owned(),
                 limit: max_groups,
             });
         }
     }
-    by_value
+    Ok(())
+}
+
+/// The timeline of the series `selector` matches over `range` in steps of `step` seconds, and
+/// `groups`: one timeline per value of label `group_by`, and under `"*"` the series without it;
+/// without `group_by`, `"*"` holds every series and is the timeline itself. `"*"` is always
+/// present, as in Pyroscope. Blocking.
+pub(super) fn read(
+    store: &dyn Store,
+    tenant: &Tenant,
+    selector: &Selector,
+    range: TimeRange,
+    step: u64,
+    group_by: Option<&str>,
+) -> Result<(Timeline, BTreeMap<String, Timeline>), QueryError> {
+    let Timelines {
+        start,
+        step,
+        points,
+        groups,
+    } = store.timelines(tenant, selector, range, step, group_by)?;
+    let timeline = |samples: Vec<u64>| Timeline {
+        start_time: i64::try_from(start).unwrap_or(i64::MAX),
+        samples,
+        duration_delta: i64::try_from(step).unwrap_or(i64::MAX),
+        watermarks: BTreeMap::new(),
+    };
+    let mut all = vec![0u64; points];
+    let mut by_value: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    by_value.insert(OTHERS.to_owned(), vec![0; points]);
+    for (value, samples) in groups {
+        add(&mut all, &samples);
+        // A label whose value is "*" shares the group of the series without the label.
+        let key = value.unwrap_or_else(|| OTHERS.to_owned());
+        match by_value.get_mut(&key) {
+            Some(sum) => add(sum, &samples),
+            None => {
+                by_value.insert(key, samples);
+            }
+        }
+    }
+    let groups = by_value
         .into_iter()
-        .map(|(value, members)| Ok((value, read(store, &members, range, step)?)))
-        .collect()
+        .map(|(value, samples)| (value, timeline(samples)))
+        .collect();
+    Ok((timeline(all), groups))
+}
+
+/// Adds `samples` into `sum`, point by point.
+fn add(sum: &mut [u64], samples: &[u64]) {
+    for (total, sample) in sum.iter_mut().zip(samples) {
+        *total = total.saturating_add(*sample);
+    }
 }
 
 #[cfg(test)]

@@ -22,15 +22,16 @@ use axum::routing::get;
 use serde::Deserialize;
 use smolder_common::rules::RuleSpec;
 
-use super::RulesError;
-use crate::app::AppState;
-use crate::http::ApiError;
+use std::sync::Arc;
+
+use super::{Rules, RulesError};
+use crate::api_error::ApiError;
 
 /// The largest rule body accepted: a rule is a name, a selector and a regex.
 const MAX_RULE_BYTES: usize = 64 << 10;
 
-/// The rules' routes.
-pub(crate) fn routes() -> Router<AppState> {
+/// The rules' routes, answered from `rules`.
+pub(crate) fn routes(rules: Arc<Rules>) -> Router {
     Router::new()
         .route("/exported-metrics", get(exported_metrics))
         .route("/api/recording-rules", get(list).post(create))
@@ -39,6 +40,7 @@ pub(crate) fn routes() -> Router<AppState> {
             axum::routing::put(update).delete(delete),
         )
         .layer(DefaultBodyLimit::max(MAX_RULE_BYTES))
+        .with_state(rules)
 }
 
 /// A rule as a client sends it.
@@ -96,29 +98,29 @@ impl From<RulesError> for ApiError {
     }
 }
 
-async fn exported_metrics(State(state): State<AppState>) -> Response {
+async fn exported_metrics(State(rules): State<Arc<Rules>>) -> Response {
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-        state.rules.render(),
+        rules.render(),
     )
         .into_response()
 }
 
-async fn list(State(state): State<AppState>) -> Response {
-    Json(serde_json::json!({ "rules": state.rules.list() })).into_response()
+async fn list(State(rules): State<Arc<Rules>>) -> Response {
+    Json(serde_json::json!({ "rules": rules.list() })).into_response()
 }
 
-async fn create(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+async fn create(State(rules): State<Arc<Rules>>, body: Bytes) -> Result<Response, ApiError> {
     let (name, spec) = RuleBody::parse(&body)?.spec();
     let name = name
         .filter(|n| !n.is_empty())
         .ok_or_else(|| ApiError::bad_request("rule has no name: set \"name\" to a metric name"))?;
-    let rule = state.rules.put(name, spec, false).await?;
+    let rule = rules.put(name, spec, false).await?;
     Ok((StatusCode::CREATED, Json(rule)).into_response())
 }
 
 async fn update(
-    State(state): State<AppState>,
+    State(rules): State<Arc<Rules>>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -128,14 +130,14 @@ async fn update(
             "rule {name:?}: the body names rule {body_name:?}; a rule cannot be renamed, create the new name and delete the old"
         )));
     }
-    let rule = state.rules.put(name, spec, true).await?;
+    let rule = rules.put(name, spec, true).await?;
     Ok(Json(rule).into_response())
 }
 
 async fn delete(
-    State(state): State<AppState>,
+    State(rules): State<Arc<Rules>>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.rules.delete(&name).await?;
+    rules.delete(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -3,20 +3,23 @@
 //! Input: each ingest request's [`Profile`]s, evaluated by [`Rules::evaluate`] before they are
 //! written and counted by [`Rules::apply`] once the store has acknowledged them, whatever the
 //! body format (folded, lines, pprof, JFR, Connect push; agents' batches go through the same
-//! `Batch::store`). Output: the counters on `GET /exported-metrics`, and, when
+//! `Ingester`). Output: the counters on `GET /exported-metrics`, and, when
 //! `rules.remote-write-url` is set, the same series pushed to a Prometheus remote-write
-//! receiver by [`remote_write::run`]. Caller: `ingest`, the router in `http`, and `app`, which
-//! starts the remote-write loop.
+//! receiver by [`remote_write::run`]. Callers: `ingest`'s `Ingester`, the router in `http`
+//! (through [`routes`]), and `app`, which loads the rules and starts the remote-write loop.
 //!
 //! Rules come from two places: the config file's `metrics-export-rules` map (Pyroscope's format,
 //! *provisioned*: listed by the API, never changed by it) and the recording-rules API
-//! (`/api/recording-rules`, [`api`]), whose rules are kept in the store and loaded at start. A
-//! rule applies to data ingested after it is created; changing a rule restarts its counter.
+//! (`/api/recording-rules`, [`api`]), whose rules are kept in the store (through its writer,
+//! like every write) and loaded at start. A rule applies to data ingested after it is created;
+//! changing a rule restarts its counter.
 //!
 //! Owns: the current [`RuleSet`] and its [`Counters`], in memory (counters start at zero with
-//! the process, like any Prometheus counter), and the remote-write task.
+//! the process, like any Prometheus counter), and the remote-write task. Depends on `store`
+//! (the stored rules) and `metrics`, `api_error` and `tenant`; nothing of ingest or query.
 
 mod api;
+mod metrics;
 pub(crate) mod remote_write;
 
 use std::collections::BTreeMap;
@@ -28,10 +31,11 @@ use smolder_common::Profile;
 use smolder_common::rules::{Counters, Increments, Rule, RuleError, RuleSet, RuleSpec};
 use tracing::{info, warn};
 
-use crate::metrics::RulesMetrics;
 use crate::store::{Store, StoreError};
+use crate::tenant::Tenant;
 
-pub(crate) use api::routes;
+pub(crate) use self::api::routes;
+pub(crate) use self::metrics::RulesMetrics;
 
 /// Where the counters of the rules go besides `/exported-metrics`.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -140,7 +144,9 @@ pub(crate) struct Rules {
     counters: Mutex<Counters>,
     /// Serializes API changes, so that the store and `current` change in the same order.
     changes: tokio::sync::Mutex<()>,
-    store: Store,
+    store: Arc<dyn Store>,
+    /// Whose rules these are.
+    tenant: Tenant,
     metrics: RulesMetrics,
 }
 
@@ -166,7 +172,7 @@ pub(crate) struct RuleView {
 }
 
 impl Rules {
-    /// Loads the provisioned rules of the config file and the stored ones of the API.
+    /// Loads the provisioned rules of the config file and `tenant`'s stored ones of the API.
     ///
     /// # Errors
     ///
@@ -175,12 +181,13 @@ impl Rules {
     /// stored rules cannot be read.
     pub(crate) fn load(
         provisioned: &BTreeMap<String, RuleSpec>,
-        store: Store,
+        store: Arc<dyn Store>,
+        tenant: Tenant,
         metrics: RulesMetrics,
     ) -> Result<Rules, RulesError> {
         let provisioned = RuleSet::from_specs(provisioned)?;
         let mut rules: Vec<Arc<Rule>> = provisioned.rules().to_vec();
-        for (name, json) in store.rules()? {
+        for (name, json) in store.rules(&tenant)? {
             let spec: RuleSpec =
                 serde_json::from_slice(&json).map_err(|err| RulesError::Stored {
                     name: name.clone(),
@@ -213,6 +220,7 @@ impl Rules {
             counters: Mutex::new(counters),
             changes: tokio::sync::Mutex::new(()),
             store,
+            tenant,
             metrics,
         })
     }
@@ -258,15 +266,15 @@ impl Rules {
         let series = counters.series();
         drop(counters);
         self.metrics.series.set(series as i64);
-        for (reason, count) in [
-            ("stale", applied.stale),
-            ("series_limit", applied.over_limit),
+        // A stale increment belongs to a rule that changed: its counter restarted by design.
+        for (reason, intentional, count) in [
+            ("stale", true, applied.stale),
+            ("series_limit", false, applied.over_limit),
         ] {
             if count > 0 {
                 self.metrics
-                    .increments_dropped
-                    .with_label_values(&[reason])
-                    .inc_by(count as u64);
+                    .dropped
+                    .add("rules", reason, intentional, count as u64);
             }
         }
         if applied.over_limit > 0 {
@@ -362,7 +370,7 @@ impl Rules {
             .chain([Arc::clone(&rule)]);
         let set = RuleSet::new(rules)?;
         let json = serde_json::to_vec(rule.spec()).expect("a rule spec serializes");
-        self.store.put_rule(&name, &json).await?;
+        self.store.put_rule(&self.tenant, &name, json).await?;
         self.install(set);
         info!(%rule, replace, "rule saved");
         Ok(self.view(&rule))
@@ -387,7 +395,7 @@ impl Rules {
             });
         }
         let set = RuleSet::new(current.rules().iter().filter(|r| r.name() != name).cloned())?;
-        self.store.delete_rule(name).await?;
+        self.store.delete_rule(&self.tenant, name).await?;
         self.install(set);
         info!(rule = name, "rule deleted");
         Ok(())
@@ -406,5 +414,73 @@ impl Rules {
             .current
             .write()
             .expect("rules lock: taken only to clone or swap") = Arc::new(set);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use smolder_common::{ProfileMeta, Series, Tree};
+
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::store::{SledStore, StoreConfig, StoreMetrics};
+
+    #[tokio::test]
+    async fn increments_of_a_rule_changed_meanwhile_are_dropped_as_intended() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new();
+        let store: Arc<dyn Store> = Arc::new(
+            SledStore::open(
+                dir.path(),
+                StoreConfig::default(),
+                StoreMetrics::new(metrics.registry()),
+            )
+            .unwrap(),
+        );
+        let rules = Rules::load(
+            &BTreeMap::new(),
+            store,
+            Tenant::anonymous(),
+            RulesMetrics::new(metrics.registry(), metrics.dropped_increments.clone()),
+        )
+        .unwrap();
+        let spec = |expr: &str| RuleSpec {
+            expr: expr.to_owned(),
+            ..RuleSpec::default()
+        };
+        rules
+            .put("app_total".to_owned(), spec("app.cpu"), false)
+            .await
+            .unwrap();
+        let mut tree = Tree::new();
+        tree.insert_names(["main"], 3);
+        let profile = Profile {
+            series: Series::parse("app.cpu").unwrap(),
+            meta: ProfileMeta::default(),
+            from: SystemTime::now() - Duration::from_secs(10),
+            until: SystemTime::now(),
+            tree,
+        };
+        let increments = rules.evaluate(&rules.current(), &[profile]);
+        // The rule changes between evaluation and the store's acknowledgement.
+        rules
+            .put("app_total".to_owned(), spec("app.cpu{env=\"prod\"}"), true)
+            .await
+            .unwrap();
+        rules.apply(increments);
+        let text = metrics.render().unwrap();
+        assert!(
+            text.contains(
+                "smolder_aggregator_dropped_increments_total{intentional=\"true\",reason=\"stale\",stage=\"rules\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            rules.render().contains("\napp_total 0\n"),
+            "{}",
+            rules.render()
+        );
     }
 }

@@ -15,8 +15,7 @@ use std::time::{Instant, SystemTime};
 use prost::Message;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::{CounterValue, Rules, RulesConfig, RulesError};
-use crate::metrics::RulesMetrics;
+use super::{CounterValue, Rules, RulesConfig, RulesError, RulesMetrics};
 
 /// `prometheus.WriteRequest`.
 #[derive(Clone, PartialEq, Message)]

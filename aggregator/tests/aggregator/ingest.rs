@@ -112,7 +112,7 @@ async fn folded_lines_and_gzip_bodies_are_stored() {
     assert_eq!(
         metric(
             &agg,
-            "smolder_aggregator_ingest_profiles_total{format=\"folded\"}"
+            "smolder_aggregator_ingest_profiles_total{format=\"folded\",transport=\"http\"}"
         )
         .await,
         2.0
@@ -120,7 +120,7 @@ async fn folded_lines_and_gzip_bodies_are_stored() {
     assert_eq!(
         metric(
             &agg,
-            "smolder_aggregator_ingest_profiles_total{format=\"lines\"}"
+            "smolder_aggregator_ingest_profiles_total{format=\"lines\",transport=\"http\"}"
         )
         .await,
         1.0
@@ -272,7 +272,7 @@ async fn go_sdk_form_subtracts_prev_profile_and_reads_sample_type_config() {
     assert_eq!(
         metric(
             &agg,
-            "smolder_aggregator_ingest_profiles_total{format=\"pprof\"}"
+            "smolder_aggregator_ingest_profiles_total{format=\"pprof\",transport=\"http\"}"
         )
         .await,
         2.0
@@ -366,7 +366,7 @@ async fn connect_push_binary_and_json() {
     assert_eq!(
         metric(
             &agg,
-            "smolder_aggregator_ingest_profiles_total{format=\"push\"}"
+            "smolder_aggregator_ingest_profiles_total{format=\"push\",transport=\"http\"}"
         )
         .await,
         2.0

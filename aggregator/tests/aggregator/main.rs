@@ -8,6 +8,10 @@ mod systemd;
 /// Fixtures: a running aggregator, an HTTP client, helpers to ingest and render.
 mod util;
 
+/// The crate's layout: stages import only the stages below them (the edges ARCHITECTURE.md
+/// lists).
+mod layout;
+
 /// Ingest: `/ingest` in every body format and the Connect push, good and bad input.
 mod ingest;
 

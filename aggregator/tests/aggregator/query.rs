@@ -633,6 +633,13 @@ async fn deleting_an_app_removes_its_data() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("name"), "{body}");
     assert_eq!(delete("not json").await.0, StatusCode::BAD_REQUEST);
+    let (_, metrics) = get(&agg, "/metrics", &[]).await;
+    for line in [
+        r#"smolder_aggregator_errors_total{error_type="app_not_found",stage="admin"} 1"#,
+        r#"smolder_aggregator_errors_total{error_type="invalid_body",stage="admin"} 2"#,
+    ] {
+        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    }
 }
 
 #[tokio::test]
@@ -752,4 +759,49 @@ async fn group_by_past_max_groups_is_refused() {
     let (status, body) = get(&agg, "/render", &query).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(body.contains("query.max-groups"), "{body}");
+}
+
+#[tokio::test]
+async fn answered_queries_are_timed_by_endpoint_and_format_and_measure_what_they_merged() {
+    let agg = Aggregator::start().await;
+    let at = base();
+    ingest(&agg, "app.cpu{env=prod}", at, EXAMPLE, &[]).await;
+    ingest(&agg, "app.cpu{env=dev}", at, "foo;bar 5\n", &[]).await;
+    let range = [("from", at.to_string()), ("until", (at + 10).to_string())];
+    let range: Vec<(&str, &str)> = range.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let with = |extra: &[(&'static str, &'static str)]| -> Vec<(&str, &str)> {
+        range.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    get_json(&agg, "/render", &with(&[("query", "app.cpu")])).await;
+    let (status, _) = get(
+        &agg,
+        "/render",
+        &with(&[("query", "app.cpu"), ("format", "collapsed")]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    get_json(&agg, "/label-values", &[("label", "env")]).await;
+    // A refused query is counted as an error, not timed.
+    let (status, _) = get(&agg, "/render", &[("query", "app.cpu"), ("from", "soon")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    let (_, metrics) = get(&agg, "/metrics", &[]).await;
+    for line in [
+        r#"smolder_aggregator_query_duration_seconds_count{endpoint="render",format="json"} 1"#,
+        r#"smolder_aggregator_query_duration_seconds_count{endpoint="render",format="collapsed"} 1"#,
+        r#"smolder_aggregator_query_duration_seconds_count{endpoint="label_values",format="json"} 1"#,
+        // Two renders, each of both series: 4 series in all.
+        r#"smolder_aggregator_query_series_merged_sum{endpoint="render"} 4"#,
+        r#"smolder_aggregator_query_series_merged_count{endpoint="render"} 2"#,
+    ] {
+        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    }
+    let nodes = metrics
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(r#"smolder_aggregator_query_nodes_merged_sum{endpoint="render"} "#)
+        })
+        .expect("nodes merged by render");
+    // foo, bar, baz and qux (the root is not a node of a tree's length): 4 per render.
+    assert_eq!(nodes, "8", "{metrics}");
 }

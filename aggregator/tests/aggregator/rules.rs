@@ -284,6 +284,7 @@ async fn recording_rules_are_created_listed_updated_deleted_and_survive_a_restar
     let start = |config: Config| {
         let mut config = config;
         config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.ingest.quic.listen = SocketAddr::from(([127, 0, 0, 1], 0));
         app::start(config, dir.path())
     };
     let running = start(documented_config()).await.unwrap();
@@ -582,6 +583,7 @@ async fn an_invalid_provisioned_rule_stops_startup_naming_it() {
     )
     .unwrap();
     config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.ingest.quic.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     let err = app::start(config, dir.path()).await.err().expect("refused");
     let text = format!("{err:#}");
     assert!(

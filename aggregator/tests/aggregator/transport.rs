@@ -174,7 +174,7 @@ async fn batches_from_an_agent_appear_in_render() {
         metric(
             &served,
             "smolder_aggregator_ingest_profiles_total",
-            "format=\"quic\""
+            "format=\"wire\",transport=\"quic\""
         ),
         1.0,
         "QUIC batches go through ingest's metrics: {served}"

@@ -10,18 +10,21 @@ use smolder_common::wire::{
 };
 use tracing::{debug, error, info, warn};
 
-use super::QuicConfig;
 use super::tls::Credentials;
-use crate::app::AppState;
-use crate::ingest::{Batch, IngestError, chain, pprof::type_label, record};
-use crate::metrics::QuicMetrics;
+use super::{QuicConfig, QuicMetrics};
+use crate::api_error::chain;
+use crate::ingest::{IngestError, Ingester, ProfileSet, Transport, pprof::type_label};
+use crate::metrics::Errors;
 use crate::store::{BatchMarker, unix};
+use crate::tenant::Tenant;
 
 /// What every connection task shares.
 pub(super) struct Shared {
-    pub(super) state: AppState,
+    pub(super) ingester: Arc<Ingester>,
     pub(super) credentials: Credentials,
     pub(super) config: QuicConfig,
+    pub(super) metrics: QuicMetrics,
+    pub(super) errors: Errors,
 }
 
 /// How long an agent has to send its hello after the handshake.
@@ -109,7 +112,7 @@ impl StreamError {
 
 /// Serves one connection until it closes.
 pub(super) async fn serve(incoming: quinn::Incoming, shared: Arc<Shared>) {
-    let metrics = &shared.state.metrics.quic;
+    let metrics = &shared.metrics;
     let conn = match incoming.await {
         Ok(conn) => conn,
         Err(err) => {
@@ -136,7 +139,7 @@ pub(super) async fn serve(incoming: quinn::Incoming, shared: Arc<Shared>) {
         .connections_total
         .with_label_values(&["accepted"])
         .inc();
-    metrics.connections.inc();
+    metrics.connections_open.inc();
     info!(
         agent_id = %hello.agent_id,
         hostname = %hello.hostname,
@@ -160,7 +163,7 @@ pub(super) async fn serve(incoming: quinn::Incoming, shared: Arc<Shared>) {
             Err(err) => break err,
         }
     };
-    metrics.connections.dec();
+    metrics.connections_open.dec();
     info!(agent_id = %agent, %reason, "agent disconnected");
 }
 
@@ -332,7 +335,7 @@ async fn batch_stream(
     mut recv: quinn::RecvStream,
 ) {
     let started = Instant::now();
-    let metrics: &QuicMetrics = &shared.state.metrics.quic;
+    let metrics = &shared.metrics;
     let mut sequence = 0;
     let outcome = tokio::time::timeout(
         STREAM_TIMEOUT,
@@ -364,14 +367,9 @@ async fn batch_stream(
                 .batches_rejected
                 .with_label_values(&[error_type])
                 .inc();
-            // Ingest's own refusals are counted by `record`; count the stream's here.
+            // Ingest's own refusals are counted by `Ingester::record`; count the stream's here.
             if !matches!(err, StreamError::Ingest(_)) {
-                shared
-                    .state
-                    .metrics
-                    .errors
-                    .with_label_values(&["ingest", error_type])
-                    .inc();
+                shared.errors.inc("ingest", error_type);
             }
             let retryable = err.retryable();
             match &err {
@@ -434,7 +432,7 @@ async fn receive(
     let (header, body) = read_frame(recv, limits).await?;
     let header = header.expect(FrameKind::Batch)?;
     let sent_bytes = HEADER_LEN + body.len();
-    let metrics = &shared.state.metrics.quic;
+    let metrics = &shared.metrics;
     metrics.batches_received.inc();
     metrics.bytes_received.inc_by(sent_bytes as u64);
 
@@ -462,8 +460,9 @@ async fn receive(
             connection: agent.to_owned(),
         });
     }
-    let batch = Batch {
-        format: "quic",
+    let set = ProfileSet {
+        transport: Transport::Quic,
+        format: "wire",
         sent_bytes,
         profiles: profiles
             .into_iter()
@@ -478,8 +477,10 @@ async fn receive(
         sequence: number,
         window_end: unix(end),
     };
-    let outcome = batch.store_marked(&shared.state, Some(marker)).await;
-    record(&shared.state, "quic", &outcome);
+    // Until agent tokens carry a tenant (issue 19), every agent ships for the anonymous one.
+    let tenant = Tenant::anonymous();
+    let outcome = shared.ingester.ingest(&tenant, set, Some(marker)).await;
+    shared.ingester.record("quic", &outcome);
     outcome
         .map(|stored| stored.duplicate)
         .map_err(StreamError::Ingest)

@@ -1,12 +1,14 @@
 //! QUIC ingest: agents' batches over authenticated QUIC, acknowledged once durable.
 //!
 //! Input: QUIC connections from agents speaking [`smolder_common::wire`]. Output: each
-//! batch's profiles, through the same [`Batch::store`](super::Batch) path as `POST /ingest`
-//! (same checks, metrics and store write), with the batch's (agent id, sequence) marker in the
-//! same atomic store write, so that a batch is stored at most once across retries and restarts.
-//! Caller: `app::start`. Owns the UDP socket (`ingest.quic.listen`, default `0.0.0.0:4041`),
-//! one task per connection and one per batch stream, and, without a configured certificate,
-//! the development TLS identity in `<data-dir>/tls/` ([`tls`]).
+//! batch's profiles as a [`ProfileSet`](super::ProfileSet), through the same
+//! [`Ingester`] as `POST /ingest` (same checks, rules, metrics and store write), with the
+//! batch's (agent id, sequence) marker in the same atomic store write, so that a batch is
+//! stored at most once across retries and restarts. Caller: `app::start`, which hands it the
+//! `Ingester`, its config, the data directory, its metrics and the tier's errors counter, and
+//! nothing else. Owns the UDP socket (`ingest.quic.listen`, default `0.0.0.0:4041`), one task
+//! per connection and one per batch stream, and, without a configured certificate, the
+//! development TLS identity in `<data-dir>/tls/` ([`tls`]).
 //!
 //! A connection's first stream is the agent's hello: protocol version (in the frame header),
 //! agent id, and a token unless the agent presented a client certificate signed by
@@ -17,6 +19,7 @@
 //! saying why and whether a retry can help.
 
 mod connection;
+mod metrics;
 mod tls;
 
 use std::net::SocketAddr;
@@ -31,7 +34,10 @@ use smolder_common::wire::code;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::app::AppState;
+use super::Ingester;
+use crate::metrics::Errors;
+
+pub(crate) use self::metrics::QuicMetrics;
 
 /// The QUIC listener agents ship their batches to.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -143,13 +149,19 @@ impl Listener {
     }
 }
 
-/// Binds the listener and accepts connections in the background.
+/// Binds the listener and accepts connections in the background; their batches go to
+/// `ingester`.
 ///
 /// # Errors
 ///
 /// When the TLS identity cannot be loaded or created, or the socket cannot bind.
-pub(crate) fn start(state: AppState, data_dir: &Path) -> anyhow::Result<Listener> {
-    let config = state.config.ingest.quic.clone();
+pub(crate) fn start(
+    ingester: Arc<Ingester>,
+    config: QuicConfig,
+    data_dir: &Path,
+    metrics: QuicMetrics,
+    errors: Errors,
+) -> anyhow::Result<Listener> {
     let (crypto, credentials) =
         tls::server_config(&config, data_dir).context("setting up QUIC ingest's TLS")?;
     let crypto = QuicServerConfig::try_from(crypto)
@@ -169,9 +181,11 @@ pub(crate) fn start(state: AppState, data_dir: &Path) -> anyhow::Result<Listener
     let addr = endpoint.local_addr().context("reading the bound address")?;
     info!(%addr, "QUIC ingest listening");
     let shared = Arc::new(connection::Shared {
-        state,
+        ingester,
         credentials,
         config,
+        metrics,
+        errors,
     });
     let accept = tokio::spawn(
         accept_loop(endpoint.clone(), shared).instrument(info_span!("quic_ingest", %addr)),

@@ -1,10 +1,11 @@
-//! The series record: what the store keeps about a series besides its data.
+//! The series record: what the sled backend keeps about a series besides its data.
 
 use serde::{Deserialize, Serialize};
 use smolder_common::{Aggregation, Labels, ProfileMeta, Series};
 
-use super::keys::{self, SeriesId};
-use super::{SeriesInfo, StoreError};
+use super::keys;
+use crate::store::plan::BUCKET;
+use crate::store::{SeriesInfo, StoreError};
 
 /// One series, as stored under `S<id>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,7 +81,8 @@ impl SeriesRecord {
         }
     }
 
-    pub(crate) fn info(&self, id: SeriesId, key: &[u8]) -> Result<SeriesInfo, StoreError> {
+    /// The series as the store's interface shows it; `key` names the record in an error.
+    pub(crate) fn info(&self, key: &[u8]) -> Result<SeriesInfo, StoreError> {
         let corrupt = || StoreError::Corrupt {
             key: keys::printable(key),
             reason: "series record does not form a valid series",
@@ -88,7 +90,6 @@ impl SeriesRecord {
         let labels = Labels::from_pairs(self.labels.iter().cloned()).map_err(|_| corrupt())?;
         let series = Series::new(self.app.clone(), labels).map_err(|_| corrupt())?;
         Ok(SeriesInfo {
-            id,
             series,
             meta: self.meta(),
             first_seen: self.first_seen,
@@ -98,6 +99,6 @@ impl SeriesRecord {
 
     /// Whether the series has data in `[from, until)` (unix seconds).
     pub(crate) fn overlaps(&self, from: u64, until: u64) -> bool {
-        self.first_seen < until && self.last_seen + keys::BUCKET > from
+        self.first_seen < until && self.last_seen + BUCKET > from
     }
 }

@@ -1,49 +1,69 @@
-//! The writer thread: every change to the store goes through it, in order.
+//! The writer thread: every change to the sled store goes through it, in order.
 //!
 //! Writes read-modify-write bucket trees, so two at once could lose one's update; one writer
 //! makes "concurrent ingests sum exactly" a property of the design rather than of locking. It
 //! takes every request waiting in the queue, applies each as one atomic sled batch, then makes
-//! the whole group durable with a single fsync before answering any of them.
+//! the whole group durable with a single fsync before answering any of them. Profiles, app
+//! deletions, recording rules, rollups and retention all take this one path.
+//!
+//! What to change is decided by `plan.rs` (which buckets a write touches, which rollups are
+//! due, what retention deletes); this file reads what is stored and applies the plan.
 //!
 //! A write updates its 10 s bucket's tree and the totals of every level, and marks the coarser
-//! buckets containing it dirty. Rewriting the large rollup trees on every write made sled write
-//! 3x the ingested bytes and hold 245 B per stored node (`benches/ingest_http_to_query.rs`);
-//! instead [`Command::Rollup`] rebuilds each closed dirty rollup once from its ten children,
-//! bottom-up, and reads descend into the children of a rollup that is still dirty.
+//! buckets containing it dirty (`D` keys). Rewriting the large rollup trees on every write made
+//! sled write 3x the ingested bytes and hold 245 B per stored node
+//! (`benches/ingest_http_to_query.rs`); instead [`Command::Rollup`] rebuilds each closed dirty
+//! rollup once from its ten children, bottom-up, and reads descend into the children of a
+//! rollup that is still dirty.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::time::{Instant, SystemTime};
 
 use smolder_common::{Profile, Tree};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
-use super::keys::{self, BUCKET, DIRTY, LEVELS, SeriesId, TOTAL, TREE};
+use super::RetentionReport;
+use super::keys::{self, DIRTY, SeriesId, TOTAL, TREE};
 use super::series::SeriesRecord;
-use super::{BatchMarker, RetentionReport, StoreConfig, StoreError, Written, unix};
-use crate::metrics::StoreMetrics;
+use crate::store::plan::{self, LEVELS, SeriesRetention, WritePlan};
+use crate::store::{BatchMarker, StoreConfig, StoreError, StoreMetrics, Written, unix};
 
-/// Requests the writer serves.
+/// Requests the writer serves, each answered once the group it is applied in is durable.
 pub(crate) enum Command {
+    /// Store profiles, with an agent batch's marker.
     Write {
         profiles: Vec<Profile>,
         marker: Option<BatchMarker>,
         reply: oneshot::Sender<Result<Written, StoreError>>,
         queued: Instant,
     },
+    /// Delete an app's series.
     DeleteApp {
         app: String,
         reply: oneshot::Sender<Result<u64, StoreError>>,
     },
+    /// Store a recording rule.
+    PutRule {
+        name: String,
+        rule: Vec<u8>,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+    /// Delete a recording rule.
+    DeleteRule {
+        name: String,
+        reply: oneshot::Sender<Result<bool, StoreError>>,
+    },
+    /// Apply retention as of `now`.
     Retention {
         now: SystemTime,
         reply: oneshot::Sender<Result<RetentionReport, StoreError>>,
     },
+    /// Rebuild the rollups due as of `now`.
     Rollup {
         now: SystemTime,
         reply: oneshot::Sender<Result<u64, StoreError>>,
     },
+    /// Flush and stop.
     Close {
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
@@ -65,18 +85,34 @@ pub(crate) struct Writer {
 
 /// An answer held back until the group it belongs to is durable.
 enum Pending {
-    Write(
-        oneshot::Sender<Result<Written, StoreError>>,
-        Instant,
-        usize,
-        Written,
-    ),
-    DeleteApp(oneshot::Sender<Result<u64, StoreError>>, u64),
+    Write {
+        reply: oneshot::Sender<Result<Written, StoreError>>,
+        queued: Instant,
+        profiles: usize,
+        written: Written,
+    },
+    Count(oneshot::Sender<Result<u64, StoreError>>, u64),
+    Done(oneshot::Sender<Result<(), StoreError>>),
+    Existed(oneshot::Sender<Result<bool, StoreError>>, bool),
     Retention(
         oneshot::Sender<Result<RetentionReport, StoreError>>,
         RetentionReport,
     ),
-    Rollup(oneshot::Sender<Result<u64, StoreError>>, u64),
+}
+
+/// Holds `result`'s value back for the group's flush, or answers its error at once.
+fn defer<T>(
+    pending: &mut Vec<Pending>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+    result: Result<T, StoreError>,
+    pend: impl FnOnce(oneshot::Sender<Result<T, StoreError>>, T) -> Pending,
+) {
+    match result {
+        Ok(value) => pending.push(pend(reply, value)),
+        Err(err) => {
+            let _ = reply.send(Err(err));
+        }
+    }
 }
 
 impl Writer {
@@ -128,56 +164,76 @@ impl Writer {
             let mut pending = Vec::with_capacity(group.len());
             let mut close = None;
             for command in group {
-                match command {
-                    Command::Write {
-                        profiles,
-                        marker,
-                        reply,
-                        queued,
-                    } => match self.write(&profiles, marker.as_ref()) {
-                        Ok(written) => {
-                            let count = if written == Written::Stored {
-                                profiles.len()
-                            } else {
-                                0
-                            };
-                            pending.push(Pending::Write(reply, queued, count, written));
-                        }
-                        Err(err) => {
-                            let _ = reply.send(Err(err));
-                        }
-                    },
-                    Command::DeleteApp { app, reply } => match self.delete_app(&app) {
-                        Ok(count) => pending.push(Pending::DeleteApp(reply, count)),
-                        Err(err) => {
-                            let _ = reply.send(Err(err));
-                        }
-                    },
-                    Command::Retention { now, reply } => match self.retention(now) {
-                        Ok(report) => pending.push(Pending::Retention(reply, report)),
-                        Err(err) => {
-                            let _ = reply.send(Err(err));
-                        }
-                    },
-                    Command::Rollup { now, reply } => match self.rollup(now) {
-                        Ok(built) => pending.push(Pending::Rollup(reply, built)),
-                        Err(err) => {
-                            let _ = reply.send(Err(err));
-                        }
-                    },
-                    Command::Close { reply } => close = Some(reply),
-                }
+                self.apply(command, &mut pending, &mut close);
             }
             let flushed = self.flush();
             self.answer(pending, &flushed);
             if let Some(reply) = close {
-                let _ = reply.send(flushed.map_err(StoreError::Sled));
+                let _ = reply.send(flushed.map_err(StoreError::from));
                 info!("store closed");
                 return;
             }
         }
         if let Err(err) = self.db.flush() {
             error!(error = %err, "final flush failed");
+        }
+    }
+
+    /// Applies one command; its answer waits in `pending` for the group's flush.
+    fn apply(
+        &mut self,
+        command: Command,
+        pending: &mut Vec<Pending>,
+        close: &mut Option<oneshot::Sender<Result<(), StoreError>>>,
+    ) {
+        match command {
+            Command::Write {
+                profiles,
+                marker,
+                reply,
+                queued,
+            } => {
+                let result = self.write(&profiles, marker.as_ref());
+                defer(pending, reply, result, |reply, written| Pending::Write {
+                    reply,
+                    queued,
+                    profiles: if written == Written::Stored {
+                        profiles.len()
+                    } else {
+                        0
+                    },
+                    written,
+                });
+            }
+            Command::DeleteApp { app, reply } => {
+                let result = self.delete_app(&app);
+                defer(pending, reply, result, Pending::Count);
+            }
+            Command::PutRule { name, rule, reply } => {
+                let result = self
+                    .data
+                    .insert(keys::rule(&name), keys::seal(&rule))
+                    .map(|_| ())
+                    .map_err(StoreError::from);
+                defer(pending, reply, result, |reply, ()| Pending::Done(reply));
+            }
+            Command::DeleteRule { name, reply } => {
+                let result = self
+                    .data
+                    .remove(keys::rule(&name))
+                    .map(|old| old.is_some())
+                    .map_err(StoreError::from);
+                defer(pending, reply, result, Pending::Existed);
+            }
+            Command::Retention { now, reply } => {
+                let result = self.retention(now);
+                defer(pending, reply, result, Pending::Retention);
+            }
+            Command::Rollup { now, reply } => {
+                let result = self.rollup(now);
+                defer(pending, reply, result, Pending::Count);
+            }
+            Command::Close { reply } => *close = Some(reply),
         }
     }
 
@@ -194,42 +250,49 @@ impl Writer {
     }
 
     fn answer(&self, pending: Vec<Pending>, flushed: &Result<(), sled::Error>) {
-        let failed = || StoreError::Flush {
-            reason: flushed
-                .as_ref()
-                .err()
-                .map(ToString::to_string)
-                .unwrap_or_default(),
-        };
+        fn settle<T>(
+            reply: oneshot::Sender<Result<T, StoreError>>,
+            value: T,
+            flushed: &Result<(), sled::Error>,
+        ) {
+            let answer = match flushed {
+                Ok(()) => Ok(value),
+                Err(err) => Err(StoreError::Flush {
+                    reason: err.to_string(),
+                }),
+            };
+            let _ = reply.send(answer);
+        }
         for item in pending {
             match item {
-                Pending::Write(reply, queued, profiles, written) => {
+                Pending::Write {
+                    reply,
+                    queued,
+                    profiles,
+                    written,
+                } => {
                     if flushed.is_ok() {
                         self.metrics.profiles_written.inc_by(profiles as u64);
                         self.metrics
                             .write_duration
                             .observe(queued.elapsed().as_secs_f64());
                     }
-                    let _ = reply.send(flushed.as_ref().map(|_| written).map_err(|_| failed()));
+                    settle(reply, written, flushed);
                 }
-                Pending::DeleteApp(reply, count) => {
-                    let _ = reply.send(flushed.as_ref().map(|_| count).map_err(|_| failed()));
-                }
-                Pending::Retention(reply, report) => {
-                    let _ = reply.send(flushed.as_ref().map(|_| report).map_err(|_| failed()));
-                }
-                Pending::Rollup(reply, built) => {
-                    let _ = reply.send(flushed.as_ref().map(|_| built).map_err(|_| failed()));
-                }
+                Pending::Count(reply, count) => settle(reply, count, flushed),
+                Pending::Done(reply) => settle(reply, (), flushed),
+                Pending::Existed(reply, existed) => settle(reply, existed, flushed),
+                Pending::Retention(reply, report) => settle(reply, report, flushed),
             }
         }
     }
 
-    /// Applies one write request as one atomic batch: series records and index entries for new
-    /// series, and for each profile its 10 s bucket's tree, the totals of every level, and a
-    /// dirty mark on each rollup above it. With a `marker`, a batch whose marker is stored
-    /// already is skipped (the writer is the only one that writes markers, so checking first
-    /// is race-free), and the marker goes into the same atomic batch as the trees.
+    /// Applies one write request, as [`WritePlan`] plans it, as one atomic batch: series
+    /// records and index entries for new series, and for each profile its 10 s bucket's tree,
+    /// the totals of every level, and a dirty mark on each rollup above it. With a `marker`, a
+    /// batch whose marker is stored already is skipped (the writer is the only one that writes
+    /// markers, so checking first is race-free), and the marker goes into the same atomic batch
+    /// as the trees.
     fn write(
         &mut self,
         profiles: &[Profile],
@@ -252,81 +315,28 @@ impl Writer {
                 &[][..],
             );
         }
-        let mut records: HashMap<String, (SeriesId, SeriesRecord, bool)> = HashMap::new();
-        let mut trees: HashMap<[u8; 18], Tree> = HashMap::new();
-        let mut totals: HashMap<[u8; 18], (u64, u64)> = HashMap::new();
+        let plan = WritePlan::new(profiles);
         let mut next_series = self.next_series;
-
-        for profile in profiles {
-            let bucket = bucket_of(profile);
-            let key = profile.series.to_string();
-            let (id, _, _) = match records.entry(key) {
-                Entry::Occupied(entry) => {
-                    let entry = entry.into_mut();
-                    entry.1.update(&profile.meta, bucket);
-                    entry
-                }
-                Entry::Vacant(entry) => {
-                    let index_key = keys::series_by_key(entry.key());
-                    let stored = self.data.get(&index_key)?;
-                    let loaded = match stored {
-                        Some(value) => {
-                            let id = series_id(entry.key(), keys::open(&index_key, &value)?)?;
-                            let record_key = keys::series(id);
-                            let value =
-                                self.data
-                                    .get(record_key)?
-                                    .ok_or_else(|| StoreError::Corrupt {
-                                        key: keys::printable(&record_key),
-                                        reason: "indexed series has no record",
-                                    })?;
-                            let mut record = SeriesRecord::decode(&record_key, &value)?;
-                            record.update(&profile.meta, bucket);
-                            (id, record, false)
-                        }
-                        None => {
-                            let id = next_series;
-                            next_series += 1;
-                            (
-                                id,
-                                SeriesRecord::new(&profile.series, &profile.meta, bucket),
-                                true,
-                            )
-                        }
-                    };
-                    entry.insert(loaded)
-                }
-            };
-            let id = *id;
-            let tree_key = keys::bucket(TREE, 0, id, bucket);
-            let tree = match trees.entry(tree_key) {
-                Entry::Occupied(entry) => entry.into_mut(),
-                Entry::Vacant(entry) => entry.insert(self.load_tree(&tree_key)?),
-            };
-            tree.merge(&profile.tree);
-            for (level, size) in LEVELS.iter().enumerate() {
-                let start = bucket / size * size;
-                if level > 0 {
-                    batch.insert(&keys::bucket(DIRTY, level, id, start)[..], &[][..]);
-                }
-                let total_key = keys::bucket(TOTAL, level, id, start);
-                let total = match totals.entry(total_key) {
-                    Entry::Occupied(entry) => entry.into_mut(),
-                    Entry::Vacant(entry) => entry.insert(self.load_total(&total_key)?),
-                };
-                total.0 = total.0.saturating_add(profile.tree.total());
-                total.1 += 1;
-            }
-        }
-
-        for (key, tree) in trees {
-            batch.insert(&key[..], keys::seal(&tree.encode()));
-        }
-        for (key, (total, writes)) in totals {
-            batch.insert(&key[..], keys::seal(&encode_total(total, writes)));
-        }
         let mut created = 0;
-        for (id, record, new) in records.into_values() {
+        for write in &plan.series {
+            let (id, record, new) = self.series_record(write, profiles, &mut next_series)?;
+            for (&bucket, members) in &write.trees {
+                let key = keys::bucket(TREE, 0, id, bucket);
+                let mut tree = self.load_tree(&key)?;
+                for &i in members {
+                    tree.merge(&profiles[i].tree);
+                }
+                batch.insert(&key[..], keys::seal(&tree.encode()));
+            }
+            for (&(level, start), &(total, writes)) in &write.totals {
+                let key = keys::bucket(TOTAL, level, id, start);
+                let (stored, stored_writes) = self.load_total(&key)?;
+                let sum = encode_total(stored.saturating_add(total), stored_writes + writes);
+                batch.insert(&key[..], keys::seal(&sum));
+            }
+            for &(level, start) in &write.dirty {
+                batch.insert(&keys::bucket(DIRTY, level, id, start)[..], &[][..]);
+            }
             if new {
                 created += 1;
                 batch.insert(
@@ -351,6 +361,47 @@ impl Writer {
         self.metrics.series.set(self.series_count);
         debug!(profiles = profiles.len(), created, "write applied");
         Ok(Written::Stored)
+    }
+
+    /// The record of a series the write names, updated with the metadata and buckets of its
+    /// profiles in request order: loaded when the series exists, else new with the next id.
+    /// Returns its id, the record and whether it is new.
+    fn series_record(
+        &self,
+        write: &plan::SeriesWrite,
+        profiles: &[Profile],
+        next_series: &mut SeriesId,
+    ) -> Result<(SeriesId, SeriesRecord, bool), StoreError> {
+        let index_key = keys::series_by_key(&write.key);
+        let (id, mut record, new) = match self.data.get(&index_key)? {
+            Some(value) => {
+                let id = series_id(&write.key, keys::open(&index_key, &value)?)?;
+                let record_key = keys::series(id);
+                let value = self
+                    .data
+                    .get(record_key)?
+                    .ok_or_else(|| StoreError::Corrupt {
+                        key: keys::printable(&record_key),
+                        reason: "indexed series has no record",
+                    })?;
+                (id, SeriesRecord::decode(&record_key, &value)?, false)
+            }
+            None => {
+                let (first, bucket) = write.profiles[0];
+                let first = &profiles[first];
+                let id = *next_series;
+                *next_series += 1;
+                (
+                    id,
+                    SeriesRecord::new(&first.series, &first.meta, bucket),
+                    true,
+                )
+            }
+        };
+        for &(i, bucket) in &write.profiles {
+            record.update(&profiles[i].meta, bucket);
+        }
+        Ok((id, record, new))
     }
 
     /// The stored tree of a bucket, or an empty one. A tree that fails its checksum cannot be
@@ -428,12 +479,11 @@ impl Writer {
         Ok(buckets)
     }
 
-    /// Deletes buckets that end before the retention cutoff and series left without data; past
-    /// `max_disk_bytes`, also the oldest 10 000 s of data.
+    /// Deletes what [`plan::series_retention`] says of every series, as of the cutoff
+    /// [`plan::retention_cutoff`] sets, and the batch markers of windows before it.
     fn retention(&mut self, now: SystemTime) -> Result<RetentionReport, StoreError> {
         let started = Instant::now();
         let _span = tracing::info_span!("retention").entered();
-        let mut cutoff = unix(now).saturating_sub(self.config.retention.as_secs());
         let disk = self.db.size_on_disk()?;
         let limit = self.config.max_disk_bytes;
         let over_size = limit > 0 && disk > limit;
@@ -443,48 +493,48 @@ impl Writer {
             let id = series_id(&keys::printable(&key), &key[1..])?;
             records.push((id, SeriesRecord::decode(&key, &value)?));
         }
+        let oldest = records.iter().map(|(_, r)| r.first_seen).min();
+        let cutoff = plan::retention_cutoff(
+            unix(now),
+            self.config.retention.as_secs(),
+            over_size,
+            oldest,
+        );
         if over_size {
-            let oldest = records
-                .iter()
-                .map(|(_, r)| r.first_seen)
-                .min()
-                .unwrap_or(cutoff);
-            let coarsest = LEVELS[LEVELS.len() - 1];
-            let by_size = (oldest / coarsest + 1) * coarsest;
             warn!(
                 disk,
-                limit,
-                cutoff = by_size,
-                "store over its size limit; deleting oldest data"
+                limit, cutoff, "store over its size limit; deleting oldest data"
             );
-            cutoff = cutoff.max(by_size);
         }
 
         let mut report = RetentionReport::default();
         let mut batch = sled::Batch::default();
         for (id, mut record) in records {
-            if record.last_seen + BUCKET <= cutoff {
-                report.buckets += self.delete_series(&mut batch, id)?;
-                report.series += 1;
-                continue;
-            }
-            if record.first_seen >= cutoff {
-                continue;
-            }
-            for (level, size) in LEVELS.iter().enumerate() {
-                for kind in [TREE, TOTAL, DIRTY] {
-                    for entry in self.data.scan_prefix(keys::bucket_prefix(kind, level, id)) {
-                        let (key, _) = entry?;
-                        if keys::bucket_start(&key)? + size > cutoff {
-                            break;
+            match plan::series_retention(record.first_seen, record.last_seen, cutoff) {
+                SeriesRetention::Keep => {}
+                SeriesRetention::Delete => {
+                    report.buckets += self.delete_series(&mut batch, id)?;
+                    report.series += 1;
+                }
+                SeriesRetention::Trim { first_seen } => {
+                    for level in 0..LEVELS.len() {
+                        for kind in [TREE, TOTAL, DIRTY] {
+                            let prefix = keys::bucket_prefix(kind, level, id);
+                            for entry in self.data.scan_prefix(prefix) {
+                                let (key, _) = entry?;
+                                let start = keys::bucket_start(&key)?;
+                                if !plan::bucket_expired(level, start, cutoff) {
+                                    break;
+                                }
+                                batch.remove(key);
+                                report.buckets += u64::from(kind == TREE);
+                            }
                         }
-                        batch.remove(key);
-                        report.buckets += u64::from(kind == TREE);
                     }
+                    record.first_seen = first_seen;
+                    batch.insert(&keys::series(id)[..], record.encode());
                 }
             }
-            record.first_seen = cutoff / BUCKET * BUCKET;
-            batch.insert(&keys::series(id)[..], record.encode());
         }
         // A batch older than the retention is refused at ingest, so its marker has no more
         // duplicates to catch.
@@ -520,30 +570,25 @@ impl Writer {
         }
         Ok(report)
     }
-}
 
-impl Writer {
-    /// Rebuilds every dirty rollup whose bucket ended at least [`ROLLUP_GRACE`] before `now`,
-    /// finest level first, each from its ten children one level down. Returns how many trees
-    /// it wrote.
+    /// Rebuilds every dirty rollup that [`plan::rollup_due`] as of `now`, finest level first,
+    /// each from its ten children one level down. Returns how many trees it wrote.
     fn rollup(&mut self, now: SystemTime) -> Result<u64, StoreError> {
         let _span = tracing::debug_span!("rollup").entered();
-        let closed_before = unix(now).saturating_sub(ROLLUP_GRACE);
+        let now = unix(now);
         let mut built = 0;
-        for (level, size) in LEVELS.iter().enumerate().skip(1) {
-            let child_size = LEVELS[level - 1];
+        for level in 1..LEVELS.len() {
             let mut batch = sled::Batch::default();
-            let prefix = [DIRTY, level as u8];
-            for entry in self.data.scan_prefix(prefix) {
+            for entry in self.data.scan_prefix([DIRTY, level as u8]) {
                 let (key, _) = entry?;
                 let start = keys::bucket_start(&key)?;
-                if start + size > closed_before {
+                if !plan::rollup_due(level, start, now) {
                     continue;
                 }
                 let id = series_id(&keys::printable(&key), &key[2..10])?;
                 let mut tree = Tree::new();
-                for child in (start..start + size).step_by(child_size as usize) {
-                    tree.merge(&self.load_tree(&keys::bucket(TREE, level - 1, id, child))?);
+                for (child_level, child) in plan::children(level, start) {
+                    tree.merge(&self.load_tree(&keys::bucket(TREE, child_level, id, child))?);
                 }
                 let tree_key = keys::bucket(TREE, level, id, start);
                 if tree.total() > 0 || !tree.is_empty() {
@@ -563,18 +608,6 @@ impl Writer {
         }
         Ok(built)
     }
-}
-
-/// How long after a rollup's bucket ends it is built: late profiles (an agent's window that
-/// arrives after a reconnect) usually land within this, so most rollups are built once.
-pub(crate) const ROLLUP_GRACE: u64 = 60;
-
-/// The 10 s bucket a profile is stored in: the one holding the middle of its span, so that a
-/// profile taken over `[10:00:05, 10:00:15)` is not counted as older than it mostly is.
-fn bucket_of(profile: &Profile) -> u64 {
-    let (from, until) = (unix(profile.from), unix(profile.until));
-    let middle = from + until.saturating_sub(from) / 2;
-    middle / BUCKET * BUCKET
 }
 
 fn series_id(key: &str, bytes: &[u8]) -> Result<SeriesId, StoreError> {

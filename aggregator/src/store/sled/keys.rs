@@ -1,4 +1,4 @@
-//! Key layout and value framing of the store's one sled keyspace.
+//! Key layout and value framing of the sled backend's one keyspace.
 //!
 //! Every kind of record lives in the same sled tree under its own prefix byte, so that a write
 //! touching several kinds is one atomic `apply_batch`:
@@ -20,7 +20,7 @@
 //! length-prefixed so that one label's entries never run into another's. Values, all but the
 //! empty ones of `L` and `D`, are framed with a CRC-32 of their payload, checked on every read.
 
-use super::StoreError;
+use crate::store::StoreError;
 
 pub(crate) const META: u8 = b'M';
 pub(crate) const SERIES: u8 = b'S';
@@ -32,15 +32,6 @@ pub(crate) const DIRTY: u8 = b'D';
 pub(crate) const RULE: u8 = b'R';
 pub(crate) const BATCH: u8 = b'B';
 pub(crate) const BATCH_BY_TIME: u8 = b'b';
-
-/// Bucket sizes in seconds, finest first: 10 s, and rollups of 10^k of them (Pyroscope's
-/// segment levels). A range is read as the fewest whole buckets that cover it, so a query of any
-/// span reads at most nine buckets per level at each edge plus one per 10 000 s in between:
-/// 24 h is at most 62 trees per series.
-pub(crate) const LEVELS: [u64; 4] = [10, 100, 1_000, 10_000];
-
-/// The finest bucket, in seconds.
-pub(crate) const BUCKET: u64 = LEVELS[0];
 
 /// A series' id: assigned once, in creation order, never reused.
 pub(crate) type SeriesId = u64;

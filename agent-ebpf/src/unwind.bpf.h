@@ -1,0 +1,298 @@
+/* The BPF unwinder: walks a user stack with the unwind tables user space built from .eh_frame
+ * (smolder-unwind), falling back to one checked frame-pointer step where no table applies.
+ *
+ * Calling contract, for every entry point (the perf_event CPU sampler now; tp_btf/sched_switch,
+ * page faults, uprobes and the Python unwinder later):
+ *   1. take the caller's OWN per-CPU scratch (struct unwind_scratch): a program that can interrupt
+ *      another (perf_event runs in NMI, inside tp_btf or uprobe programs) must never share one;
+ *   2. fill scratch->sample's kind, tgid, tid, cpu, kernel_stack_id and value;
+ *   3. unwind_user(scratch, &regs, tgid) with the user registers the caller found;
+ *   4. unwind_output(scratch) sends the header and the frames used through `unwind_samples`.
+ * The walk never invents a frame: every step either follows a table row or passes the
+ * frame-pointer checks (8-aligned, above rsp, within 8 MiB, moving up), and the sample says why
+ * it stopped (enum smolder_unwind_status).
+ *
+ * One frame per bpf_loop iteration: the callback is verified once, whatever the depth.
+ */
+#ifndef SMOLDER_UNWIND_BPF_H
+#define SMOLDER_UNWIND_BPF_H
+
+#include <bpf/bpf_endian.h>
+
+#include "unwind.h"
+
+/* Frames per walk (at most SMOLDER_UNWIND_MAX_FRAMES); the agent patches it at load time. */
+const volatile __u32 unwind_max_frames = SMOLDER_UNWIND_DEFAULT_FRAMES;
+
+/* Executable id -> that executable's table. The inner template is described by key and value
+ * sizes, not types: clang 14 emits a BTF forward declaration for a struct value inside
+ * __array, which aya refuses. BPF_F_INNER_MAP lets every table have its exact size;
+ * BPF_F_MMAPABLE lets the agent fill it through a mapping instead of a syscall per entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, SMOLDER_UNWIND_TABLES_ENTRIES);
+	__type(key, __u64);
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_ARRAY);
+		__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
+		__uint(max_entries, 1);
+		__uint(key_size, sizeof(__u32));
+		__uint(value_size, sizeof(__u64));
+	});
+} unwind_tables SEC(".maps");
+
+/* (tgid, address) -> the executable mapped there. Entries are allocated on use. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, SMOLDER_UNWIND_MAPPINGS_ENTRIES);
+	__type(key, struct unwind_mapping_key);
+	__type(value, struct unwind_mapping);
+} unwind_mappings SEC(".maps");
+
+/* Samples: struct unwind_sample, then its frames. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, SMOLDER_UNWIND_SAMPLES_BYTES);
+} unwind_samples SEC(".maps");
+
+/* Kernel stacks of samples, by id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, SMOLDER_UNWIND_KSTACKS_ENTRIES);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, SMOLDER_UNWIND_KSTACK_DEPTH * sizeof(__u64));
+} unwind_kstacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SMOLDER_UNWIND_COUNTER_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} unwind_counters SEC(".maps");
+
+static __always_inline void unwind_count(__u32 index)
+{
+	__u64 *value = bpf_map_lookup_elem(&unwind_counters, &index);
+	if (value)
+		*value += 1; /* per-CPU slot: no other writer */
+}
+
+/* Ends the walk with `status`; returns 1, bpf_loop's "stop". */
+static __always_inline long unwind_stop(struct unwind_scratch *st, __u16 status)
+{
+	st->sample.status = status;
+	return 1;
+}
+
+/* One frame-pointer step; `failure` is the status when its checks fail. */
+static __always_inline long unwind_fp_step(struct unwind_scratch *st, __u16 failure)
+{
+	if (!st->bp_valid)
+		return unwind_stop(st, SMOLDER_UNWIND_FP_LOST);
+	__u64 bp = st->bp;
+	if (bp == 0)
+		return unwind_stop(st, SMOLDER_UNWIND_COMPLETE);
+	if ((bp & 7) || bp < st->sp || bp - st->sp >= SMOLDER_UNWIND_MAX_FP_FRAME)
+		return unwind_stop(st, failure);
+	__u64 saved[2]; /* the caller's rbp, then the return address */
+	if (bpf_probe_read_user(saved, sizeof(saved), (void *)bp))
+		return unwind_stop(st, SMOLDER_UNWIND_READ_FAULT);
+	if (saved[1] == 0)
+		return unwind_stop(st, SMOLDER_UNWIND_COMPLETE);
+	st->ip = saved[1];
+	st->sp = bp + 16;
+	st->bp = saved[0];
+	st->leaf = 0;
+	st->sample.fp_frames += 1;
+	return 0;
+}
+
+/* A signal trampoline: the interrupted registers are in the ucontext at rsp. */
+static __always_inline long unwind_signal_step(struct unwind_scratch *st)
+{
+	__u64 gregs[SMOLDER_UNWIND_SIGNAL_RIP + 1];
+	if (bpf_probe_read_user(gregs, sizeof(gregs), (void *)(st->sp + SMOLDER_UNWIND_SIGNAL_GREGS)))
+		return unwind_stop(st, SMOLDER_UNWIND_READ_FAULT);
+	if (gregs[SMOLDER_UNWIND_SIGNAL_RIP] == 0)
+		return unwind_stop(st, SMOLDER_UNWIND_COMPLETE);
+	st->ip = gregs[SMOLDER_UNWIND_SIGNAL_RIP];
+	st->sp = gregs[SMOLDER_UNWIND_SIGNAL_RSP];
+	st->bp = gregs[SMOLDER_UNWIND_SIGNAL_RBP];
+	st->bp_valid = 1;
+	st->leaf = 1;
+	return 0;
+}
+
+/* The row governing `rel` (an ELF address) in `table`, copied to `row`; 0 when no row does. */
+static __always_inline int unwind_find_row(void *table, const struct unwind_mapping *m, __u64 rel,
+					   struct unwind_row *row)
+{
+	__u64 page = rel >> SMOLDER_UNWIND_PAGE_BITS;
+	if (page < m->first_page || page - m->first_page >= m->n_pages)
+		return 0;
+	__u32 index = 1 + (__u32)(page - m->first_page);
+	__u64 *dir = bpf_map_lookup_elem(table, &index);
+	if (!dir)
+		return 0;
+	__u32 lo = (__u32)*dir, hi = (__u32)(*dir >> 32);
+	__u32 base = 1 + m->n_pages;
+	__u16 low = (__u16)rel;
+	/* The first row above the address; the row before it governs (possibly the previous
+	 * page's last row). */
+	for (int i = 0; i < SMOLDER_UNWIND_SEARCH_STEPS; i++) {
+		if (lo >= hi)
+			break;
+		__u32 mid = lo + (hi - lo) / 2;
+		index = base + mid;
+		struct unwind_row *r = bpf_map_lookup_elem(table, &index);
+		if (!r)
+			return 0;
+		if (r->pc_low <= low)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return 0;
+	index = base + lo - 1;
+	struct unwind_row *found = bpf_map_lookup_elem(table, &index);
+	if (!found)
+		return 0;
+	*row = *found;
+	return 1;
+}
+
+struct unwind_loop_ctx {
+	struct unwind_scratch *st;
+};
+
+/* One frame: record the instruction pointer, then find the caller's registers. */
+static long unwind_step(__u64 index, void *data)
+{
+	struct unwind_scratch *st = ((struct unwind_loop_ctx *)data)->st;
+	__u32 len = st->sample.len;
+	if (len >= unwind_max_frames || len >= SMOLDER_UNWIND_MAX_FRAMES)
+		return unwind_stop(st, SMOLDER_UNWIND_TRUNCATED);
+	st->frames[len & (SMOLDER_UNWIND_MAX_FRAMES - 1)] = st->ip;
+	st->sample.len = len + 1;
+
+	/* A return address looks up its call instruction. */
+	__u64 pc = st->leaf ? st->ip : st->ip - 1;
+	struct unwind_mapping_key key = {
+		.prefixlen = 96,
+		.pid_be = bpf_htonl(st->tgid),
+		.addr_be = bpf_cpu_to_be64(pc),
+	};
+	struct unwind_mapping *m = bpf_map_lookup_elem(&unwind_mappings, &key);
+	if (!m || m->exe_id == 0)
+		return unwind_fp_step(st, SMOLDER_UNWIND_NO_TABLE);
+	__u64 exe_id = m->exe_id;
+	void *table = bpf_map_lookup_elem(&unwind_tables, &exe_id);
+	if (!table)
+		return unwind_fp_step(st, SMOLDER_UNWIND_NO_TABLE);
+	struct unwind_row row;
+	if (!unwind_find_row(table, m, pc - m->bias, &row))
+		return unwind_fp_step(st, SMOLDER_UNWIND_BAD_FRAME_POINTER);
+
+	__u64 cfa;
+	switch (row.cfa_kind) {
+	case SMOLDER_CFA_RSP:
+		cfa = st->sp + row.cfa_off;
+		break;
+	case SMOLDER_CFA_RSP_X8:
+		cfa = st->sp + (__u64)row.cfa_off * 8;
+		break;
+	case SMOLDER_CFA_RBP:
+		if (!st->bp_valid)
+			return unwind_stop(st, SMOLDER_UNWIND_FP_LOST);
+		cfa = st->bp + row.cfa_off;
+		break;
+	case SMOLDER_CFA_PLT1:
+		cfa = st->sp + 8 + ((st->ip & 15) >= 11 ? 8 : 0);
+		break;
+	case SMOLDER_CFA_PLT2:
+		cfa = st->sp + 8 + ((st->ip & 15) >= 10 ? 8 : 0);
+		break;
+	case SMOLDER_CFA_DEREF_RSP: {
+		__u64 value;
+		if (bpf_probe_read_user(&value, sizeof(value), (void *)(st->sp + row.cfa_off)))
+			return unwind_stop(st, SMOLDER_UNWIND_READ_FAULT);
+		cfa = value + (__s64)row.fp_off;
+		row.fp_kind = SMOLDER_FP_SAME;
+		break;
+	}
+	case SMOLDER_CFA_SIGNAL:
+		return unwind_signal_step(st);
+	case SMOLDER_CFA_END:
+		return unwind_stop(st, SMOLDER_UNWIND_COMPLETE);
+	case SMOLDER_CFA_NO_FDE:
+		return unwind_fp_step(st, SMOLDER_UNWIND_BAD_FRAME_POINTER);
+	default:
+		st->sample.detail = row.cfa_off;
+		return unwind_stop(st, SMOLDER_UNWIND_UNSUPPORTED);
+	}
+	if (cfa <= st->sp)
+		return unwind_stop(st, SMOLDER_UNWIND_NOT_MOVING_UP);
+	__u64 ra;
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+		return unwind_stop(st, SMOLDER_UNWIND_READ_FAULT);
+	if (row.fp_kind == SMOLDER_FP_AT_CFA) {
+		__u64 bp;
+		if (bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (__s64)row.fp_off)))
+			return unwind_stop(st, SMOLDER_UNWIND_READ_FAULT);
+		st->bp = bp;
+		st->bp_valid = 1;
+	} else if (row.fp_kind == SMOLDER_FP_LOST) {
+		st->bp_valid = 0;
+	}
+	if (ra == 0)
+		return unwind_stop(st, SMOLDER_UNWIND_COMPLETE);
+	st->ip = ra;
+	st->sp = cfa;
+	st->leaf = 0;
+	return 0;
+}
+
+/* Walks the user stack of `tgid` from `regs` into st->frames; st->sample.len and .status say
+ * how far it got and why it stopped. */
+static __always_inline void unwind_user(struct unwind_scratch *st, const struct unwind_regs *regs,
+					__u32 tgid)
+{
+	st->sample.len = 0;
+	st->sample.fp_frames = 0;
+	st->sample.detail = 0;
+	st->sample.status = SMOLDER_UNWIND_TRUNCATED;
+	st->ip = regs->ip;
+	st->sp = regs->sp;
+	st->bp = regs->bp;
+	st->tgid = tgid;
+	st->leaf = 1;
+	st->bp_valid = 1;
+	struct unwind_loop_ctx ctx = { .st = st };
+	/* One more iteration than frames: the last one reports the truncation. */
+	bpf_loop(SMOLDER_UNWIND_MAX_FRAMES + 1, unwind_step, &ctx, 0);
+}
+
+/* Marks the sample as having no user stack (kernel threads, no user registers). */
+static __always_inline void unwind_none(struct unwind_scratch *st)
+{
+	st->sample.len = 0;
+	st->sample.fp_frames = 0;
+	st->sample.detail = 0;
+	st->sample.status = SMOLDER_UNWIND_NO_USER_STACK;
+}
+
+/* Sends the sample header and the frames used; a full ring buffer is counted. */
+static __always_inline void unwind_output(struct unwind_scratch *st)
+{
+	__u64 len = st->sample.len;
+	if (len > SMOLDER_UNWIND_MAX_FRAMES)
+		len = SMOLDER_UNWIND_MAX_FRAMES;
+	st->sample.reserved = 0;
+	if (bpf_ringbuf_output(&unwind_samples, &st->sample,
+			       sizeof(struct unwind_sample) + len * sizeof(__u64), BPF_RB_NO_WAKEUP))
+		unwind_count(SMOLDER_UNWIND_SAMPLES_LOST);
+}
+
+#endif

@@ -1,0 +1,166 @@
+/* The contract between the BPF unwinder (unwind.bpf.h, used by unwinder.bpf.c) and user space
+ * (agent-ebpf/src/lib.rs mirrors it; smolder-unwind builds the tables).
+ *
+ * Tables: one inner ARRAY of u64 entries per executable, in `unwind_tables` (HASH_OF_MAPS keyed
+ * by a 64-bit executable id the agent assigns). Entry layout, as smolder_unwind::UnwindTable
+ * writes it:
+ *   [0]                 u32 first_page | u32 n_pages        (page = ELF address >> 16)
+ *   [1 .. n_pages]      u32 lo | u32 hi                     (row indexes, hi exclusive)
+ *   [1 + n_pages ..]    struct unwind_row, sorted by address
+ * Mappings: `unwind_mappings` (LPM trie) maps (tgid, runtime address) to the executable mapped
+ * there, its load bias and the table's shape.
+ *
+ * Keep every number here equal to smolder_unwind's (rule.rs, eval.rs): agent-ebpf's tests
+ * compare them.
+ */
+#ifndef SMOLDER_UNWIND_H
+#define SMOLDER_UNWIND_H
+
+/* Frames a sample can hold; the walk's depth (the `unwind_max_frames` global, default 128) is
+ * at most this. */
+#define SMOLDER_UNWIND_MAX_FRAMES 256
+#define SMOLDER_UNWIND_DEFAULT_FRAMES 128
+
+/* Binary-search steps inside one 64 KiB page: a page holds at most 65,535 rows. */
+#define SMOLDER_UNWIND_PAGE_BITS 16
+#define SMOLDER_UNWIND_SEARCH_STEPS 16
+
+/* Map sizes (the agent may override them at load time). */
+#define SMOLDER_UNWIND_TABLES_ENTRIES 4096
+#define SMOLDER_UNWIND_MAPPINGS_ENTRIES (256 * 1024)
+#define SMOLDER_UNWIND_SAMPLES_BYTES (2 * 1024 * 1024)
+#define SMOLDER_UNWIND_KSTACKS_ENTRIES 16384
+#define SMOLDER_UNWIND_KSTACK_DEPTH 127
+
+/* A frame-pointer step accepts rbp at most this far above rsp (a main thread's default stack). */
+#define SMOLDER_UNWIND_MAX_FP_FRAME (8 << 20)
+
+/* Signal frames: at __restore_rt, rsp points at the ucontext; its gregs start 40 bytes in. */
+#define SMOLDER_UNWIND_SIGNAL_GREGS 40
+#define SMOLDER_UNWIND_SIGNAL_RBP 10
+#define SMOLDER_UNWIND_SIGNAL_RSP 15
+#define SMOLDER_UNWIND_SIGNAL_RIP 16
+
+/* CFA kinds of a row (smolder_unwind::CFA_*). */
+enum smolder_unwind_cfa {
+	SMOLDER_CFA_NO_FDE = 0,      /* no FDE: frame-pointer step */
+	SMOLDER_CFA_RSP = 1,         /* rsp + cfa_off */
+	SMOLDER_CFA_RSP_X8 = 2,      /* rsp + 8 * cfa_off */
+	SMOLDER_CFA_RBP = 3,         /* rbp + cfa_off */
+	SMOLDER_CFA_PLT1 = 4,        /* rsp + 8 + ((rip & 15) >= 11 ? 8 : 0) */
+	SMOLDER_CFA_PLT2 = 5,        /* rsp + 8 + ((rip & 15) >= 10 ? 8 : 0) */
+	SMOLDER_CFA_DEREF_RSP = 6,   /* *(rsp + cfa_off) + fp_off, rbp unchanged */
+	SMOLDER_CFA_SIGNAL = 7,      /* registers from the ucontext at rsp; next frame is a leaf */
+	SMOLDER_CFA_END = 8,         /* return address undefined: the stack ends */
+	SMOLDER_CFA_UNSUPPORTED = 9, /* cfa_off holds the reason */
+};
+
+/* How the caller's rbp is recovered (smolder_unwind::FP_*). */
+enum smolder_unwind_fp {
+	SMOLDER_FP_SAME = 0,   /* unchanged */
+	SMOLDER_FP_AT_CFA = 1, /* saved at CFA + fp_off */
+	SMOLDER_FP_LOST = 2,   /* unknown from here on */
+};
+
+/* Why a walk ended (smolder_unwind::eval::Status::code). */
+enum smolder_unwind_status {
+	SMOLDER_UNWIND_COMPLETE = 0,          /* end-of-stack row, zero return address or zero rbp */
+	SMOLDER_UNWIND_TRUNCATED = 1,         /* the frame limit was reached */
+	SMOLDER_UNWIND_NO_TABLE = 2,          /* a frame-pointer step without table failed its checks */
+	SMOLDER_UNWIND_BAD_FRAME_POINTER = 3, /* a frame-pointer step at an address without FDE failed */
+	SMOLDER_UNWIND_UNSUPPORTED = 4,       /* a row the unwinder does not compute (detail: reason) */
+	SMOLDER_UNWIND_FP_LOST = 5,           /* a frame needed rbp, which an earlier frame lost */
+	SMOLDER_UNWIND_READ_FAULT = 6,        /* the stack could not be read */
+	SMOLDER_UNWIND_NOT_MOVING_UP = 7,     /* the computed CFA was not above rsp */
+	SMOLDER_UNWIND_NO_USER_STACK = 8,     /* a kernel thread, or no user registers */
+	SMOLDER_UNWIND_STATUS_COUNT = 9,
+};
+
+/* What a sample measures. */
+enum smolder_sample_kind {
+	SMOLDER_SAMPLE_CPU = 1,    /* a cpu-clock tick (perf_event) */
+	SMOLDER_SAMPLE_UPROBE = 2, /* a uprobe hit (the point check of the tests) */
+};
+
+/* Per-CPU counters in `unwind_counters`. */
+enum smolder_unwind_counter {
+	SMOLDER_UNWIND_SAMPLES_LOST = 0, /* the samples ring buffer was full */
+	SMOLDER_UNWIND_COUNTER_COUNT = 1,
+};
+
+/* One row: 8 bytes, no padding, little-endian (smolder_unwind::Rule::encode). */
+struct unwind_row {
+	__u16 pc_low;
+	__u8 cfa_kind;
+	__u8 fp_kind;
+	__u16 cfa_off;
+	__s16 fp_off;
+};
+
+/* Key of `unwind_mappings`: an LPM trie key whose data is (tgid, address), both big-endian so
+ * that prefixes run from the pid's high bits to the address's low bits. 16 bytes, no padding;
+ * user space sees {u32 prefixlen} followed by a packed 12-byte {u32 pid_be, u64 addr_be}. */
+struct unwind_mapping_key {
+	__u32 prefixlen;
+	__u32 pid_be;
+	__u64 addr_be;
+};
+
+/* Value of `unwind_mappings`. exe_id 0 means no table (anonymous or JIT code, a table not built
+ * yet or refused): frame-pointer steps there. 32 bytes, no padding. */
+struct unwind_mapping {
+	__u64 exe_id;
+	__u64 bias;       /* runtime address - ELF address */
+	__u32 first_page; /* the table's header, repeated to save a lookup */
+	__u32 n_pages;
+	__u32 n_entries;  /* entries in the table: 1 + n_pages + rows */
+	__u32 flags;      /* reserved, zero */
+};
+
+/* The registers a walk starts from. 24 bytes. */
+struct unwind_regs {
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+};
+
+/* What the samples ring buffer carries: this header, then `len` user frames (u64 instruction
+ * pointers, leaf first; return addresses as read, not minus one). 40 bytes, no padding. */
+struct unwind_sample {
+	__u32 kind;            /* enum smolder_sample_kind */
+	__u32 tgid;
+	__u32 tid;
+	__u32 cpu;
+	__s32 kernel_stack_id; /* into `unwind_kstacks`, or a negative errno */
+	__u16 status;          /* enum smolder_unwind_status */
+	__u16 len;             /* user frames that follow */
+	__u16 fp_frames;       /* frames found by frame-pointer steps */
+	__u16 detail;          /* the unsupported reason, with SMOLDER_UNWIND_UNSUPPORTED */
+	__u32 reserved;
+	__u64 value;           /* 1 for CPU samples and uprobe hits */
+};
+
+/* A caller's scratch: the sample being built and the walk's registers. Every program type that
+ * can interrupt another (perf_event's NMI inside tp_btf or a uprobe) has its own per-CPU
+ * scratch map, so no two walks on one CPU ever share one. */
+struct unwind_scratch {
+	struct unwind_sample sample;
+	__u64 frames[SMOLDER_UNWIND_MAX_FRAMES];
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u32 tgid;
+	__u8 leaf;     /* ip is exact (first frame, after a signal frame), not a return address */
+	__u8 bp_valid; /* bp is the caller's real rbp */
+	__u16 pad;
+};
+
+/* The sizes the Rust mirror asserts too. */
+_Static_assert(sizeof(struct unwind_row) == 8, "unwind_row is 8 bytes");
+_Static_assert(sizeof(struct unwind_mapping_key) == 16, "unwind_mapping_key is 16 bytes");
+_Static_assert(sizeof(struct unwind_mapping) == 32, "unwind_mapping is 32 bytes");
+_Static_assert(sizeof(struct unwind_sample) == 40, "unwind_sample is 40 bytes");
+_Static_assert(__builtin_offsetof(struct unwind_scratch, frames) == sizeof(struct unwind_sample),
+	       "the frames follow the sample header, so that both go out in one ring-buffer write");
+
+#endif

@@ -1,0 +1,412 @@
+//! The BPF unwinder's object and the Rust mirror of `src/unwind.h`.
+//!
+//! [`OBJECT`] holds the programs [`PROGRAM_CPU`] (perf_event: a whole user stack per cpu-clock
+//! tick) and [`PROGRAM_UPROBE`] (the same walk at a probed instruction), the maps named by the
+//! `MAP_*` constants, and the globals [`GLOBAL_MAX_FRAMES`] and [`GLOBAL_SELF_TGID`]. User space
+//! fills [`MAP_TABLES`] with one inner array per executable (the entries of a
+//! `smolder_unwind::UnwindTable`, copied as they are) and [`MAP_MAPPINGS`] with
+//! [`MappingKey`] → [`Mapping`] entries covering each process's executable mappings
+//! ([`mapping_prefixes`] splits a range into trie prefixes); samples come back through
+//! [`MAP_SAMPLES`] as a [`SampleHeader`] followed by its frames ([`parse_sample`]).
+
+/// The compiled unwinder, aligned for aya's ELF parser.
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/unwinder.bpf.o"));
+
+/// The perf_event program that sends one unwound sample per tick (`on_cpu` in C).
+pub const PROGRAM_CPU: &str = "on_cpu";
+/// The uprobe program that sends one unwound sample per hit (`on_uprobe` in C).
+pub const PROGRAM_UPROBE: &str = "on_uprobe";
+
+/// HASH_OF_MAPS: executable id (`u64`, never 0) → that executable's table, an ARRAY of `u64`
+/// created with [`TABLE_MAP_FLAGS`], key size 4, value size 8 and exactly as many entries as
+/// the table has.
+pub const MAP_TABLES: &str = "unwind_tables";
+/// LPM trie: [`MappingKey`] → [`Mapping`].
+pub const MAP_MAPPINGS: &str = "unwind_mappings";
+/// Ring buffer of samples: [`SampleHeader`] then `len` frames.
+pub const MAP_SAMPLES: &str = "unwind_samples";
+/// Stack trace map of the samples' kernel stacks.
+pub const MAP_KSTACKS: &str = "unwind_kstacks";
+/// Per-CPU counters, indexed by [`Counter`].
+pub const MAP_COUNTERS: &str = "unwind_counters";
+/// Per-CPU scratch of [`PROGRAM_CPU`].
+pub const MAP_SCRATCH_CPU: &str = "scratch_cpu";
+/// Per-CPU scratch of [`PROGRAM_UPROBE`].
+pub const MAP_SCRATCH_UPROBE: &str = "scratch_uprobe";
+/// The global holding the walk's depth (at most [`MAX_FRAMES`]).
+pub const GLOBAL_MAX_FRAMES: &str = "unwind_max_frames";
+/// The global the agent patches with its own process id so that it is not sampled.
+pub const GLOBAL_SELF_TGID: &str = "self_tgid";
+
+/// `SMOLDER_UNWIND_MAX_FRAMES`: frames a sample can hold.
+pub const MAX_FRAMES: usize = 256;
+/// `SMOLDER_UNWIND_DEFAULT_FRAMES`: the walk's default depth.
+pub const DEFAULT_FRAMES: u32 = 128;
+/// `SMOLDER_UNWIND_PAGE_BITS`: a table page spans 64 KiB of code.
+pub const PAGE_BITS: u32 = 16;
+/// `SMOLDER_UNWIND_SEARCH_STEPS`: binary-search steps inside a page.
+pub const SEARCH_STEPS: u32 = 16;
+/// `SMOLDER_UNWIND_TABLES_ENTRIES`: executables [`MAP_TABLES`] holds.
+pub const TABLES_ENTRIES: u32 = 4096;
+/// `SMOLDER_UNWIND_MAPPINGS_ENTRIES`: prefixes [`MAP_MAPPINGS`] holds.
+pub const MAPPINGS_ENTRIES: u32 = 256 * 1024;
+/// `SMOLDER_UNWIND_SAMPLES_BYTES`: the samples ring buffer's size.
+pub const SAMPLES_BYTES: u32 = 2 * 1024 * 1024;
+/// `SMOLDER_UNWIND_MAX_FP_FRAME`: how far above `rsp` a frame-pointer step accepts `rbp`.
+pub const MAX_FP_FRAME: u64 = 8 << 20;
+/// `SMOLDER_UNWIND_SIGNAL_GREGS`: where the registers of a signal frame's `ucontext` start.
+pub const SIGNAL_GREGS: u64 = 40;
+/// `SMOLDER_UNWIND_SIGNAL_RBP`: `rbp`'s index in them.
+pub const SIGNAL_RBP: u64 = 10;
+/// `SMOLDER_UNWIND_SIGNAL_RSP`: `rsp`'s index.
+pub const SIGNAL_RSP: u64 = 15;
+/// `SMOLDER_UNWIND_SIGNAL_RIP`: `rip`'s index.
+pub const SIGNAL_RIP: u64 = 16;
+/// Flags of every table array: `BPF_F_INNER_MAP | BPF_F_MMAPABLE` (tables of any size in one
+/// outer map, filled through a memory mapping).
+pub const TABLE_MAP_FLAGS: u32 = (1 << 12) | (1 << 10);
+/// The prefix length of an LPM key that matches one exact (pid, address).
+pub const FULL_PREFIX: u32 = 96;
+
+/// `enum smolder_unwind_cfa`, in order: the CFA kinds of a row.
+pub const CFA_KINDS: [(&str, u8); 10] = [
+    ("no_fde", 0),
+    ("rsp", 1),
+    ("rsp_x8", 2),
+    ("rbp", 3),
+    ("plt1", 4),
+    ("plt2", 5),
+    ("deref_rsp", 6),
+    ("signal", 7),
+    ("end", 8),
+    ("unsupported", 9),
+];
+/// `enum smolder_unwind_fp`, in order: how a row recovers `rbp`.
+pub const FP_KINDS: [(&str, u8); 3] = [("same", 0), ("at_cfa", 1), ("lost", 2)];
+
+/// `enum smolder_unwind_status`: why a walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// An end-of-stack row, a zero return address or a zero `rbp`: the whole stack.
+    Complete = 0,
+    /// The depth limit was reached.
+    Truncated = 1,
+    /// A frame-pointer step where no table applies failed its checks.
+    NoTable = 2,
+    /// A frame-pointer step at an address without FDE failed its checks.
+    BadFramePointer = 3,
+    /// A row the unwinder does not compute; the header's `detail` holds the reason.
+    Unsupported = 4,
+    /// A frame needed `rbp`, which an earlier frame could not recover.
+    FpLost = 5,
+    /// The stack could not be read.
+    ReadFault = 6,
+    /// The computed CFA was not above `rsp`.
+    NotMovingUp = 7,
+    /// No user stack: a kernel thread, or no user registers.
+    NoUserStack = 8,
+}
+
+impl Status {
+    /// Every status, in code order (`SMOLDER_UNWIND_STATUS_COUNT` of them).
+    pub const ALL: [Status; 9] = [
+        Status::Complete,
+        Status::Truncated,
+        Status::NoTable,
+        Status::BadFramePointer,
+        Status::Unsupported,
+        Status::FpLost,
+        Status::ReadFault,
+        Status::NotMovingUp,
+        Status::NoUserStack,
+    ];
+
+    /// The status a header's `status` names, if any.
+    pub fn from_raw(raw: u16) -> Option<Status> {
+        Status::ALL.get(usize::from(raw)).copied()
+    }
+
+    /// A short lowercase name, used as a metric label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Complete => "complete",
+            Status::Truncated => "truncated",
+            Status::NoTable => "no_table",
+            Status::BadFramePointer => "bad_frame_pointer",
+            Status::Unsupported => "unsupported",
+            Status::FpLost => "fp_lost",
+            Status::ReadFault => "read_fault",
+            Status::NotMovingUp => "not_moving_up",
+            Status::NoUserStack => "no_user_stack",
+        }
+    }
+}
+
+/// `enum smolder_sample_kind`: what a sample measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SampleKind {
+    /// A cpu-clock tick.
+    Cpu = 1,
+    /// A uprobe hit.
+    Uprobe = 2,
+}
+
+impl SampleKind {
+    /// The kind a header's `kind` names, if any.
+    pub fn from_raw(raw: u32) -> Option<SampleKind> {
+        match raw {
+            1 => Some(SampleKind::Cpu),
+            2 => Some(SampleKind::Uprobe),
+            _ => None,
+        }
+    }
+}
+
+/// `enum smolder_unwind_counter`: indexes into [`MAP_COUNTERS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// The samples ring buffer was full: a sample is lost.
+    SamplesLost = 0,
+}
+
+/// The data of an LPM key of [`MAP_MAPPINGS`] (`struct unwind_mapping_key` without its
+/// `prefixlen`, which aya's `lpm_trie::Key` adds in front): process id and address, both
+/// big-endian.
+#[repr(C, packed)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MappingKey {
+    /// The process (thread group) id, big-endian.
+    pub pid_be: u32,
+    /// The address, big-endian.
+    pub addr_be: u64,
+}
+
+impl MappingKey {
+    /// The key of `address` in process `pid`.
+    pub fn new(pid: u32, address: u64) -> MappingKey {
+        MappingKey {
+            pid_be: pid.to_be(),
+            addr_be: address.to_be(),
+        }
+    }
+}
+
+// Packed: 4 + 8 bytes, as the C key lays them out after its 4-byte prefixlen.
+const _: () = assert!(size_of::<MappingKey>() == 12);
+
+// SAFETY: `MappingKey` is `repr(C, packed)`, `Copy` and made only of integers, with no padding,
+// so every bit pattern is a valid value.
+unsafe impl aya::Pod for MappingKey {}
+
+/// The LPM prefixes that cover `[start, end)` of process `pid` exactly: `(prefix length, key)`
+/// pairs for [`MAP_MAPPINGS`], fewest first-to-last. Empty when `start >= end`.
+pub fn mapping_prefixes(pid: u32, start: u64, end: u64) -> Vec<(u32, MappingKey)> {
+    let mut out = Vec::new();
+    let mut at = start;
+    while at < end {
+        // The largest block aligned at `at` that ends at or before `end`; `at + size <= end`
+        // keeps the addition from overflowing.
+        let mut bits = if at == 0 {
+            63
+        } else {
+            at.trailing_zeros().min(63)
+        };
+        while 1u64 << bits > end - at {
+            bits -= 1;
+        }
+        out.push((FULL_PREFIX - bits, MappingKey::new(pid, at)));
+        at += 1 << bits;
+    }
+    out
+}
+
+/// `struct unwind_mapping`: the executable mapped at a range of a process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// The executable's id in [`MAP_TABLES`]; 0 for none (frame-pointer steps there).
+    pub exe_id: u64,
+    /// Runtime address minus ELF address.
+    pub bias: u64,
+    /// The table's first page (its header's low half).
+    pub first_page: u32,
+    /// The table's page count (its header's high half).
+    pub n_pages: u32,
+    /// The table's entries.
+    pub n_entries: u32,
+    /// Reserved, zero.
+    pub flags: u32,
+}
+
+// 8 + 8 + 4 * 4 bytes: no padding.
+const _: () = assert!(size_of::<Mapping>() == 32);
+
+// SAFETY: `Mapping` is `repr(C)`, `Copy`, made only of integers and has no padding.
+unsafe impl aya::Pod for Mapping {}
+
+/// `struct unwind_sample`: the header of a sample in [`MAP_SAMPLES`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleHeader {
+    /// A [`SampleKind`] as a number.
+    pub kind: u32,
+    /// The process (thread group) id.
+    pub tgid: u32,
+    /// The thread id.
+    pub tid: u32,
+    /// The CPU it ran on.
+    pub cpu: u32,
+    /// Index into [`MAP_KSTACKS`], or a negative errno (`-EFAULT`: no kernel stack).
+    pub kernel_stack_id: i32,
+    /// A [`Status`] as a number.
+    pub status: u16,
+    /// User frames that follow.
+    pub len: u16,
+    /// Frames found by frame-pointer steps.
+    pub fp_frames: u16,
+    /// With [`Status::Unsupported`]: the reason (`smolder_unwind::Unsupported` as a number).
+    pub detail: u16,
+    /// Zero.
+    pub reserved: u32,
+    /// What the sample counts (1 for CPU ticks and uprobe hits).
+    pub value: u64,
+}
+
+// 4 * 5 + 2 * 4 + 4 + 8 = 40 bytes, the u64 at offset 32: no padding.
+const _: () = assert!(size_of::<SampleHeader>() == 40);
+
+// SAFETY: `SampleHeader` is `repr(C)`, `Copy`, made only of integers and has no padding.
+unsafe impl aya::Pod for SampleHeader {}
+
+/// A ring-buffer record that is not a sample: shorter than its header says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShortSample {
+    /// The record's length.
+    pub len: usize,
+}
+
+impl std::fmt::Display for ShortSample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a ring-buffer record of {} bytes is shorter than its sample",
+            self.len
+        )
+    }
+}
+
+impl std::error::Error for ShortSample {}
+
+/// Reads one [`MAP_SAMPLES`] record: its header and frames, leaf first.
+///
+/// # Errors
+///
+/// [`ShortSample`] when the record is shorter than a header or than its frames.
+pub fn parse_sample(record: &[u8]) -> Result<(SampleHeader, Vec<u64>), ShortSample> {
+    let short = ShortSample { len: record.len() };
+    let u32_at = |i: usize| -> Result<u32, ShortSample> {
+        Ok(u32::from_le_bytes(
+            record
+                .get(i..i + 4)
+                .ok_or(short)?
+                .try_into()
+                .expect("4 bytes"),
+        ))
+    };
+    let u16_at = |i: usize| -> Result<u16, ShortSample> {
+        Ok(u16::from_le_bytes(
+            record
+                .get(i..i + 2)
+                .ok_or(short)?
+                .try_into()
+                .expect("2 bytes"),
+        ))
+    };
+    let u64_at = |i: usize| -> Result<u64, ShortSample> {
+        Ok(u64::from_le_bytes(
+            record
+                .get(i..i + 8)
+                .ok_or(short)?
+                .try_into()
+                .expect("8 bytes"),
+        ))
+    };
+    let header = SampleHeader {
+        kind: u32_at(0)?,
+        tgid: u32_at(4)?,
+        tid: u32_at(8)?,
+        cpu: u32_at(12)?,
+        kernel_stack_id: u32_at(16)? as i32,
+        status: u16_at(20)?,
+        len: u16_at(22)?,
+        fp_frames: u16_at(24)?,
+        detail: u16_at(26)?,
+        reserved: u32_at(28)?,
+        value: u64_at(32)?,
+    };
+    let len = usize::from(header.len);
+    if len > MAX_FRAMES || record.len() < size_of::<SampleHeader>() + 8 * len {
+        return Err(short);
+    }
+    let frames = (0..len)
+        .map(|i| u64_at(40 + 8 * i))
+        .collect::<Result<_, _>>()?;
+    Ok((header, frames))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_cover_a_range_exactly() {
+        for (start, end) in [
+            (0x1000, 0x3000),
+            (0x7f12_3456_7000, 0x7f12_3460_1000),
+            (5, 6),
+            (0, 1 << 20),
+        ] {
+            let prefixes = mapping_prefixes(42, start, end);
+            let mut at = start;
+            for (len, key) in &prefixes {
+                let bits = FULL_PREFIX - len;
+                let addr = u64::from_be(key.addr_be);
+                assert_eq!(addr, at);
+                assert_eq!(addr & ((1u64 << bits) - 1), 0, "aligned");
+                assert_eq!(u32::from_be(key.pid_be), 42);
+                at += 1 << bits;
+            }
+            assert_eq!(at, end, "{start:#x}..{end:#x}");
+        }
+        assert!(mapping_prefixes(1, 10, 10).is_empty());
+    }
+
+    #[test]
+    fn samples_parse_and_short_records_are_errors() {
+        let mut record = Vec::new();
+        for word in [1u32, 100, 101, 1] {
+            record.extend_from_slice(&word.to_le_bytes());
+        }
+        record.extend_from_slice(&(-14i32).to_le_bytes());
+        for half in [0u16, 2, 0, 0] {
+            record.extend_from_slice(&half.to_le_bytes());
+        }
+        record.extend_from_slice(&0u32.to_le_bytes());
+        record.extend_from_slice(&1u64.to_le_bytes());
+        record.extend_from_slice(&0x1111u64.to_le_bytes());
+        record.extend_from_slice(&0x2222u64.to_le_bytes());
+        let (header, frames) = parse_sample(&record).unwrap();
+        assert_eq!(
+            (header.tgid, header.kernel_stack_id, header.len),
+            (100, -14, 2)
+        );
+        assert_eq!(frames, [0x1111, 0x2222]);
+        assert_eq!(
+            parse_sample(&record[..record.len() - 1]),
+            Err(ShortSample {
+                len: record.len() - 1
+            })
+        );
+        assert!(parse_sample(&record[..10]).is_err());
+    }
+}

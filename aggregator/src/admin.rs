@@ -1,0 +1,114 @@
+//! Admin: the writes of the HTTP API that are not ingest, today `DELETE /api/apps`.
+//!
+//! Input: `DELETE /api/apps` with body `{"name": "<app>"}`. Output: every series of the app and
+//! all its data deleted, durably; 200 with an empty body. 400 when the body has no name;
+//! **404** when no series of that name exists. Pyroscope answers 200 there; a typo'd name that
+//! silently deletes nothing is worth telling the caller about, and a script that wants
+//! idempotence can accept 404. Caller: the router in `http.rs` mounts [`routes`]. Owns nothing;
+//! depends on `store`, `metrics`, `api_error` and `tenant`. Failures are counted in
+//! `smolder_aggregator_errors_total{stage="admin"}`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::delete;
+use serde::Deserialize;
+use tracing::info;
+
+use crate::api_error::{ApiError, chain};
+use crate::metrics::Errors;
+use crate::store::{Store, StoreError};
+use crate::tenant::Tenant;
+
+/// What the admin handlers share.
+struct Admin {
+    store: Arc<dyn Store>,
+    errors: Errors,
+}
+
+/// The admin routes, writing to `store`.
+pub(crate) fn routes(store: Arc<dyn Store>, errors: Errors) -> Router {
+    Router::new()
+        .route("/api/apps", delete(delete_app))
+        .with_state(Arc::new(Admin { store, errors }))
+}
+
+/// Why an admin request was refused.
+#[derive(Debug, thiserror::Error)]
+enum AdminError {
+    /// The body of `DELETE /api/apps` is not `{"name": "<app>"}`.
+    #[error("invalid body: {reason}; expected {{\"name\": \"<app>\"}}")]
+    InvalidBody {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `DELETE /api/apps` named an app with no series.
+    #[error("no app named {name:?}")]
+    AppNotFound {
+        /// The name given.
+        name: String,
+    },
+    /// The store failed; logged once where the response is built.
+    #[error("writing the store failed")]
+    Store(#[from] StoreError),
+}
+
+impl AdminError {
+    /// The `error_type` label of `smolder_aggregator_errors_total{stage="admin"}`.
+    fn error_type(&self) -> &'static str {
+        match self {
+            AdminError::InvalidBody { .. } => "invalid_body",
+            AdminError::AppNotFound { .. } => "app_not_found",
+            AdminError::Store(_) => "store",
+        }
+    }
+
+    /// The answer: 404 for an unknown app, 500 for our own failures, 400 for the rest.
+    fn into_api_error(self) -> ApiError {
+        match self {
+            AdminError::AppNotFound { .. } => ApiError::not_found(self.to_string()),
+            AdminError::Store(source) => ApiError::internal(chain(&source)),
+            AdminError::InvalidBody { .. } => ApiError::bad_request(self.to_string()),
+        }
+    }
+}
+
+/// The body of `DELETE /api/apps`.
+#[derive(Deserialize)]
+struct DeleteApp {
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// `DELETE /api/apps`.
+async fn delete_app(State(admin): State<Arc<Admin>>, tenant: Tenant, body: Bytes) -> Response {
+    let result = async {
+        let request: DeleteApp =
+            serde_json::from_slice(&body).map_err(|err| AdminError::InvalidBody {
+                reason: err.to_string(),
+            })?;
+        let name = request
+            .name
+            .filter(|name| !name.is_empty())
+            .ok_or_else(|| AdminError::InvalidBody {
+                reason: "no `name`".to_owned(),
+            })?;
+        let deleted = admin.store.delete_app(&tenant, &name).await?;
+        if deleted == 0 {
+            return Err(AdminError::AppNotFound { name });
+        }
+        info!(app = %name, series = deleted, "deleted app");
+        Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) => ().into_response(),
+        Err(err) => {
+            admin.errors.inc("admin", err.error_type());
+            err.into_api_error().into_response()
+        }
+    }
+}

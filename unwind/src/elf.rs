@@ -1,0 +1,299 @@
+//! The ELF around the call-frame information: where `.eh_frame` or `.debug_frame` is, what the
+//! executable is called (its [`ExeId`]), how it is laid out in memory.
+//!
+//! Input: the bytes of an ELF file (a mapped file, a debug file, the vDSO copied out of memory).
+//! Output: an [`Elf`] that finds the CFI sections (also in a sectionless ELF, through
+//! `PT_GNU_EH_FRAME`), names the executable, and turns a mapping into a load bias. Owns nothing
+//! but borrowed bytes and, for a compressed `.debug_frame`, the decompressed copy.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::Read as _;
+
+use object::elf;
+use object::read::elf::{ElfFile64, FileHeader as _, ProgramHeader as _};
+use object::{Endianness, Object as _, ObjectSection as _, ObjectSymbol as _};
+use sha2::{Digest as _, Sha256};
+
+use crate::error::UnwindError;
+
+/// The longest build id kept; GNU ld writes 20 bytes (SHA-1), some linkers 16 or 32.
+pub const MAX_BUILD_ID: usize = 64;
+
+/// Largest `.debug_frame` decompressed, so that a hostile size field allocates nothing.
+const MAX_DECOMPRESSED: u64 = 256 << 20;
+
+/// The identity of an executable: the table built from one file is valid for every file with
+/// the same identity.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ExeId {
+    /// The GNU build id note (1 to [`MAX_BUILD_ID`] bytes).
+    BuildId(Vec<u8>),
+    /// SHA-256 of the whole file, for files without a build id.
+    ContentHash([u8; 32]),
+}
+
+impl ExeId {
+    /// The identity's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            ExeId::BuildId(bytes) => bytes,
+            ExeId::ContentHash(hash) => hash,
+        }
+    }
+}
+
+impl fmt::Display for ExeId {
+    /// Lowercase hex, content hashes prefixed `sha256-`: usable as a file name.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if matches!(self, ExeId::ContentHash(_)) {
+            f.write_str("sha256-")?;
+        }
+        for byte in self.bytes() {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Which call-frame information a table was built from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CfiKind {
+    /// `.eh_frame` (found by section name or through `PT_GNU_EH_FRAME`).
+    EhFrame,
+    /// `.debug_frame` (of the file itself or of its separate debug file).
+    DebugFrame,
+    /// A Go binary: frame-pointer rows synthesized over its text, with end-of-stack rows for the
+    /// goroutine and thread entry functions.
+    GoFramePointers,
+}
+
+impl CfiKind {
+    /// The kind's code in the cache format.
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            CfiKind::EhFrame => 1,
+            CfiKind::DebugFrame => 2,
+            CfiKind::GoFramePointers => 3,
+        }
+    }
+
+    /// The kind with this cache code.
+    pub(crate) fn from_code(code: u64) -> Option<CfiKind> {
+        [
+            CfiKind::EhFrame,
+            CfiKind::DebugFrame,
+            CfiKind::GoFramePointers,
+        ]
+        .into_iter()
+        .find(|k| k.code() == code)
+    }
+}
+
+/// Call-frame information found in a file: the section bytes and the virtual address they
+/// would be loaded at (pc-relative pointers in `.eh_frame` are relative to it).
+pub(crate) struct Cfi<'data> {
+    pub(crate) kind: CfiKind,
+    pub(crate) data: Cow<'data, [u8]>,
+    pub(crate) address: u64,
+}
+
+/// A parsed x86-64 ELF file.
+pub struct Elf<'data> {
+    data: &'data [u8],
+    file: ElfFile64<'data, Endianness>,
+}
+
+impl<'data> Elf<'data> {
+    /// Parses an ELF file.
+    ///
+    /// # Errors
+    ///
+    /// [`UnwindError::Elf`] when the bytes are not a 64-bit little-endian ELF file for x86-64.
+    pub fn parse(data: &'data [u8]) -> Result<Elf<'data>, UnwindError> {
+        let file = ElfFile64::<Endianness>::parse(data).map_err(|err| UnwindError::Elf {
+            reason: err.to_string(),
+        })?;
+        let endian = file.endian();
+        let header = file.elf_header();
+        if endian != Endianness::Little || header.e_machine(endian) != elf::EM_X86_64 {
+            return Err(UnwindError::Elf {
+                reason: format!(
+                    "machine {} ({:?}), only little-endian x86-64 is supported",
+                    header.e_machine(endian),
+                    endian
+                ),
+            });
+        }
+        Ok(Elf { data, file })
+    }
+
+    /// The file's identity: its GNU build id, else the SHA-256 of its bytes.
+    pub fn id(&self) -> ExeId {
+        match self.build_id() {
+            Some(id) => ExeId::BuildId(id.to_vec()),
+            None => ExeId::ContentHash(Sha256::digest(self.data).into()),
+        }
+    }
+
+    /// The GNU build id, if the file has one of a sane length.
+    pub fn build_id(&self) -> Option<&'data [u8]> {
+        let id = self.file.build_id().ok().flatten()?;
+        (!id.is_empty() && id.len() <= MAX_BUILD_ID).then_some(id)
+    }
+
+    /// The `.gnu_debuglink` file name and CRC, where gdb looks for a separate debug file.
+    pub fn debug_link(&self) -> Option<(&'data [u8], u32)> {
+        self.file.gnu_debuglink().ok().flatten()
+    }
+
+    /// Whether a Go toolchain linked the file (it has Go's build id note or build info).
+    pub fn is_go(&self) -> bool {
+        self.section_data(".note.go.buildid").is_some()
+            || self.section_data(".go.buildinfo").is_some()
+    }
+
+    /// The address and size of a function symbol (`.symtab`, then `.dynsym`); the first match.
+    pub fn symbol(&self, name: &str) -> Option<(u64, u64)> {
+        self.file
+            .symbols()
+            .chain(self.file.dynamic_symbols())
+            .find(|sym| sym.name_bytes().ok() == Some(name.as_bytes()) && sym.address() != 0)
+            .map(|sym| (sym.address(), sym.size()))
+    }
+
+    /// The `[start, end)` virtual addresses of the `.text` section.
+    pub fn text(&self) -> Option<(u64, u64)> {
+        let text = self.file.section_by_name(".text")?;
+        Some((text.address(), text.address().checked_add(text.size())?))
+    }
+
+    /// The load bias of a mapping: what to subtract from a runtime address in a mapping of this
+    /// file that starts at `start` with file offset `offset` (as `/proc/PID/maps` gives them) to
+    /// get the ELF virtual address the table uses. `None` when no loadable segment holds
+    /// `offset`.
+    pub fn bias(&self, start: u64, offset: u64) -> Option<u64> {
+        let endian = self.file.endian();
+        self.file.elf_program_headers().iter().find_map(|ph| {
+            if ph.p_type(endian) != elf::PT_LOAD {
+                return None;
+            }
+            let (p_offset, p_vaddr, p_filesz) =
+                (ph.p_offset(endian), ph.p_vaddr(endian), ph.p_filesz(endian));
+            // A mapping starts page-aligned, at or before the segment's first byte.
+            let page = 4096;
+            let seg_start = p_offset & !(page - 1);
+            (offset >= seg_start && offset < p_offset.checked_add(p_filesz)?).then(|| {
+                start
+                    .wrapping_sub(offset)
+                    .wrapping_sub(p_vaddr.wrapping_sub(p_offset))
+            })
+        })
+    }
+
+    fn section_data(&self, name: &str) -> Option<(u64, &'data [u8])> {
+        let section = self.file.section_by_name(name)?;
+        if section.kind() == object::SectionKind::UninitializedData {
+            return None;
+        }
+        let data = section.data().ok()?;
+        (!data.is_empty()).then_some((section.address(), data))
+    }
+
+    /// `.eh_frame`, by section or else through `PT_GNU_EH_FRAME`, if it has any entry.
+    pub(crate) fn eh_frame(&self) -> Option<Cfi<'data>> {
+        let (address, data) = match self.section_data(".eh_frame") {
+            Some(found) => found,
+            None => self.eh_frame_from_segments()?,
+        };
+        // A lone terminator (4 zero bytes) is as good as none: debug files keep the header.
+        (data.len() > 4).then_some(Cfi {
+            kind: CfiKind::EhFrame,
+            data: Cow::Borrowed(data),
+            address,
+        })
+    }
+
+    /// `.eh_frame` of a file without section headers: `PT_GNU_EH_FRAME` holds `.eh_frame_hdr`,
+    /// whose first pointer is `.eh_frame`'s address; the section runs to the end of the loadable
+    /// segment holding it (its zero terminator ends the parse earlier).
+    fn eh_frame_from_segments(&self) -> Option<(u64, &'data [u8])> {
+        let endian = self.file.endian();
+        let headers = self.file.elf_program_headers();
+        let hdr = headers
+            .iter()
+            .find(|ph| ph.p_type(endian) == elf::PT_GNU_EH_FRAME)?;
+        let hdr_data = hdr.data(endian, self.data).ok()?;
+        let hdr_address = hdr.p_vaddr(endian);
+        let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(hdr_address);
+        let parsed = gimli::EhFrameHdr::new(hdr_data, gimli::LittleEndian)
+            .parse(&bases, 8)
+            .ok()?;
+        let gimli::Pointer::Direct(address) = parsed.eh_frame_ptr() else {
+            return None;
+        };
+        headers.iter().find_map(|ph| {
+            let (vaddr, filesz) = (ph.p_vaddr(endian), ph.p_filesz(endian));
+            if ph.p_type(endian) != elf::PT_LOAD || address < vaddr || address >= vaddr + filesz {
+                return None;
+            }
+            let segment = ph.data(endian, self.data).ok()?;
+            let start = usize::try_from(address - vaddr).ok()?;
+            Some((address, segment.get(start..)?))
+        })
+    }
+
+    /// `.debug_frame`, decompressed.
+    ///
+    /// # Errors
+    ///
+    /// [`UnwindError::Compressed`] when it is compressed in a format other than zlib or does not
+    /// decompress.
+    pub(crate) fn debug_frame(&self) -> Result<Option<Cfi<'data>>, UnwindError> {
+        let Some(section) = self.file.section_by_name(".debug_frame") else {
+            return Ok(None);
+        };
+        if section.kind() == object::SectionKind::UninitializedData {
+            return Ok(None);
+        }
+        let compressed = section
+            .compressed_data()
+            .map_err(|err| UnwindError::Compressed {
+                reason: err.to_string(),
+            })?;
+        let data = match compressed.format {
+            object::CompressionFormat::None => Cow::Borrowed(compressed.data),
+            object::CompressionFormat::Zlib => {
+                if compressed.uncompressed_size > MAX_DECOMPRESSED {
+                    return Err(UnwindError::Compressed {
+                        reason: format!(
+                            "{} bytes decompressed, more than the cap of {MAX_DECOMPRESSED}",
+                            compressed.uncompressed_size
+                        ),
+                    });
+                }
+                let mut out = Vec::with_capacity(compressed.uncompressed_size as usize);
+                flate2::read::ZlibDecoder::new(compressed.data)
+                    .take(compressed.uncompressed_size)
+                    .read_to_end(&mut out)
+                    .map_err(|err| UnwindError::Compressed {
+                        reason: err.to_string(),
+                    })?;
+                Cow::Owned(out)
+            }
+            other => {
+                return Err(UnwindError::Compressed {
+                    reason: format!("{other:?} compression is not supported (only zlib)"),
+                });
+            }
+        };
+        if data.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Cfi {
+            kind: CfiKind::DebugFrame,
+            data,
+            address: section.address(),
+        }))
+    }
+}

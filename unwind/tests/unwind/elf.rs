@@ -1,0 +1,215 @@
+//! ELF inputs other than a plain shared library: a file without section headers, code with only
+//! `.debug_frame` (in the file and in a separate debug file), the vDSO read out of our own
+//! memory, a Go binary.
+
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::path::Path;
+use std::process::Command;
+
+use object::{Object as _, ObjectSymbol as _};
+use smolder_unwind::{Cfa, CfiKind, Elf, ExeId, Fp, Limits, Rule, UnwindError, UnwindTable};
+
+use crate::util::{gcc, table_of};
+
+fn build(bytes: &[u8], debug: Option<&[u8]>) -> Result<UnwindTable, UnwindError> {
+    let elf = Elf::parse(bytes)?;
+    let debug = debug.map(Elf::parse).transpose()?;
+    smolder_unwind::build(&elf, debug.as_ref(), &Limits::default())
+}
+
+fn symbol(bytes: &[u8], name: &str) -> u64 {
+    let file = object::File::parse(bytes).unwrap();
+    file.symbols()
+        .find(|s| s.name() == Ok(name))
+        .unwrap_or_else(|| panic!("no symbol {name}"))
+        .address()
+}
+
+#[test]
+fn sectionless_elf_finds_eh_frame_through_its_program_headers() {
+    let path = Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
+    let mut bytes = std::fs::read(path).unwrap();
+    let table = build(&bytes, None).unwrap();
+    // e_shoff (0x28, 8 bytes), e_shnum (0x3c) and e_shstrndx (0x3e) = 0: no section headers.
+    bytes[0x28..0x30].fill(0);
+    bytes[0x3c..0x40].fill(0);
+    let sectionless = build(&bytes, None).unwrap();
+    assert!(
+        matches!(sectionless.id(), ExeId::BuildId(_)),
+        "the build id note is in PT_NOTE"
+    );
+    assert_eq!(sectionless.id(), table.id());
+    assert_eq!(sectionless.entries(), table.entries());
+}
+
+#[test]
+fn debug_frame_in_the_file_and_in_a_separate_debug_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = "__attribute__((noinline)) int work(int x) { volatile int y = x; return y * 3; }\n\
+                  int main(int argc, char **argv) { (void)argv; return work(argc) + 1; }\n";
+    // No unwind tables of its own: only .debug_frame, next to the C runtime's .eh_frame.
+    let binary = gcc(
+        dir.path(),
+        "debugframe",
+        source,
+        &[
+            "-O2",
+            "-g",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+        ],
+    );
+    let bytes = std::fs::read(&binary).unwrap();
+    let work = symbol(&bytes, "work");
+    let full = build(&bytes, None).unwrap();
+    assert_eq!(
+        full.lookup(work),
+        Rule::Frame {
+            cfa: Cfa::Rsp(8),
+            fp: Fp::Same
+        }
+    );
+    assert_eq!(
+        full.stats().cfi,
+        Some(CfiKind::EhFrame),
+        "crt1's _start has .eh_frame"
+    );
+
+    // Split the debug information off, as Debian's -dbgsym packages do (compressed sections).
+    let debug = dir.path().join("debugframe.debug");
+    let run = |args: &[&str]| {
+        let status = Command::new(args[0]).args(&args[1..]).status().unwrap();
+        assert!(status.success(), "{args:?}");
+    };
+    let (bin, dbg) = (binary.to_str().unwrap(), debug.to_str().unwrap());
+    run(&[
+        "objcopy",
+        "--only-keep-debug",
+        "--compress-debug-sections=zlib",
+        bin,
+        dbg,
+    ]);
+    run(&["strip", "--strip-debug", bin]);
+    let stripped = std::fs::read(&binary).unwrap();
+    let debug_bytes = std::fs::read(&debug).unwrap();
+    assert_eq!(build(&stripped, None).unwrap().lookup(work), Rule::NoFde);
+    let with_debug = build(&stripped, Some(&debug_bytes)).unwrap();
+    assert_eq!(with_debug.lookup(work), full.lookup(work));
+    assert_eq!(with_debug.entries(), full.entries());
+}
+
+#[test]
+fn vdso_from_our_own_memory() {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let line = maps
+        .lines()
+        .find(|l| l.ends_with("[vdso]"))
+        .expect("a vDSO mapping");
+    let (start, end) = line
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .split_once('-')
+        .unwrap();
+    let start = u64::from_str_radix(start, 16).unwrap();
+    let end = u64::from_str_radix(end, 16).unwrap();
+    let mut mem = std::fs::File::open("/proc/self/mem").unwrap();
+    mem.seek(SeekFrom::Start(start)).unwrap();
+    let mut bytes = vec![0; (end - start) as usize];
+    mem.read_exact(&mut bytes).unwrap();
+    let table = build(&bytes, None).unwrap();
+    assert!(matches!(table.id(), ExeId::BuildId(_)));
+    assert!(table.stats().fdes > 0, "{:?}", table.stats());
+    assert_eq!(table.stats().unsupported, [0; 4]);
+}
+
+#[test]
+fn go_binaries_get_frame_pointer_rows_and_stop_at_goexit() {
+    if Command::new("go").arg("version").output().is_err() {
+        panic!("go is missing: apt-get install golang-go (scripts/test installs it)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("main.go");
+    std::fs::write(&source, "package main\n\nfunc main() { println(\"hi\") }\n").unwrap();
+    let binary = dir.path().join("gobin");
+    let output = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .env("GO111MODULE", "off")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let bytes = std::fs::read(&binary).unwrap();
+    let table = build(&bytes, None).unwrap();
+    assert_eq!(table.stats().cfi, Some(CfiKind::GoFramePointers));
+    let fp = Rule::Frame {
+        cfa: Cfa::Rbp(16),
+        fp: Fp::AtCfa(-16),
+    };
+    assert_eq!(table.lookup(symbol(&bytes, "main.main") + 4), fp);
+    assert_eq!(
+        table.lookup(symbol(&bytes, "runtime.goexit.abi0") + 1),
+        Rule::End
+    );
+    assert_eq!(
+        table.lookup(symbol(&bytes, "runtime.mstart.abi0")),
+        Rule::End
+    );
+}
+
+#[test]
+fn files_without_call_frame_information_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = gcc(
+        dir.path(),
+        "nocfi",
+        "int main(void) { return 0; }\n",
+        &[
+            "-O2",
+            "-nostartfiles",
+            "-fno-asynchronous-unwind-tables",
+            "-e",
+            "main",
+            "-static",
+        ],
+    );
+    let bytes = std::fs::read(&binary).unwrap();
+    assert!(matches!(build(&bytes, None), Err(UnwindError::NoCfi)));
+    assert!(matches!(
+        build(b"not an elf", None),
+        Err(UnwindError::Elf { .. })
+    ));
+    // Our own executable is Rust: .eh_frame, a build id.
+    let ours = table_of(Path::new("/proc/self/exe"));
+    assert!(ours.stats().fdes > 100);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Mangled ELF files (ld.so with bytes overwritten in its headers or call-frame
+    /// information) give a table or an error, never a panic; a table that comes out is valid.
+    #[test]
+    fn mangled_elf_files_never_panic(
+        edits in proptest::collection::vec((0.0f64..1.0, proptest::prelude::any::<u8>()), 1..16),
+        in_headers in proptest::prelude::any::<bool>(),
+    ) {
+        let mut bytes = std::fs::read("/lib64/ld-linux-x86-64.so.2").unwrap();
+        let file = object::File::parse(&bytes[..]).unwrap();
+        let eh = object::ObjectSection::file_range(&object::Object::section_by_name(&file, ".eh_frame").unwrap()).unwrap();
+        for (at, value) in edits {
+            let (start, len) = if in_headers { (0, 0x40) } else { (eh.0 as usize, eh.1 as usize) };
+            let i = start + ((len as f64 * at) as usize).min(len - 1);
+            bytes[i] = value;
+        }
+        if let Ok(table) = build(&bytes, None) {
+            let encoded = smolder_unwind::cache::encode(&table);
+            proptest::prop_assert_eq!(smolder_unwind::cache::decode(&encoded, &Limits::default()).unwrap(), table);
+        }
+    }
+}
