@@ -264,8 +264,10 @@ pub struct PythonProc {
     pub frame_owner: u16,
     /// The owner of shim frames, or [`PYTHON_NO_SHIM`].
     pub shim_owner: u8,
+    /// `is_entry` (3.11), or [`PYTHON_NO_SHIM`].
+    pub frame_is_entry: u8,
     /// Zero.
-    pub reserved: [u8; 3],
+    pub reserved: [u8; 2],
 }
 
 // Three 8-byte fields, ten 2-byte ones, four bytes: 48, no padding.
@@ -274,14 +276,30 @@ const _: () = assert!(size_of::<PythonProc>() == 48);
 // SAFETY: `PythonProc` is `repr(C)`, `Copy`, made only of integers and has no padding.
 unsafe impl aya::Pod for PythonProc {}
 
+/// `SMOLDER_PYTHON_ENTRY`: bit 0 of [`PythonFrame::code`] marks an entry frame, the first one a
+/// C-level call of the interpreter loop runs.
+pub const PYTHON_ENTRY: u64 = 1;
+
 /// `struct python_frame`: one Python frame.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PythonFrame {
-    /// The code object's address.
+    /// The code object's address, with [`PYTHON_ENTRY`] set for an entry frame.
     pub code: u64,
     /// The frame's instruction pointer (`prev_instr` or `instr_ptr`).
     pub instr: u64,
+}
+
+impl PythonFrame {
+    /// The code object's address.
+    pub fn code_object(&self) -> u64 {
+        self.code & !PYTHON_ENTRY
+    }
+
+    /// Whether the frame is an entry frame.
+    pub fn is_entry(&self) -> bool {
+        self.code & PYTHON_ENTRY != 0
+    }
 }
 
 // Two 8-byte fields.

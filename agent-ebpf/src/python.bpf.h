@@ -200,7 +200,8 @@ struct python_frame_walk {
 	__u16 frame_instr;
 	__u16 frame_owner;
 	__u8 shim_owner;
-	__u8 pad[7];
+	__u8 frame_is_entry;
+	__u8 pad[6];
 };
 
 /* A 64-bit mix of the code objects, in order (the key needs no more than telling stacks of one
@@ -228,13 +229,22 @@ static long python_frame_step(__u32 index, void *ctx)
 		return 1;
 	}
 	__u8 owner = s->frame[w->frame_owner & 127];
-	if (owner != w->shim_owner) {
-		__u32 len = w->len;
+	__u32 len = w->len;
+	if (owner == w->shim_owner) {
+		/* A shim below the frame just recorded: that frame was an interpreter-loop call's
+		 * first. */
+		if (len > 0 && len <= SMOLDER_PYTHON_MAX_FRAMES) {
+			s->frames[(len - 1) & (SMOLDER_PYTHON_MAX_FRAMES - 1)].code |= SMOLDER_PYTHON_ENTRY;
+			w->hash = python_mix(w->hash, SMOLDER_PYTHON_ENTRY);
+		}
+	} else {
 		if (len >= SMOLDER_PYTHON_MAX_FRAMES) {
 			w->status = SMOLDER_PYTHON_TRUNCATED;
 			return 1;
 		}
 		__u64 code = SMOLDER_FRAME_FIELD(s, w->frame_code);
+		if (w->frame_is_entry != SMOLDER_PYTHON_NO_SHIM && s->frame[w->frame_is_entry & 127])
+			code |= SMOLDER_PYTHON_ENTRY;
 		s->frames[len].code = code;
 		s->frames[len].instr = SMOLDER_FRAME_FIELD(s, w->frame_instr);
 		w->hash = python_mix(w->hash, code);
@@ -265,6 +275,7 @@ static __always_inline __u32 python_stack(struct python_proc *proc, struct pytho
 		.frame_instr = proc->frame_instr,
 		.frame_owner = proc->frame_owner,
 		.shim_owner = proc->shim_owner,
+		.frame_is_entry = proc->frame_is_entry,
 	};
 	/* A shim below every frame at most, and one more step to see the end. */
 	bpf_loop(2 * SMOLDER_PYTHON_MAX_FRAMES + 2, python_frame_step, &w, 0);

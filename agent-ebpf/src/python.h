@@ -79,7 +79,8 @@ struct python_proc {
 	__u16 frame_instr;          /* prev_instr or instr_ptr */
 	__u16 frame_owner;          /* owner (a char) */
 	__u8 shim_owner;            /* owner of shim frames (skipped), or SMOLDER_PYTHON_NO_SHIM */
-	__u8 reserved[3];
+	__u8 frame_is_entry;        /* is_entry (3.11), or SMOLDER_PYTHON_NO_SHIM */
+	__u8 reserved[2];
 };
 
 /* Value of `python_threads` (key: the thread's id in the root PID namespace). 16 bytes. */
@@ -88,9 +89,15 @@ struct python_thread {
 	__u64 walked_ns; /* when the lists were last walked for this thread */
 };
 
+/* Bit 0 of python_frame.code (code objects are at least 8-byte aligned): the frame is an entry
+ * frame, the first one a C-level call of the interpreter loop runs (3.11's is_entry; from 3.12
+ * the frame above a shim). In a mixed stack, native frames sit between it and its caller: each
+ * native _PyEval_EvalFrameDefault frame ran the Python frames up to and including one. */
+#define SMOLDER_PYTHON_ENTRY 1ULL
+
 /* One Python frame. 16 bytes. */
 struct python_frame {
-	__u64 code;  /* the code object's address */
+	__u64 code;  /* the code object's address, | SMOLDER_PYTHON_ENTRY for an entry frame */
 	__u64 instr; /* the frame's instruction pointer (prev_instr or instr_ptr) */
 };
 

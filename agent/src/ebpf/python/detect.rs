@@ -106,6 +106,9 @@ pub struct Interpreter {
     pub code_type: Option<u64>,
     /// Where `PyUnicode_Type` starts: a string's `ob_type` is its address.
     pub unicode_type: Option<u64>,
+    /// Where `_PyEval_EvalFrameDefault`, the interpreter loop, starts, and its length: the
+    /// native frames a mixed stack replaces by Python frames.
+    pub eval_loop: Option<(u64, u64)>,
 }
 
 impl Interpreter {
@@ -124,17 +127,18 @@ impl Interpreter {
 }
 
 /// The symbols detection reads: every CPython since 2.x exports `Py_Initialize`.
-const SYMBOLS: [&str; 5] = [
+const SYMBOLS: [&str; 6] = [
     "Py_Initialize",
     "_PyRuntime",
     "Py_Version",
     "PyCode_Type",
     "PyUnicode_Type",
+    "_PyEval_EvalFrameDefault",
 ];
 
-/// The file offsets of [`SYMBOLS`] defined in the dynamic symbol table of `elf` (exported
-/// symbols only: a program linked against libpython imports them undefined).
-fn exported(elf: &ElfFile64<'_, Endianness>) -> [Option<u64>; SYMBOLS.len()] {
+/// The file offsets and sizes of [`SYMBOLS`] defined in the dynamic symbol table of `elf`
+/// (exported symbols only: a program linked against libpython imports them undefined).
+fn exported(elf: &ElfFile64<'_, Endianness>) -> [Option<(u64, u64)>; SYMBOLS.len()] {
     let mut found = [None; SYMBOLS.len()];
     for symbol in elf.dynamic_symbols() {
         if !symbol.is_definition() {
@@ -148,11 +152,14 @@ fn exported(elf: &ElfFile64<'_, Endianness>) -> [Option<u64>; SYMBOLS.len()] {
             continue;
         };
         let addr = symbol.address();
-        found[index] = elf.segments().find_map(|segment| {
-            let (offset, size) = segment.file_range();
-            let within = addr.checked_sub(segment.address())?;
-            (within < size).then(|| offset + within)
-        });
+        found[index] = elf
+            .segments()
+            .find_map(|segment| {
+                let (offset, size) = segment.file_range();
+                let within = addr.checked_sub(segment.address())?;
+                (within < size).then(|| offset + within)
+            })
+            .map(|offset| (offset, symbol.size()));
     }
     found
 }
@@ -178,16 +185,31 @@ pub fn inspect(path: &Path) -> Result<Option<Interpreter>, PythonError> {
     if elf.architecture() != Architecture::X86_64 {
         return Ok(None);
     }
-    let [initialize, runtime, version_offset, code_type, unicode_type] = exported(&elf);
+    let [
+        initialize,
+        runtime,
+        version_offset,
+        code_type,
+        unicode_type,
+        eval_loop,
+    ] = exported(&elf);
     if initialize.is_none() {
         return Ok(None);
     }
+    let offset = |symbol: Option<(u64, u64)>| symbol.map(|(offset, _)| offset);
+    let (runtime, version_offset, code_type, unicode_type) = (
+        offset(runtime),
+        offset(version_offset),
+        offset(code_type),
+        offset(unicode_type),
+    );
     let older = |runtime| Interpreter {
         version: None,
         layout: Err(Unsupported::Older),
         runtime,
         code_type,
         unicode_type,
+        eval_loop,
     };
     // Py_Version and _PyRuntime exist in every release since 3.11.
     let (Some(version_offset), Some(runtime_offset)) = (version_offset, runtime) else {
@@ -229,6 +251,7 @@ pub fn inspect(path: &Path) -> Result<Option<Interpreter>, PythonError> {
         runtime,
         code_type,
         unicode_type,
+        eval_loop,
     }))
 }
 
@@ -321,6 +344,8 @@ pub struct Target {
     pub code_type: u64,
     /// The address of `PyUnicode_Type`.
     pub unicode_type: u64,
+    /// Where `_PyEval_EvalFrameDefault` is mapped: its first address and the one past its end.
+    pub eval_loop: Option<(u64, u64)>,
 }
 
 /// Binaries inspected at most this many at once in the cache; past it the cache starts over.
@@ -383,12 +408,17 @@ impl Detector {
                         interpreter.version,
                     ) {
                         (Some(runtime), Some(code_type), Some(unicode_type), Some(version)) => {
+                            let eval_loop = interpreter.eval_loop.and_then(|(offset, size)| {
+                                let start = at(Some(offset))?;
+                                Some((start, start.checked_add(size)?))
+                            });
                             Ok(Target {
                                 layout: *layout,
                                 version,
                                 runtime,
                                 code_type,
                                 unicode_type,
+                                eval_loop,
                             })
                         }
                         _ => {
@@ -479,6 +509,7 @@ mod tests {
                 runtime: None,
                 code_type: None,
                 unicode_type: None,
+                eval_loop: None,
             }
             .version_label()
         };

@@ -60,7 +60,7 @@ impl Sampler {
     /// Appends the new Python stacks the kernel sent since the last call to `out`.
     pub fn poll_python_events(&mut self, out: &mut Vec<StackEvent>) {
         while let Some(item) = self.python.events.next() {
-            if let Some(event) = read_stack_event(&item) {
+            if let Some(event) = StackEvent::parse(&item) {
                 out.push(event);
             }
         }
@@ -88,8 +88,14 @@ impl Sampler {
     }
 }
 
-/// Decodes one `python_events` record; a record of the wrong size or with too many frames is
-/// skipped.
+impl StackEvent {
+    /// Decodes one `python_events` record: `None` for a record of the wrong size or with too
+    /// many frames.
+    pub fn parse(bytes: &[u8]) -> Option<StackEvent> {
+        read_stack_event(bytes)
+    }
+}
+
 fn read_stack_event(bytes: &[u8]) -> Option<StackEvent> {
     let word = |at: usize| -> Option<u64> {
         Some(u64::from_ne_bytes(bytes.get(at..at + 8)?.try_into().ok()?))

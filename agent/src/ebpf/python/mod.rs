@@ -19,12 +19,17 @@
 //! `_Py_DebugOffsets`); `memory.rs` reads `/proc/PID/mem`; `reader.rs` walks interpreters,
 //! threads and frames from user space (the BPF walk's oracle in the tests); `names.rs` reads
 //! code objects and strings and caches names; `maps.rs` is the reader and writer of the Python
-//! kernel objects; `table.rs` ([`Pythons`]) ties them together for the eBPF source.
+//! kernel objects; `table.rs` ([`Pythons`]) ties them together for the eBPF source; `mixed.rs`
+//! merges a native stack from the BPF unwinder with the Python stack, each interpreter-loop
+//! frame replaced by the Python frames it ran ([`mix`]: mixed stacks, for when the agent's CPU
+//! samples come from the unwinder; the tests run it on the unwinder's stacks of a live
+//! interpreter).
 
 mod detect;
 mod layout;
 mod maps;
 mod memory;
+mod mixed;
 mod names;
 mod reader;
 mod table;
@@ -40,6 +45,7 @@ pub use detect::{
 pub use layout::{EntryMarker, FrameAnchor, Layout};
 pub use maps::{PythonMaps, StackEvent};
 pub use memory::Memory;
+pub use mixed::{MixError, MixedFrame, groups, mix};
 pub use names::{CodeInfo, CodeName, NameCache, read_code, read_string};
 pub use reader::{
     Frame, MAX_FRAMES, MAX_INTERPRETERS, MAX_THREADS, PythonProcess, RawFrame, ThreadStack,

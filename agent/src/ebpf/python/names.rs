@@ -315,6 +315,7 @@ mod tests {
             runtime: 0,
             code_type: 0x7600_0000,
             unicode_type: UNICODE_TYPE,
+            eval_loop: None,
         }
     }
 

@@ -122,7 +122,7 @@ impl Pythons {
         if let Some(process) = self.processes.get_mut(&event.key.tgid) {
             for frame in &event.frames {
                 // Failures are counted when the drain names the frame.
-                let _ = process.name(frame.code);
+                let _ = process.name(frame.code_object());
             }
         }
         sent.insert(event.key, Arc::from(event.frames));
@@ -185,15 +185,14 @@ impl Pythons {
         };
         raw.iter()
             .map(|frame| {
+                let code = frame.code_object();
                 let name = process
-                    .checked_name(frame.code)
+                    .checked_name(code)
                     .map(Ok)
-                    .unwrap_or_else(|| process.name(frame.code))
-                    .or_else(|err| process.cached_name(frame.code).ok_or(err.reason()));
+                    .unwrap_or_else(|| process.name(code))
+                    .or_else(|err| process.cached_name(code).ok_or(err.reason()));
                 match name {
-                    Ok(name)
-                        if process.instruction_in_code(frame.code, name.units, frame.instr) =>
-                    {
+                    Ok(name) if process.instruction_in_code(code, name.units, frame.instr) => {
                         name.name
                     }
                     Ok(_) => {
@@ -259,9 +258,15 @@ pub fn kernel_entry(proc: &Path, pid: u32, target: &Target) -> Result<PythonProc
             current_frame,
         } => (small(cframe), small(current_frame)),
     };
-    let shim_owner = match layout.frame_entry {
-        EntryMarker::Flag(_) => PYTHON_NO_SHIM,
-        EntryMarker::ShimOwner(owner) if owner != PYTHON_NO_SHIM => owner,
+    let (shim_owner, frame_is_entry) = match layout.frame_entry {
+        EntryMarker::Flag(offset) => (
+            PYTHON_NO_SHIM,
+            in_frame(offset, 1)
+                .and_then(|o| u8::try_from(o).ok())
+                .filter(|&o| o != PYTHON_NO_SHIM)
+                .ok_or("bpf_layout")?,
+        ),
+        EntryMarker::ShimOwner(owner) if owner != PYTHON_NO_SHIM => (owner, PYTHON_NO_SHIM),
         EntryMarker::ShimOwner(_) => return Err("bpf_layout"),
     };
     let entry = || -> Option<PythonProc> {
@@ -282,7 +287,8 @@ pub fn kernel_entry(proc: &Path, pid: u32, target: &Target) -> Result<PythonProc
             frame_instr: in_frame(layout.frame_instr, 8)?,
             frame_owner: in_frame(layout.frame_owner, 1)?,
             shim_owner,
-            reserved: [0; 3],
+            frame_is_entry,
+            reserved: [0; 2],
         })
     };
     entry().ok_or("bpf_layout")
@@ -310,10 +316,16 @@ mod tests {
                 runtime: 0x7f00_0000_0000,
                 code_type: 0,
                 unicode_type: 0,
+                eval_loop: None,
             };
             let entry = kernel_entry(Path::new("/proc"), std::process::id(), &target).unwrap();
             assert_eq!(entry.interpreters_head, 0x7f00_0000_0000 + 40);
             assert_eq!(entry.frame_code, layout.frame_code as u16);
+            let entries = match layout.frame_entry {
+                EntryMarker::Flag(offset) => (PYTHON_NO_SHIM, offset as u8),
+                EntryMarker::ShimOwner(owner) => (owner, PYTHON_NO_SHIM),
+            };
+            assert_eq!((entry.shim_owner, entry.frame_is_entry), entries);
         }
         let mut too_far = Layout::V3_12;
         too_far.frame_owner = 80;
@@ -323,6 +335,7 @@ mod tests {
             runtime: 0,
             code_type: 0,
             unicode_type: 0,
+            eval_loop: None,
         };
         assert_eq!(
             kernel_entry(Path::new("/proc"), std::process::id(), &target),

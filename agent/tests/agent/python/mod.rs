@@ -6,6 +6,9 @@
 
 /// The kernel walk: the real sampler sampling CPU-bound scripts, and the daemon's metrics.
 mod kernel;
+/// Mixed stacks: the BPF unwinder's native stack of a live interpreter merged with its Python
+/// frames.
+mod mixed;
 /// The user-space reader: detection, the offsets of each release, threads, frames, names.
 mod reader;
 
