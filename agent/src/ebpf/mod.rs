@@ -125,6 +125,8 @@ struct Collector {
     events: Vec<ProcessEvent>,
     /// The CPython processes walked; `None` when `ebpf.python.enabled` is off.
     python: Option<Pythons>,
+    /// Processes learned and not yet looked at for CPython.
+    python_pending: Vec<u32>,
     stack_events: Vec<StackEvent>,
 }
 
@@ -149,6 +151,7 @@ impl Collector {
                 .python
                 .enabled
                 .then(|| Pythons::new(Path::new("/proc"), metrics.python.clone())),
+            python_pending: Vec::new(),
             stack_events: Vec::new(),
         })
     }
@@ -167,15 +170,10 @@ impl Collector {
                     self.symbolizer.capture(pid)?;
                 }
                 if let Some(python) = &mut self.python {
-                    match labels.as_ref().and_then(|_| python.learn(pid)) {
-                        Some(entry) => {
-                            if let Err(err) = self.sampler.register_python(pid, &entry) {
-                                self.metrics.tier.error("python_register");
-                                warn!(pid, error = %err, "the process keeps native stacks");
-                                python.forget(pid);
-                            }
-                        }
-                        None => python.forget(pid),
+                    if labels.is_some() {
+                        self.python_pending.push(pid);
+                    } else {
+                        python.forget(pid);
                     }
                 }
                 self.processes.seen(pid, labels, info.start_time);
@@ -201,8 +199,29 @@ impl Collector {
             }
         }
         self.events = events;
+        self.detect_python();
         self.poll_python();
         Ok(())
+    }
+
+    /// Looks for CPython in the processes learned since the last call and registers those it
+    /// walks. After the events are handled, so that every new process's memory map is captured
+    /// first: a short-lived process must not wait for others' detection.
+    fn detect_python(&mut self) {
+        let Some(python) = &mut self.python else {
+            return;
+        };
+        for pid in self.python_pending.drain(..) {
+            let Some(entry) = python.learn(pid) else {
+                python.forget(pid);
+                continue;
+            };
+            if let Err(err) = self.sampler.register_python(pid, &entry) {
+                self.metrics.tier.error("python_register");
+                warn!(pid, error = %err, "the process keeps native stacks");
+                python.forget(pid);
+            }
+        }
     }
 
     /// Takes the new Python stacks the kernel sent, naming their frames while their processes

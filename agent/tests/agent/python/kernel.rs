@@ -182,6 +182,35 @@ fn total(stacks: &[(String, u64)]) -> u64 {
     stacks.iter().map(|(_, n)| n).sum()
 }
 
+/// Samples a script must have for its share of correct stacks to mean something.
+const ENOUGH: u64 = 50;
+
+/// Records the scripts until each of `services` has [`ENOUGH`] samples, however long a busy
+/// machine takes to give them (recordings of 10 s, at most four), and returns each service's
+/// stacks over all recordings. Each recording loads the sampler afresh, so each starts with the
+/// samples a script has before the agent registers it for the Python walk (its first poll
+/// interval, 50 ms): long recordings keep them a small share, as in the daemon, which registers
+/// a process once.
+fn record_enough(services: &[&str]) -> HashMap<String, Vec<(String, u64)>> {
+    let mut stacks: HashMap<String, Vec<(String, u64)>> = HashMap::new();
+    for _ in 0..4 {
+        let profiles = record_scripts(10);
+        for service in services {
+            stacks
+                .entry((*service).to_owned())
+                .or_default()
+                .extend(folded(&profiles, service));
+        }
+        if services
+            .iter()
+            .all(|service| total(&stacks[*service]) >= ENOUGH)
+        {
+            break;
+        }
+    }
+    stacks
+}
+
 #[test]
 fn python_stacks_carry_the_call_tree_with_files_and_first_lines() {
     let _host = crate::ebpf::exclusive();
@@ -195,7 +224,7 @@ fn python_stacks_carry_the_call_tree_with_files_and_first_lines() {
                 dir.path(),
                 &format!("tree-{label}"),
                 SPIN_TREE,
-                12.0,
+                120.0,
             );
             (label, spinner)
         })
@@ -204,7 +233,8 @@ fn python_stacks_carry_the_call_tree_with_files_and_first_lines() {
         .iter_mut()
         .map(|(_, s)| s.script.reports(1).pop().unwrap())
         .collect();
-    let profiles = record_scripts(8);
+    let services: Vec<&str> = spinners.iter().map(|(_, s)| s.service.as_str()).collect();
+    let recorded = record_enough(&services);
     for ((label, spinner), report) in spinners.iter().zip(&reports) {
         // The user-space reader, the kernel walk's oracle, sees the same stack.
         let (_, mut process) = attach(spinner.script.pid());
@@ -219,10 +249,13 @@ fn python_stacks_carry_the_call_tree_with_files_and_first_lines() {
             expected_names(report),
             "{label}: the oracle"
         );
-        let stacks = folded(&profiles, &spinner.service);
+        let stacks = &recorded[&spinner.service];
         let expected = root_first(report);
-        let (carried, all) = (carrying(&stacks, &expected), total(&stacks));
-        assert!(all >= 50, "{label}: too few samples ({all}): {stacks:?}");
+        let (carried, all) = (carrying(stacks, &expected), total(stacks));
+        assert!(
+            all >= ENOUGH,
+            "{label}: too few samples ({all}): {stacks:?}"
+        );
         assert!(
             carried as f64 >= 0.95 * all as f64,
             "{label}: {carried} of {all} samples carry {expected}: {stacks:#?}"
@@ -238,7 +271,7 @@ fn python_threads_each_carry_their_own_function() {
         .into_iter()
         .map(|(label, python)| {
             let name = format!("threads-{label}");
-            let spinner = Spinner::start(&[], &python, dir.path(), &name, SPIN_THREADS, 12.0);
+            let spinner = Spinner::start(&[], &python, dir.path(), &name, SPIN_THREADS, 120.0);
             (label, spinner)
         })
         .collect();
@@ -246,13 +279,14 @@ fn python_threads_each_carry_their_own_function() {
         .iter_mut()
         .map(|(_, s)| s.script.reports(4))
         .collect();
-    let profiles = record_scripts(8);
+    let services: Vec<&str> = spinners.iter().map(|(_, s)| s.service.as_str()).collect();
+    let recorded = record_enough(&services);
     for ((label, spinner), reports) in spinners.iter().zip(&reports) {
-        let stacks = folded(&profiles, &spinner.service);
-        let all = total(&stacks);
+        let stacks = &recorded[&spinner.service];
+        let all = total(stacks);
         let mut carried = 0;
         for report in reports {
-            let own = carrying(&stacks, &root_first(report));
+            let own = carrying(stacks, &root_first(report));
             // The GIL lets one thread run Python code at a time, yet each gets its turns.
             assert!(
                 own > 0,
@@ -261,7 +295,7 @@ fn python_threads_each_carry_their_own_function() {
             );
             carried += own;
         }
-        assert!(all >= 50, "{label}: too few samples ({all})");
+        assert!(all >= ENOUGH, "{label}: too few samples ({all})");
         assert!(
             carried as f64 >= 0.95 * all as f64,
             "{label}: {carried} of {all} samples carry their thread's own stack: {stacks:#?}"
@@ -277,7 +311,7 @@ fn a_python_callback_of_a_c_function_follows_its_python_caller() {
         .into_iter()
         .map(|(label, python)| {
             let name = format!("callback-{label}");
-            let spinner = Spinner::start(&[], &python, dir.path(), &name, SPIN_CALLBACK, 10.0);
+            let spinner = Spinner::start(&[], &python, dir.path(), &name, SPIN_CALLBACK, 120.0);
             (label, spinner)
         })
         .collect();
@@ -285,16 +319,17 @@ fn a_python_callback_of_a_c_function_follows_its_python_caller() {
         .iter_mut()
         .map(|(_, s)| s.script.reports(1).pop().unwrap())
         .collect();
-    let profiles = record_scripts(6);
+    let services: Vec<&str> = spinners.iter().map(|(_, s)| s.service.as_str()).collect();
+    let recorded = record_enough(&services);
     for ((label, spinner), report) in spinners.iter().zip(&reports) {
-        let stacks = folded(&profiles, &spinner.service);
+        let stacks = &recorded[&spinner.service];
         let expected = root_first(report);
         // Python frames only: sorted()'s native frames between sort_items and key come with
         // mixed stacks (the DWARF unwinder, issue 14).
         assert!(expected.contains("sort_items ("), "{label}: {expected}");
         assert!(expected.ends_with(&format!(";{}", expected_names(report)[0])));
-        let (carried, all) = (carrying(&stacks, &expected), total(&stacks));
-        assert!(all >= 50, "{label}: too few samples ({all})");
+        let (carried, all) = (carrying(stacks, &expected), total(stacks));
+        assert!(all >= ENOUGH, "{label}: too few samples ({all})");
         assert!(
             carried as f64 >= 0.95 * all as f64,
             "{label}: {carried} of {all} samples carry {expected}: {stacks:#?}"
@@ -348,28 +383,28 @@ fn python_stacks_of_a_process_in_its_own_pid_namespace() {
     let dir = tempfile::tempdir().unwrap();
     let python = pyenv_python(13);
     // A container's view: the interpreter is pid 1 and knows its threads by namespace ids.
-    let wrapper = ["unshare", "--pid", "--fork", "--mount-proc"];
+    let wrapper = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"];
     let mut spinner = Spinner::start(
         &wrapper,
         &python,
         dir.path(),
         "container",
         SPIN_THREADS,
-        10.0,
+        120.0,
     );
     let reports = spinner.script.reports(4);
     assert!(
         reports.iter().all(|r| r.tid < 100),
         "namespace ids: {reports:?}"
     );
-    let profiles = record_scripts(6);
-    let stacks = folded(&profiles, &spinner.service);
-    let all = total(&stacks);
+    let recorded = record_enough(&[spinner.service.as_str()]);
+    let stacks = &recorded[&spinner.service];
+    let all = total(stacks);
     let carried: u64 = reports
         .iter()
-        .map(|report| carrying(&stacks, &root_first(report)))
+        .map(|report| carrying(stacks, &root_first(report)))
         .sum();
-    assert!(all >= 50, "too few samples ({all})");
+    assert!(all >= ENOUGH, "too few samples ({all})");
     assert!(
         carried as f64 >= 0.95 * all as f64,
         "{carried} of {all} samples carry their thread's stack: {stacks:#?}"

@@ -66,6 +66,7 @@ sort_items()
 
 #[test]
 fn the_reader_walks_a_known_call_tree_with_files_and_first_lines() {
+    let _host = crate::ebpf::exclusive();
     let dir = tempfile::tempdir().unwrap();
     for (label, python) in interpreters() {
         let mut script = Script::start(&python, dir.path(), "call_tree", CALL_TREE);
@@ -120,6 +121,7 @@ fn the_reader_walks_a_known_call_tree_with_files_and_first_lines() {
 
 #[test]
 fn the_reader_finds_every_thread_with_its_own_function() {
+    let _host = crate::ebpf::exclusive();
     let dir = tempfile::tempdir().unwrap();
     for (label, python) in interpreters() {
         let mut script = Script::start(&python, dir.path(), "threads", THREADS);
@@ -152,6 +154,7 @@ fn the_reader_finds_every_thread_with_its_own_function() {
 
 #[test]
 fn the_reader_marks_the_python_callback_of_a_c_function_as_an_entry_frame() {
+    let _host = crate::ebpf::exclusive();
     let dir = tempfile::tempdir().unwrap();
     for (label, python) in interpreters() {
         let mut script = Script::start(&python, dir.path(), "callback", CALLBACK);
@@ -177,6 +180,7 @@ fn the_reader_marks_the_python_callback_of_a_c_function_as_an_entry_frame() {
 
 #[test]
 fn a_virtualenv_runs_the_interpreter_it_was_made_from() {
+    let _host = crate::ebpf::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let python = pyenv_python(12);
     let venv = dir.path().join("venv");
@@ -206,6 +210,7 @@ fn a_virtualenv_runs_the_interpreter_it_was_made_from() {
 
 #[test]
 fn older_interpreters_are_detected_and_left_unsupported() {
+    let _host = crate::ebpf::exclusive();
     let root = pyenv_root().join("versions");
     let dir = tempfile::tempdir().unwrap();
     let mut seen = Vec::new();
@@ -432,6 +437,7 @@ enter()
 
 #[test]
 fn the_reader_finds_the_threads_of_subinterpreters() {
+    let _host = crate::ebpf::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let sub = format!("{PRELUDE}\ndef sub_leaf():\n    report('sub')\n    block()\n\nsub_leaf()\n");
     let body = format!("SUB = {sub:?}\n{SUBINTERPRETER}");
