@@ -1,5 +1,5 @@
-//! Compiles the kernel-side programs with clang into `$OUT_DIR/sampler.bpf.o` and
-//! `$OUT_DIR/unwinder.bpf.o`, which `lib.rs` embeds. `CLANG` overrides the compiler; on Debian,
+//! Compiles the kernel-side programs with clang into `$OUT_DIR/unwinder.bpf.o`, which `lib.rs`
+//! embeds. `CLANG` overrides the compiler; on Debian,
 //! `apt-get install clang libbpf-dev` provides it and the `bpf/bpf_helpers.h` header
 //! (`scripts/test` and `scripts/run` do so).
 
@@ -11,24 +11,17 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let clang = env::var("CLANG").unwrap_or_else(|_| "clang".to_owned());
     for file in [
-        "src/sampler.bpf.c",
-        "src/sampler.h",
         "src/unwinder.bpf.c",
         "src/unwind.bpf.h",
         "src/unwind.h",
+        "src/process.h",
         "src/python.h",
         "src/python.bpf.h",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
     println!("cargo:rerun-if-env-changed=CLANG");
-    for name in ["sampler", "unwinder"] {
-        compile(
-            &clang,
-            &format!("src/{name}.bpf.c"),
-            &out.join(format!("{name}.bpf.o")),
-        );
-    }
+    compile(&clang, "src/unwinder.bpf.c", &out.join("unwinder.bpf.o"));
 }
 
 fn compile(clang: &str, source: &str, object: &Path) {

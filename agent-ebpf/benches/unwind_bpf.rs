@@ -5,7 +5,7 @@
 //! -fomit-frame-pointer`), so every sample is the victim's and its depth is exact: recursion 5
 //! gives ~19 frames, recursion 112 ~126. The same-run baseline is the same probe without tables
 //! (frame-pointer fallback, which stops after a frame or two): the fixed cost of a sample (the
-//! probe's context, header, ring-buffer output). `on_cpu` adds only `bpf_get_stackid` and the
+//! probe's context, header, ring-buffer output). `on_cpu` adds only `bpf_get_stack` and the
 //! register fetch to the same walk.
 //!
 //! `cargo bench -p smolder-agent-ebpf --bench unwind_bpf`
@@ -25,7 +25,8 @@ use aya::maps::RingBuf;
 use aya::programs::UProbe;
 use aya::programs::uprobe::UProbeScope;
 use aya::sys::{Stats, enable_stats};
-use smolder_agent_ebpf::unwind::{MAP_SAMPLES, OBJECT, PROGRAM_UPROBE, Status, parse_sample};
+use smolder_agent_ebpf::unwind::{MAP_SAMPLES, Status, parse_sample};
+use smolder_agent_ebpf::{OBJECT, PROGRAM_UPROBE};
 
 use util::{Process, Victim};
 
@@ -56,7 +57,7 @@ fn scenario(depth: u32, tables: bool) -> (f64, f64, u64, f64) {
     let end = Instant::now() + MEASURE;
     while Instant::now() < end {
         while let Some(item) = ring.next() {
-            let (header, _) = parse_sample(&item).expect("a whole sample");
+            let header = parse_sample(&item).expect("a whole sample").header;
             samples += 1;
             frames += u64::from(header.len);
             complete += u64::from(header.status == Status::Complete as u16);

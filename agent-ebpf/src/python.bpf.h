@@ -1,6 +1,8 @@
-/* The BPF walk of CPython stacks, included by sampler.bpf.c. The contract (maps, structs, how a
- * thread state is found) is python.h; the caller passes its own scratch (python_scratch here is
- * the perf_event program's, which nothing else on a CPU can interrupt).
+/* The BPF walk of CPython stacks, included by unwinder.bpf.c after unwind.bpf.h. The contract
+ * (maps, structs, how a thread state is found) is python.h. The caller passes its own
+ * unwind_scratch, whose sample already holds the user and kernel frames: python_walk appends
+ * the Python frames after them and sets python_status and python_len, so that unwind_output
+ * sends all three in one record.
  *
  * Both walks use bpf_loop: the thread lookup visits at most SMOLDER_PYTHON_MAX_THREAD_WALK list
  * entries, the frame walk at most SMOLDER_PYTHON_MAX_FRAMES frames plus a shim per frame. Every
@@ -11,8 +13,7 @@
 #define SMOLDER_PYTHON_BPF_H
 
 #include "python.h"
-
-#define SMOLDER_EEXIST 17
+#include "unwind.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -27,25 +28,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct python_thread);
 } python_threads SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, SMOLDER_PYTHON_STACKS_ENTRIES);
-	__type(key, struct python_stack_key);
-	__type(value, __u8);
-} python_stacks_0 SEC(".maps"), python_stacks_1 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, SMOLDER_PYTHON_EVENTS_BYTES);
-} python_events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct python_scratch);
-} python_scratch SEC(".maps");
 
 static __always_inline int python_read(__u64 *out, __u64 addr)
 {
@@ -188,11 +170,15 @@ static __always_inline __u32 python_find_frame(struct python_proc *proc, __u32 t
 	return w.fallback ? SMOLDER_PYTHON_NO_FRAMES : SMOLDER_PYTHON_NO_THREAD;
 }
 
+/* Words of the scratch's frames array: user, kernel, then Python frames. */
+#define SMOLDER_PYTHON_SCRATCH_WORDS                                                        \
+	(SMOLDER_UNWIND_MAX_FRAMES + SMOLDER_UNWIND_KERNEL_FRAMES + SMOLDER_UNWIND_PYTHON_WORDS)
+
 /* The frame walk's state, on the caller's stack. */
 struct python_frame_walk {
-	struct python_scratch *scratch;
+	struct unwind_scratch *st;
 	__u64 frame;
-	__u64 hash;
+	__u32 base;   /* the word of st->frames where the Python frames start */
 	__u32 len;
 	__u32 status; /* 0 while walking, else SMOLDER_PYTHON_OK, _TRUNCATED or _READ_FRAME */
 	__u16 frame_previous;
@@ -201,75 +187,87 @@ struct python_frame_walk {
 	__u16 frame_owner;
 	__u8 shim_owner;
 	__u8 frame_is_entry;
-	__u8 pad[6];
+	__u8 pad[2];
 };
-
-/* A 64-bit mix of the code objects, in order (the key needs no more than telling stacks of one
- * process apart). */
-static __always_inline __u64 python_mix(__u64 hash, __u64 value)
-{
-	hash = (hash ^ value) * 0x9e3779b97f4a7c15ULL;
-	return hash ^ (hash >> 29);
-}
 
 /* Offsets into the frame copy are masked to its buffer (the agent checks that every field lies
  * within SMOLDER_PYTHON_FRAME_READ bytes). */
-#define SMOLDER_FRAME_FIELD(s, offset) (*(__u64 *)((s)->frame + ((offset) & 127)))
+#define SMOLDER_FRAME_FIELD(st, offset) (*(__u64 *)((st)->python_frame + ((offset) & 127)))
+
+/* The word of st->frames where Python frame `index` starts, or -1 past the array. */
+static __always_inline long python_slot(__u32 base, __u32 index)
+{
+	__u64 word = (__u64)base + 2 * (__u64)index;
+	if (word > SMOLDER_PYTHON_SCRATCH_WORDS - 2)
+		return -1;
+	return word;
+}
 
 static long python_frame_step(__u32 index, void *ctx)
 {
 	struct python_frame_walk *w = ctx;
-	struct python_scratch *s = w->scratch;
+	struct unwind_scratch *st = w->st;
 	if (w->frame == 0) {
 		w->status = SMOLDER_PYTHON_OK;
 		return 1;
 	}
-	if (bpf_probe_read_user(s->frame, SMOLDER_PYTHON_FRAME_READ, (const void *)w->frame)) {
+	if (bpf_probe_read_user(st->python_frame, SMOLDER_PYTHON_FRAME_READ,
+				(const void *)w->frame)) {
 		w->status = SMOLDER_PYTHON_READ_FRAME;
 		return 1;
 	}
-	__u8 owner = s->frame[w->frame_owner & 127];
+	__u8 owner = st->python_frame[w->frame_owner & 127];
 	__u32 len = w->len;
 	if (owner == w->shim_owner) {
 		/* A shim below the frame just recorded: that frame was an interpreter-loop call's
 		 * first. */
-		if (len > 0 && len <= SMOLDER_PYTHON_MAX_FRAMES) {
-			s->frames[(len - 1) & (SMOLDER_PYTHON_MAX_FRAMES - 1)].code |= SMOLDER_PYTHON_ENTRY;
-			w->hash = python_mix(w->hash, SMOLDER_PYTHON_ENTRY);
-		}
+		long slot = len > 0 ? python_slot(w->base, len - 1) : -1;
+		if (slot >= 0 && slot <= SMOLDER_PYTHON_SCRATCH_WORDS - 2)
+			st->frames[slot] |= SMOLDER_PYTHON_ENTRY;
 	} else {
 		if (len >= SMOLDER_PYTHON_MAX_FRAMES) {
 			w->status = SMOLDER_PYTHON_TRUNCATED;
 			return 1;
 		}
-		__u64 code = SMOLDER_FRAME_FIELD(s, w->frame_code);
-		if (w->frame_is_entry != SMOLDER_PYTHON_NO_SHIM && s->frame[w->frame_is_entry & 127])
+		long slot = python_slot(w->base, len);
+		if (slot < 0 || slot > SMOLDER_PYTHON_SCRATCH_WORDS - 2) {
+			w->status = SMOLDER_PYTHON_TRUNCATED;
+			return 1;
+		}
+		__u64 code = SMOLDER_FRAME_FIELD(st, w->frame_code);
+		if (w->frame_is_entry != SMOLDER_PYTHON_NO_SHIM &&
+		    st->python_frame[w->frame_is_entry & 127])
 			code |= SMOLDER_PYTHON_ENTRY;
-		s->frames[len].code = code;
-		s->frames[len].instr = SMOLDER_FRAME_FIELD(s, w->frame_instr);
-		w->hash = python_mix(w->hash, code);
+		st->frames[slot] = code;
+		st->frames[slot + 1] = SMOLDER_FRAME_FIELD(st, w->frame_instr);
 		w->len = len + 1;
 	}
-	w->frame = SMOLDER_FRAME_FIELD(s, w->frame_previous);
+	w->frame = SMOLDER_FRAME_FIELD(st, w->frame_previous);
 	return 0;
 }
 
-/* Walks the Python stack of the sampled thread `tid` of process `tgid` into `*key`, sending its
- * frames through python_events when `stacks` (python_stacks_N of the active buffer `buffer`)
- * does not hold it yet. Returns the sample's python_status. */
-static __always_inline __u32 python_stack(struct python_proc *proc, struct python_scratch *s,
-					  __u32 tgid, __u32 tid, __u32 buffer, void *stacks,
-					  struct python_stack_key *key)
+/* Appends the Python frames of the sampled thread `tid` (root namespace) of CPython process
+ * `proc` after the sample's user and kernel frames, and sets python_status and python_len. */
+static __always_inline void python_walk(struct unwind_scratch *st, struct python_proc *proc,
+					__u32 tid)
 {
+	st->sample.python_len = 0;
 	__u64 frame = 0;
 	__u32 status = python_find_frame(proc, tid, &frame);
-	if (status != SMOLDER_PYTHON_OK)
-		return status;
-
+	if (status != SMOLDER_PYTHON_OK) {
+		st->sample.python_status = status;
+		return;
+	}
+	__u32 len = st->sample.len;
+	if (len > SMOLDER_UNWIND_MAX_FRAMES)
+		len = SMOLDER_UNWIND_MAX_FRAMES;
+	__u32 kernel_len = st->sample.kernel_len;
+	if (kernel_len > SMOLDER_UNWIND_KERNEL_FRAMES)
+		kernel_len = SMOLDER_UNWIND_KERNEL_FRAMES;
 	struct python_frame_walk w = {
-		.scratch = s,
+		.st = st,
 		.frame = frame,
-		.hash = 0xcbf29ce484222325ULL,
+		.base = len + kernel_len,
 		.frame_previous = proc->frame_previous,
 		.frame_code = proc->frame_code,
 		.frame_instr = proc->frame_instr,
@@ -279,33 +277,17 @@ static __always_inline __u32 python_stack(struct python_proc *proc, struct pytho
 	};
 	/* A shim below every frame at most, and one more step to see the end. */
 	bpf_loop(2 * SMOLDER_PYTHON_MAX_FRAMES + 2, python_frame_step, &w, 0);
-	if (w.status == SMOLDER_PYTHON_READ_FRAME)
-		return SMOLDER_PYTHON_READ_FRAME;
-	__u32 len = w.len;
-	if (len == 0)
-		return SMOLDER_PYTHON_NO_FRAMES;
-	if (len > SMOLDER_PYTHON_MAX_FRAMES)
-		len = SMOLDER_PYTHON_MAX_FRAMES;
-	status = w.status == SMOLDER_PYTHON_OK ? SMOLDER_PYTHON_OK : SMOLDER_PYTHON_TRUNCATED;
-
-	s->event.key.tgid = tgid;
-	s->event.key.len = len;
-	s->event.key.hash = w.hash;
-	s->event.buffer = buffer;
-	s->event.reserved = 0;
-	__u8 one = 1;
-	long err = bpf_map_update_elem(stacks, &s->event.key, &one, BPF_NOEXIST);
-	if (err == 0) {
-		__u64 size = sizeof(struct python_stack_event) + len * sizeof(struct python_frame);
-		/* A lost event would leave the stack nameless for the whole window: forget it, so
-		 * that its next sample sends it again. */
-		if (bpf_ringbuf_output(&python_events, &s->event, size, 0))
-			bpf_map_delete_elem(stacks, &s->event.key);
-	} else if (err != -SMOLDER_EEXIST) {
-		return SMOLDER_PYTHON_STACKS_FULL;
+	if (w.status == SMOLDER_PYTHON_READ_FRAME) {
+		st->sample.python_status = SMOLDER_PYTHON_READ_FRAME;
+		return;
 	}
-	*key = s->event.key;
-	return status;
+	if (w.len == 0) {
+		st->sample.python_status = SMOLDER_PYTHON_NO_FRAMES;
+		return;
+	}
+	st->sample.python_len = w.len > SMOLDER_PYTHON_MAX_FRAMES ? SMOLDER_PYTHON_MAX_FRAMES : w.len;
+	st->sample.python_status =
+		w.status == SMOLDER_PYTHON_OK ? SMOLDER_PYTHON_OK : SMOLDER_PYTHON_TRUNCATED;
 }
 
 #endif

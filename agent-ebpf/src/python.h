@@ -1,11 +1,15 @@
-/* The contract between the BPF walk of CPython stacks (python.bpf.h, called by sampler.bpf.c) and
- * the agent (agent/src/ebpf/python/). agent-ebpf/src/lib.rs mirrors every struct here with
- * #[repr(C)], an aya::Pod impl and a size assertion; keep the two in step.
+/* The contract between the BPF walk of CPython stacks (python.bpf.h, called by unwinder.bpf.c's
+ * entry points after the native walk) and the agent (agent/src/ebpf/python/).
+ * agent-ebpf/src/lib.rs mirrors every struct here with #[repr(C)], an aya::Pod impl and a size
+ * assertion; keep the two in step.
  *
  * The agent detects CPython processes and writes one `python_procs` entry per process: where
  * `_PyRuntime.interpreters.head` lives and the offsets of the fields the walk reads. For a sample
  * of such a process, the walk finds the sampled thread's PyThreadState, follows its frames from
  * the current one to the first, and records each frame's code object and instruction pointer.
+ * The sample (unwind.h) carries them after its kernel frames: `python_len` struct python_frame,
+ * innermost first, and `python_status` says what the walk found. The agent mixes them into the
+ * native stack: each native _PyEval_EvalFrameDefault frame gives way to the Python frames it ran.
  *
  * Finding the thread state: the interpreter's own lists, not glibc's thread-specific data. The
  * walk follows `interpreters.head`, each interpreter's `threads.head` and each state's `next`
@@ -17,11 +21,6 @@
  * thread's id); a thread without a state is looked for again after SMOLDER_PYTHON_REWALK_NS.
  * This needs no knowledge of libc (no TSD layout, no TLS offsets) and costs one list walk per
  * thread.
- *
- * Stacks are deduplicated per buffer in `python_stacks_N` (the same buffer index as counts_N):
- * a stack's key is (tgid, frames, hash of its code objects). The first sample of a stack in a
- * buffer sends its frames through `python_events`; the counts key carries the stack's key, so the
- * agent joins the two at the drain.
  */
 #ifndef SMOLDER_PYTHON_H
 #define SMOLDER_PYTHON_H
@@ -45,21 +44,18 @@
 /* Default map sizes; the agent may override them at load time. */
 #define SMOLDER_PYTHON_PROCS_ENTRIES 4096
 #define SMOLDER_PYTHON_THREADS_ENTRIES 8192
-#define SMOLDER_PYTHON_STACKS_ENTRIES 8192
-#define SMOLDER_PYTHON_EVENTS_BYTES (512 * 1024)
 
-/* What the walk found for a sample: the python_status of its counts key. */
+/* What the walk found for a sample: the python_status of its header (unwind.h). */
 enum smolder_python_status {
 	SMOLDER_PYTHON_NONE = 0,         /* not a CPython process the agent walks */
-	SMOLDER_PYTHON_OK = 1,           /* the key names a Python stack */
+	SMOLDER_PYTHON_OK = 1,           /* the sample carries the Python frames */
 	SMOLDER_PYTHON_TRUNCATED = 2,    /* the same, cut at SMOLDER_PYTHON_MAX_FRAMES frames */
 	SMOLDER_PYTHON_NO_THREAD = 3,    /* the thread has no thread state (not a Python thread) */
 	SMOLDER_PYTHON_NO_FRAMES = 4,    /* the thread runs no Python code */
 	SMOLDER_PYTHON_READ_THREAD = 5,  /* reading the interpreter's lists failed */
 	SMOLDER_PYTHON_READ_FRAME = 6,   /* reading a frame failed */
 	SMOLDER_PYTHON_THREAD_LIMIT = 7, /* the lists are longer than the walk allows */
-	SMOLDER_PYTHON_STACKS_FULL = 8,  /* python_stacks_N was full */
-	SMOLDER_PYTHON_STATUS_COUNT = 9,
+	SMOLDER_PYTHON_STATUS_COUNT = 8,
 };
 
 /* Value of `python_procs` (key: tgid): one CPython process. Offsets are bytes into CPython's
@@ -101,36 +97,8 @@ struct python_frame {
 	__u64 instr; /* the frame's instruction pointer (prev_instr or instr_ptr) */
 };
 
-/* Key of `python_stacks_N`, and what the counts key carries. 16 bytes, no padding. */
-struct python_stack_key {
-	__u32 tgid;
-	__u32 len;  /* frames */
-	__u64 hash; /* of the frames' code objects, in order */
-};
-
-/* What `python_events` carries: this header, then `key.len` struct python_frame, innermost
- * first. 24 bytes, no padding. */
-struct python_stack_event {
-	struct python_stack_key key;
-	__u32 buffer; /* the buffer (0 or 1) whose counts reference the stack */
-	__u32 reserved;
-};
-
-/* The walk's per-CPU scratch: the event being built, its frames right behind it (one ring-buffer
- * write sends both), and the copy of the frame being read. */
-struct python_scratch {
-	struct python_stack_event event;
-	struct python_frame frames[SMOLDER_PYTHON_MAX_FRAMES];
-	__u8 frame[SMOLDER_PYTHON_FRAME_BUF];
-};
-
 _Static_assert(sizeof(struct python_proc) == 48, "python_proc is 48 bytes");
 _Static_assert(sizeof(struct python_thread) == 16, "python_thread is 16 bytes");
 _Static_assert(sizeof(struct python_frame) == 16, "python_frame is 16 bytes");
-_Static_assert(sizeof(struct python_stack_key) == 16, "python_stack_key is 16 bytes");
-_Static_assert(sizeof(struct python_stack_event) == 24, "python_stack_event is 24 bytes");
-_Static_assert(__builtin_offsetof(struct python_scratch, frames) ==
-		       sizeof(struct python_stack_event),
-	       "the frames follow the event header, so that both go out in one ring-buffer write");
 
 #endif

@@ -5,9 +5,13 @@
  * page faults, uprobes and the Python unwinder later):
  *   1. take the caller's OWN per-CPU scratch (struct unwind_scratch): a program that can interrupt
  *      another (perf_event runs in NMI, inside tp_btf or uprobe programs) must never share one;
- *   2. fill scratch->sample's kind, tgid, tid, cpu, kernel_stack_id and value;
- *   3. unwind_user(scratch, &regs, tgid) with the user registers the caller found;
- *   4. unwind_output(scratch) sends the header and the frames used through `unwind_samples`.
+ *   2. fill scratch->sample's kind, tgid, tid, cpu and value, and zero python_status and
+ *      python_len;
+ *   3. unwind_user(scratch, &regs, tgid) with the user registers the caller found (or
+ *      unwind_none(scratch) when there are none);
+ *   4. unwind_kernel(ctx, scratch) appends the kernel stack, or unwind_no_kernel(scratch); then,
+ *      for a CPython process, python_walk (python.bpf.h) appends its Python frames;
+ *   5. unwind_output(scratch) sends the header and the frames used through `unwind_samples`.
  * The walk never invents a frame: every step either follows a table row or passes the
  * frame-pointer checks (8-aligned, above rsp, within 8 MiB, moving up), and the sample says why
  * it stopped (enum smolder_unwind_status).
@@ -55,14 +59,6 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, SMOLDER_UNWIND_SAMPLES_BYTES);
 } unwind_samples SEC(".maps");
-
-/* Kernel stacks of samples, by id. */
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, SMOLDER_UNWIND_KSTACKS_ENTRIES);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, SMOLDER_UNWIND_KSTACK_DEPTH * sizeof(__u64));
-} unwind_kstacks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -283,15 +279,49 @@ static __always_inline void unwind_none(struct unwind_scratch *st)
 	st->sample.status = SMOLDER_UNWIND_NO_USER_STACK;
 }
 
-/* Sends the sample header and the frames used; a full ring buffer is counted. */
+/* Appends the kernel stack of `ctx` (a program context bpf_get_stack accepts) after the user
+ * frames. A sample taken in user mode has none. Kernel frames are sent as they are: kernel
+ * stacks are not walked by this unwinder. */
+static __always_inline void unwind_kernel(void *ctx, struct unwind_scratch *st)
+{
+	__u32 len = st->sample.len;
+	if (len > SMOLDER_UNWIND_MAX_FRAMES)
+		len = SMOLDER_UNWIND_MAX_FRAMES;
+	long bytes = bpf_get_stack(ctx, &st->frames[len],
+				   SMOLDER_UNWIND_KERNEL_FRAMES * sizeof(__u64), 0);
+	if (bytes < 0) {
+		st->sample.kernel_len = 0;
+		st->sample.kernel_error = (__u16)-bytes;
+	} else {
+		st->sample.kernel_len = (__u16)(bytes / sizeof(__u64));
+		st->sample.kernel_error = 0;
+	}
+}
+
+/* Marks the sample as having no kernel stack (a uprobe fires in user context). */
+static __always_inline void unwind_no_kernel(struct unwind_scratch *st)
+{
+	st->sample.kernel_len = 0;
+	st->sample.kernel_error = 0;
+}
+
+/* Sends the sample header and the frames used (Python frames included, when a walk of them
+ * filled sample.python_len); a full ring buffer is counted. */
 static __always_inline void unwind_output(struct unwind_scratch *st)
 {
 	__u64 len = st->sample.len;
 	if (len > SMOLDER_UNWIND_MAX_FRAMES)
 		len = SMOLDER_UNWIND_MAX_FRAMES;
-	st->sample.reserved = 0;
+	__u64 kernel_len = st->sample.kernel_len;
+	if (kernel_len > SMOLDER_UNWIND_KERNEL_FRAMES)
+		kernel_len = SMOLDER_UNWIND_KERNEL_FRAMES;
+	__u64 python_words = 2 * (__u64)st->sample.python_len;
+	if (python_words > SMOLDER_UNWIND_PYTHON_WORDS)
+		python_words = SMOLDER_UNWIND_PYTHON_WORDS;
 	if (bpf_ringbuf_output(&unwind_samples, &st->sample,
-			       sizeof(struct unwind_sample) + len * sizeof(__u64), BPF_RB_NO_WAKEUP))
+			       sizeof(struct unwind_sample) +
+				       (len + kernel_len + python_words) * sizeof(__u64),
+			       BPF_RB_NO_WAKEUP))
 		unwind_count(SMOLDER_UNWIND_SAMPLES_LOST);
 }
 

@@ -1,21 +1,14 @@
-//! The BPF unwinder's object and the Rust mirror of `src/unwind.h`.
+//! The Rust mirror of `src/unwind.h`: the BPF unwinder's tables, mappings and samples.
 //!
-//! [`OBJECT`] holds the programs [`PROGRAM_CPU`] (perf_event: a whole user stack per cpu-clock
-//! tick) and [`PROGRAM_UPROBE`] (the same walk at a probed instruction), the maps named by the
-//! `MAP_*` constants, and the globals [`GLOBAL_MAX_FRAMES`] and [`GLOBAL_SELF_TGID`]. User space
-//! fills [`MAP_TABLES`] with one inner array per executable (the entries of a
+//! User space fills [`MAP_TABLES`] with one inner array per executable (the entries of a
 //! `smolder_unwind::UnwindTable`, copied as they are) and [`MAP_MAPPINGS`] with
 //! [`MappingKey`] → [`Mapping`] entries covering each process's executable mappings
 //! ([`mapping_prefixes`] splits a range into trie prefixes); samples come back through
-//! [`MAP_SAMPLES`] as a [`SampleHeader`] followed by its frames ([`parse_sample`]).
+//! [`MAP_SAMPLES`] as a [`SampleHeader`] followed by its user and kernel frames, and by its
+//! Python frames in a CPython process ([`parse_sample`]). The programs that walk are in [`crate::OBJECT`]; the walk's depth is the
+//! global [`GLOBAL_MAX_FRAMES`].
 
-/// The compiled unwinder, aligned for aya's ELF parser.
-pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/unwinder.bpf.o"));
-
-/// The perf_event program that sends one unwound sample per tick (`on_cpu` in C).
-pub const PROGRAM_CPU: &str = "on_cpu";
-/// The uprobe program that sends one unwound sample per hit (`on_uprobe` in C).
-pub const PROGRAM_UPROBE: &str = "on_uprobe";
+use crate::PythonFrame;
 
 /// HASH_OF_MAPS: executable id (`u64`, never 0) → that executable's table, an ARRAY of `u64`
 /// created with [`TABLE_MAP_FLAGS`], key size 4, value size 8 and exactly as many entries as
@@ -23,25 +16,26 @@ pub const PROGRAM_UPROBE: &str = "on_uprobe";
 pub const MAP_TABLES: &str = "unwind_tables";
 /// LPM trie: [`MappingKey`] → [`Mapping`].
 pub const MAP_MAPPINGS: &str = "unwind_mappings";
-/// Ring buffer of samples: [`SampleHeader`] then `len` frames.
+/// Ring buffer of samples: [`SampleHeader`] then its user, kernel and Python frames.
 pub const MAP_SAMPLES: &str = "unwind_samples";
-/// Stack trace map of the samples' kernel stacks.
-pub const MAP_KSTACKS: &str = "unwind_kstacks";
 /// Per-CPU counters, indexed by [`Counter`].
 pub const MAP_COUNTERS: &str = "unwind_counters";
-/// Per-CPU scratch of [`PROGRAM_CPU`].
+/// Per-CPU scratch of [`crate::PROGRAM_CPU`].
 pub const MAP_SCRATCH_CPU: &str = "scratch_cpu";
-/// Per-CPU scratch of [`PROGRAM_UPROBE`].
+/// Per-CPU scratch of [`crate::PROGRAM_UPROBE`].
 pub const MAP_SCRATCH_UPROBE: &str = "scratch_uprobe";
 /// The global holding the walk's depth (at most [`MAX_FRAMES`]).
 pub const GLOBAL_MAX_FRAMES: &str = "unwind_max_frames";
-/// The global the agent patches with its own process id so that it is not sampled.
-pub const GLOBAL_SELF_TGID: &str = "self_tgid";
 
 /// `SMOLDER_UNWIND_MAX_FRAMES`: frames a sample can hold.
 pub const MAX_FRAMES: usize = 256;
 /// `SMOLDER_UNWIND_DEFAULT_FRAMES`: the walk's default depth.
 pub const DEFAULT_FRAMES: u32 = 128;
+/// `SMOLDER_UNWIND_KERNEL_FRAMES`: kernel frames a sample can hold.
+pub const KERNEL_FRAMES: usize = 127;
+/// `SMOLDER_UNWIND_PYTHON_WORDS`: words a sample holds after its kernel frames, for the Python
+/// frames ([`crate::PYTHON_MAX_FRAMES`], two words each).
+pub const PYTHON_WORDS: usize = 2 * crate::PYTHON_MAX_FRAMES;
 /// `SMOLDER_UNWIND_PAGE_BITS`: a table page spans 64 KiB of code.
 pub const PAGE_BITS: u32 = 16;
 /// `SMOLDER_UNWIND_SEARCH_STEPS`: binary-search steps inside a page.
@@ -167,6 +161,13 @@ impl SampleKind {
 pub enum Counter {
     /// The samples ring buffer was full: a sample is lost.
     SamplesLost = 0,
+    /// The process events ring buffer was full: an event is lost.
+    EventsLost = 1,
+}
+
+impl Counter {
+    /// Every counter, in index order (`SMOLDER_UNWIND_COUNTER_COUNT` of them).
+    pub const ALL: [Counter; 2] = [Counter::SamplesLost, Counter::EventsLost];
 }
 
 /// The data of an LPM key of [`MAP_MAPPINGS`] (`struct unwind_mapping_key` without its
@@ -256,8 +257,10 @@ pub struct SampleHeader {
     pub tid: u32,
     /// The CPU it ran on.
     pub cpu: u32,
-    /// Index into [`MAP_KSTACKS`], or a negative errno (`-EFAULT`: no kernel stack).
-    pub kernel_stack_id: i32,
+    /// Kernel frames after the user frames; 0 for a sample taken in user mode.
+    pub kernel_len: u16,
+    /// `-errno` of `bpf_get_stack` when reading the kernel stack failed, else 0.
+    pub kernel_error: u16,
     /// A [`Status`] as a number.
     pub status: u16,
     /// User frames that follow.
@@ -266,13 +269,15 @@ pub struct SampleHeader {
     pub fp_frames: u16,
     /// With [`Status::Unsupported`]: the reason (`smolder_unwind::Unsupported` as a number).
     pub detail: u16,
-    /// Zero.
-    pub reserved: u32,
+    /// A [`PythonStatus`](crate::PythonStatus) as a number: 0 outside CPython processes.
+    pub python_status: u16,
+    /// Python frames after the kernel frames.
+    pub python_len: u16,
     /// What the sample counts (1 for CPU ticks and uprobe hits).
     pub value: u64,
 }
 
-// 4 * 5 + 2 * 4 + 4 + 8 = 40 bytes, the u64 at offset 32: no padding.
+// 4 * 4 + 2 * 8 + 8 = 40 bytes, the u64 at offset 32: no padding.
 const _: () = assert!(size_of::<SampleHeader>() == 40);
 
 // SAFETY: `SampleHeader` is `repr(C)`, `Copy`, made only of integers and has no padding.
@@ -297,12 +302,61 @@ impl std::fmt::Display for ShortSample {
 
 impl std::error::Error for ShortSample {}
 
-/// Reads one [`MAP_SAMPLES`] record: its header and frames, leaf first.
+/// One [`MAP_SAMPLES`] record: its header and its frames, still as bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample<'a> {
+    /// The header.
+    pub header: SampleHeader,
+    /// `header.len` user frames then `header.kernel_len` kernel frames, little-endian `u64`s.
+    frames: &'a [u8],
+    /// `header.python_len` Python frames, 16 bytes each.
+    python: &'a [u8],
+}
+
+impl<'a> Sample<'a> {
+    /// The frames' bytes: user frames then kernel frames, 8 bytes each. Equal stacks have equal
+    /// bytes, which is what a reader aggregating samples hashes.
+    pub fn frame_bytes(&self) -> &'a [u8] {
+        self.frames
+    }
+
+    /// The user frames, leaf first.
+    pub fn user(&self) -> impl Iterator<Item = u64> + 'a {
+        words(&self.frames[..8 * usize::from(self.header.len)])
+    }
+
+    /// The kernel frames, leaf first.
+    pub fn kernel(&self) -> impl Iterator<Item = u64> + 'a {
+        words(&self.frames[8 * usize::from(self.header.len)..])
+    }
+
+    /// The Python frames of a thread of a CPython process, innermost first (none elsewhere).
+    pub fn python(&self) -> impl Iterator<Item = PythonFrame> + 'a {
+        self.python
+            .chunks_exact(size_of::<PythonFrame>())
+            .map(|chunk| {
+                let mut pair = words(chunk);
+                PythonFrame {
+                    code: pair.next().expect("16 bytes"),
+                    instr: pair.next().expect("16 bytes"),
+                }
+            })
+    }
+}
+
+fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes
+        .chunks_exact(8)
+        .map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes")))
+}
+
+/// Reads one [`MAP_SAMPLES`] record.
 ///
 /// # Errors
 ///
-/// [`ShortSample`] when the record is shorter than a header or than its frames.
-pub fn parse_sample(record: &[u8]) -> Result<(SampleHeader, Vec<u64>), ShortSample> {
+/// [`ShortSample`] when the record is shorter than a header or than its frames, or says it
+/// holds more frames than a sample can.
+pub fn parse_sample(record: &[u8]) -> Result<Sample<'_>, ShortSample> {
     let short = ShortSample { len: record.len() };
     let u32_at = |i: usize| -> Result<u32, ShortSample> {
         Ok(u32::from_le_bytes(
@@ -336,27 +390,52 @@ pub fn parse_sample(record: &[u8]) -> Result<(SampleHeader, Vec<u64>), ShortSamp
         tgid: u32_at(4)?,
         tid: u32_at(8)?,
         cpu: u32_at(12)?,
-        kernel_stack_id: u32_at(16)? as i32,
+        kernel_len: u16_at(16)?,
+        kernel_error: u16_at(18)?,
         status: u16_at(20)?,
         len: u16_at(22)?,
         fp_frames: u16_at(24)?,
         detail: u16_at(26)?,
-        reserved: u32_at(28)?,
+        python_status: u16_at(28)?,
+        python_len: u16_at(30)?,
         value: u64_at(32)?,
     };
-    let len = usize::from(header.len);
-    if len > MAX_FRAMES || record.len() < size_of::<SampleHeader>() + 8 * len {
+    let (user, kernel) = (usize::from(header.len), usize::from(header.kernel_len));
+    let python = usize::from(header.python_len);
+    let native_end = size_of::<SampleHeader>() + 8 * (user + kernel);
+    let end = native_end + size_of::<PythonFrame>() * python;
+    if user > MAX_FRAMES
+        || kernel > KERNEL_FRAMES
+        || python > crate::PYTHON_MAX_FRAMES
+        || record.len() < end
+    {
         return Err(short);
     }
-    let frames = (0..len)
-        .map(|i| u64_at(40 + 8 * i))
-        .collect::<Result<_, _>>()?;
-    Ok((header, frames))
+    Ok(Sample {
+        header,
+        frames: &record[size_of::<SampleHeader>()..native_end],
+        python: &record[native_end..end],
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Whatever the ring buffer holds, reading it never panics, and a sample's frames are
+        /// exactly the ones its header counts.
+        #[test]
+        fn any_record_reads_or_is_refused(record in proptest::collection::vec(any::<u8>(), 0..600)) {
+            if let Ok(sample) = parse_sample(&record) {
+                prop_assert_eq!(sample.user().count(), usize::from(sample.header.len));
+                prop_assert_eq!(sample.kernel().count(), usize::from(sample.header.kernel_len));
+                prop_assert_eq!(sample.python().count(), usize::from(sample.header.python_len));
+            }
+        }
+    }
 
     #[test]
     fn prefixes_cover_a_range_exactly() {
@@ -387,20 +466,27 @@ mod tests {
         for word in [1u32, 100, 101, 1] {
             record.extend_from_slice(&word.to_le_bytes());
         }
-        record.extend_from_slice(&(-14i32).to_le_bytes());
-        for half in [0u16, 2, 0, 0] {
+        // One kernel frame, no error, status 0, two user frames.
+        for half in [1u16, 0, 0, 2, 0, 0] {
             record.extend_from_slice(&half.to_le_bytes());
         }
         record.extend_from_slice(&0u32.to_le_bytes());
         record.extend_from_slice(&1u64.to_le_bytes());
-        record.extend_from_slice(&0x1111u64.to_le_bytes());
-        record.extend_from_slice(&0x2222u64.to_le_bytes());
-        let (header, frames) = parse_sample(&record).unwrap();
+        for frame in [0x1111u64, 0x2222, 0xffff_ffff_8100_0000] {
+            record.extend_from_slice(&frame.to_le_bytes());
+        }
+        let sample = parse_sample(&record).unwrap();
         assert_eq!(
-            (header.tgid, header.kernel_stack_id, header.len),
-            (100, -14, 2)
+            (
+                sample.header.tgid,
+                sample.header.kernel_len,
+                sample.header.len
+            ),
+            (100, 1, 2)
         );
-        assert_eq!(frames, [0x1111, 0x2222]);
+        assert_eq!(sample.user().collect::<Vec<_>>(), [0x1111, 0x2222]);
+        assert_eq!(sample.kernel().collect::<Vec<_>>(), [0xffff_ffff_8100_0000]);
+        assert_eq!(sample.frame_bytes().len(), 24);
         assert_eq!(
             parse_sample(&record[..record.len() - 1]),
             Err(ShortSample {
@@ -408,5 +494,48 @@ mod tests {
             })
         );
         assert!(parse_sample(&record[..10]).is_err());
+    }
+
+    #[test]
+    fn python_frames_follow_the_kernel_frames() {
+        let mut record = Vec::new();
+        for word in [1u32, 100, 101, 1] {
+            record.extend_from_slice(&word.to_le_bytes());
+        }
+        // One kernel frame, one user frame, python_status 1 (ok), two Python frames.
+        for half in [1u16, 0, 0, 1, 0, 0, 1, 2] {
+            record.extend_from_slice(&half.to_le_bytes());
+        }
+        record.extend_from_slice(&1u64.to_le_bytes());
+        for word in [
+            0x1111u64,
+            0xffff_ffff_8100_0000,
+            0x7000 | 1,
+            0x7100,
+            0x8000,
+            0x8100,
+        ] {
+            record.extend_from_slice(&word.to_le_bytes());
+        }
+        let sample = parse_sample(&record).unwrap();
+        assert_eq!(sample.user().collect::<Vec<_>>(), [0x1111]);
+        assert_eq!(sample.kernel().collect::<Vec<_>>(), [0xffff_ffff_8100_0000]);
+        let python: Vec<PythonFrame> = sample.python().collect();
+        assert_eq!(
+            python,
+            [
+                PythonFrame {
+                    code: 0x7001,
+                    instr: 0x7100
+                },
+                PythonFrame {
+                    code: 0x8000,
+                    instr: 0x8100
+                }
+            ]
+        );
+        assert!(python[0].is_entry() && !python[1].is_entry());
+        assert_eq!(sample.frame_bytes().len(), 16);
+        assert!(parse_sample(&record[..record.len() - 8]).is_err());
     }
 }

@@ -1,23 +1,28 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Smolder's sampler with whole user stacks: the entry points of the BPF unwinder (unwind.bpf.h).
+/* Smolder's sampler: the entry points of the BPF unwinder (unwind.bpf.h) and the process events.
  *
  * on_cpu (perf_event, one per online CPU) sends every tick's user stack, unwound from the
- * .eh_frame tables user space loaded, with its kernel stack id, through `unwind_samples`.
- * on_uprobe (uprobe) does the same at a probed instruction: the point check of the tests, where
- * the expected call path is known exactly.
+ * .eh_frame tables user space loaded, and its kernel stack, through `unwind_samples`; a process's
+ * first sample also puts a FIRST_SIGHT event in `events`, so that user space reads the process
+ * and loads its tables. on_exec and on_exit (raw tracepoints) send EXEC and EXIT.
+ * on_uprobe (uprobe) unwinds at a probed instruction: the point check of the tests, where the
+ * expected call path is known exactly. Both add the Python frames of a thread of a CPython
+ * process the agent registered in `python_procs` (python.bpf.h, contract in python.h).
  *
  * Each entry point has its own per-CPU scratch: on_cpu runs in NMI context and can interrupt a
  * uprobe program on the same CPU.
  *
- * The kernel requires a GPL-compatible licence for bpf_get_stackid, bpf_loop and the ring
- * buffer helpers.
+ * The kernel requires a GPL-compatible licence for bpf_get_stack, bpf_loop and the ring buffer
+ * helpers.
  */
 #include <linux/types.h>
 #include <linux/bpf.h>
 #include <linux/bpf_perf_event.h>
 #include <bpf/bpf_helpers.h>
 
+#include "process.h"
 #include "unwind.bpf.h"
+#include "python.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -30,6 +35,36 @@ struct {
 	__type(key, __u32);
 	__type(value, struct unwind_scratch);
 } scratch_cpu SEC(".maps"), scratch_uprobe SEC(".maps");
+
+/* Processes already announced. LRU, so it never fills: an evicted process is announced again
+ * and the agent ignores what it already knows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SMOLDER_SEEN_ENTRIES);
+	__type(key, __u32);
+	__type(value, __u8);
+} seen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, SMOLDER_EVENTS_BYTES);
+} events SEC(".maps");
+
+static __always_inline void send_event(__u32 tgid, __u32 kind)
+{
+	struct process_event event = { .tgid = tgid, .kind = kind };
+	if (bpf_ringbuf_output(&events, &event, sizeof(event), 0))
+		unwind_count(SMOLDER_UNWIND_EVENTS_LOST);
+}
+
+/* Appends the Python frames of a CPython process's thread, if the agent registered the process. */
+static __always_inline void python_frames(struct unwind_scratch *st, __u64 pid_tgid)
+{
+	__u32 tgid = pid_tgid >> 32;
+	struct python_proc *proc = bpf_map_lookup_elem(&python_procs, &tgid);
+	if (proc)
+		python_walk(st, proc, (__u32)pid_tgid);
+}
 
 /* x86-64 user mode: the low two bits of cs are the privilege level 3. */
 static __always_inline int user_mode(const struct pt_regs *regs)
@@ -73,6 +108,8 @@ static __always_inline struct unwind_scratch *scratch(void *map, __u32 kind, __u
 	st->sample.tid = (__u32)pid_tgid;
 	st->sample.cpu = bpf_get_smp_processor_id();
 	st->sample.value = 1;
+	st->sample.python_status = SMOLDER_PYTHON_NONE;
+	st->sample.python_len = 0;
 	return st;
 }
 
@@ -84,15 +121,21 @@ int on_cpu(struct bpf_perf_event_data *ctx)
 	/* tgid 0 is the idle task. */
 	if (tgid == 0 || tgid == self_tgid)
 		return 0;
+	if (!bpf_map_lookup_elem(&seen, &tgid)) {
+		__u8 yes = 1;
+		if (bpf_map_update_elem(&seen, &tgid, &yes, BPF_NOEXIST) == 0)
+			send_event(tgid, SMOLDER_EVENT_FIRST_SIGHT);
+	}
 	struct unwind_scratch *st = scratch(&scratch_cpu, SMOLDER_SAMPLE_CPU, pid_tgid);
 	if (!st)
 		return 0;
-	st->sample.kernel_stack_id = bpf_get_stackid(ctx, &unwind_kstacks, 0);
 	struct unwind_regs regs;
 	if (sample_user_regs(ctx, &regs))
 		unwind_user(st, &regs, tgid);
 	else
 		unwind_none(st);
+	unwind_kernel(ctx, st);
+	python_frames(st, pid_tgid);
 	unwind_output(st);
 	return 0;
 }
@@ -104,11 +147,48 @@ int on_uprobe(struct pt_regs *ctx)
 	struct unwind_scratch *st = scratch(&scratch_uprobe, SMOLDER_SAMPLE_UPROBE, pid_tgid);
 	if (!st)
 		return 0;
-	/* A uprobe fires in user context: no kernel stack. */
-	st->sample.kernel_stack_id = -14; /* -EFAULT, as bpf_get_stackid reports it */
 	struct unwind_regs regs;
 	regs_of(ctx, &regs);
 	unwind_user(st, &regs, pid_tgid >> 32);
+	/* A uprobe fires in user context: no kernel stack. */
+	unwind_no_kernel(st);
+	python_frames(st, pid_tgid);
 	unwind_output(st);
+	return 0;
+}
+
+/* sched_process_exec and sched_process_exit fire in the context of the task concerned, so the
+ * current pid/tgid is the process's own; no tracepoint arguments are read. */
+
+SEC("raw_tp/sched_process_exec")
+int on_exec(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	__u32 tid = pid_tgid;
+	if (tgid == self_tgid)
+		return 0;
+	/* A new image: whatever CPython state the process had is gone (the agent looks again). */
+	bpf_map_delete_elem(&python_procs, &tgid);
+	bpf_map_delete_elem(&python_threads, &tid);
+	if (bpf_map_delete_elem(&seen, &tgid) == 0)
+		send_event(tgid, SMOLDER_EVENT_EXEC);
+	return 0;
+}
+
+SEC("raw_tp/sched_process_exit")
+int on_exit(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	__u32 tid = pid_tgid;
+	/* A thread id may be reused by a thread of another process: its cached state must go. */
+	bpf_map_delete_elem(&python_threads, &tid);
+	/* Only the main thread's exit ends the process for the agent; other threads come and go. */
+	if (tid != tgid)
+		return 0;
+	bpf_map_delete_elem(&python_procs, &tgid);
+	if (bpf_map_delete_elem(&seen, &tgid) == 0)
+		send_event(tgid, SMOLDER_EVENT_EXIT);
 	return 0;
 }

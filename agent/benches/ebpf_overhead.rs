@@ -1,65 +1,123 @@
-//! What the eBPF sampler costs, measured against baselines in the same run (BENCHMARKS.md).
+//! What the eBPF source costs, measured against baselines in the same run (BENCHMARKS.md).
 //!
-//! `slowdown`: a CPU-bound workload (built here with gcc, frame pointers on) runs a fixed amount
-//! of work with no profiler, with the release `smolder-agent` daemon sampling at 99 Hz, and
-//! under `perf record -F 99 -a -g`, interleaved round by round. The workload's own CPU time
-//! (user + system, from `wait4`) is the measure: interrupt and BPF time are charged to the task
-//! they interrupt, and CPU time is less disturbed than wall time by other load on the machine.
-//! The agent starts afresh each round and the workload waits for its first drain (which
-//! symbolizes every binary on the host once), so rounds measure the steady state. With
-//! `kernel.bpf_stats_enabled`, the run time per invocation of the `on_sample` program is read
-//! from the kernel in the same rounds.
+//! `slowdown`: a CPU-bound workload built with `gcc -O2` and no frame pointers (recursion, then
+//! libc's qsort with a comparator that does the work, ~20 frames deep) runs a fixed amount of
+//! work with no profiler, with the release `smolder-agent` daemon sampling at 99 Hz (whole
+//! stacks through its unwind tables), and under `perf record -F 99 -a --call-graph dwarf`,
+//! interleaved round by round. The workload's own CPU time (user + system, from `wait4`) is the
+//! measure: interrupt and BPF time are charged to the task they interrupt, and CPU time is less
+//! disturbed than wall time by other load on the machine. Each round starts the agent afresh
+//! and waits for its first drain. With `kernel.bpf_stats_enabled`, the run time per
+//! invocation of `on_cpu` is read from the kernel over the agent's rounds.
 //!
-//! `footprint`: the daemon runs with 200 processes (ten distinct binaries, each process waking
-//! every 100 ms for a short burst); the agent's CPU time over a minute and its RSS are read from
-//! `/proc`, next to the CPU time of the 200 processes themselves.
+//! `footprint`: the daemon profiles 200 processes of 30 distinct executables (gcc -O2, no frame
+//! pointers; each wakes every 100 ms and spins briefly a few calls deep through libc); a keep
+//! rule limits it to them, so that other load on the host does not count. After a warm-up of
+//! two windows, the agent's CPU time over a minute, its RSS (anonymous and file-backed apart)
+//! and its BPF map memory (the `memlock` of every map it holds, from `/proc/PID/fdinfo`, and of
+//! the unwind tables, which only the kernel's outer map holds, from the agent's own gauge, read
+//! from their `fdinfo` when created) are reported on their own.
+//!
+//! `startup`: 300 processes, each of its own executable (the footprint's program: a burst every
+//! 100 ms); the agent starts with an empty data directory, then again with the one the first run filled (a
+//! restart). The processes run before the agent starts, so `ebpf.unwind.load-at-start` loads
+//! them right away. Reported: second by second (1 s windows), the share of their samples whose
+//! walk was complete; the time until every one of them has its tables loaded; and the time each
+//! one's load took (`smolder_agent_ebpf_unwind_process_ready_seconds`).
 //!
 //! ```sh
-//! cargo bench -p smolder-agent --bench ebpf_overhead -- slowdown footprint
+//! cargo bench -p smolder-agent --bench ebpf_overhead -- slowdown footprint startup
 //! ```
 //! `SMOLDER_BENCH_ROUNDS` (default 15) sets the slowdown rounds, `SMOLDER_BENCH_SECONDS`
 //! (default 60) the footprint's measuring time. Needs root (or the agent's capabilities), gcc
 //! and perf.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use smolder_test_support::net::{LOOPBACK_ANY_PORT, silent_udp};
+use smolder_test_support::process::{Process, daemon};
+use smolder_test_support::prometheus::Metrics;
+
 const AGENT: &str = env!("CARGO_BIN_EXE_smolder-agent");
 
+/// Recursion 8 deep, then `rounds` sorts through libc's qsort; the comparator does the work.
 const WORKLOAD: &str = r#"
+#include <stdint.h>
 #include <stdlib.h>
-volatile unsigned long sink;
-__attribute__((noinline)) void leaf(unsigned long n) { for (unsigned long i = 0; i < n; i++) sink += i; }
-__attribute__((noinline)) void middle(unsigned long n) { leaf(n); leaf(n / 2); }
+volatile uint64_t sink;
+static unsigned long rounds;
+__attribute__((noipa)) uint64_t burn(uint64_t x) {
+    for (int i = 0; i < 100; i++) x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    sink = x;
+    return x;
+}
+__attribute__((noipa)) int cmp(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    burn(x ^ y);
+    return (x > y) - (x < y);
+}
+__attribute__((noipa)) void sort_it(void) {
+    uint64_t values[256];
+    for (int i = 0; i < 256; i++) values[i] = (uint64_t)(i * 7919 % 256);
+    qsort(values, 256, sizeof(values[0]), cmp);
+    sink += values[0];
+}
+__attribute__((noipa)) uint64_t recurse(int d) {
+    if (d == 0) {
+        for (unsigned long r = 0; r < rounds; r++) sort_it();
+        return sink;
+    }
+    uint64_t r = recurse(d - 1);
+    sink = r;
+    return r + d;
+}
 int main(int argc, char **argv) {
-    unsigned long rounds = strtoul(argv[1], 0, 10);
-    for (unsigned long r = 0; r < rounds; r++) middle(1000000UL);
-    return 0;
+    rounds = strtoul(argv[1], 0, 10);
+    return (int)(recurse(8) & 1);
 }
 "#;
 
-/// Sleeps most of the time; every 100 ms spins briefly a few calls deep.
+/// Sleeps most of the time; every 100 ms sorts a little through libc. `VARIANT` makes each
+/// build a distinct executable (its own build id).
 const IDLE: &str = r#"
+#include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
-volatile unsigned long sink;
-__attribute__((noinline)) void burst(void) { for (unsigned long i = 0; i < 100000UL; i++) sink += i; }
-__attribute__((noinline)) void tick(void) { burst(); }
+volatile uint64_t sink;
+__attribute__((noipa)) int cmp(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b, z = x;
+    for (int i = 0; i < 20; i++) z = z * 6364136223846793005ULL + VARIANT;
+    sink = z;
+    return (x > y) - (x < y);
+}
+__attribute__((noipa)) void burst(void) {
+    uint64_t values[512];
+    for (int i = 0; i < 512; i++) values[i] = (uint64_t)(i * 7919 % 512);
+    qsort(values, 512, sizeof(values[0]), cmp);
+}
+__attribute__((noipa)) void tick(void) { burst(); sink += VARIANT; }
 int main(void) {
     struct timespec pause = { 0, 100 * 1000 * 1000 };
     for (;;) { tick(); nanosleep(&pause, 0); }
 }
 "#;
 
-fn build(dir: &Path, name: &str, source: &str) -> PathBuf {
+fn build(dir: &Path, name: &str, source: &str, variant: usize) -> PathBuf {
     let c = dir.join(format!("{name}.c"));
     std::fs::write(&c, source).expect("writing the workload");
     let exe = dir.join(name);
     let ok = Command::new("gcc")
-        .args(["-O0", "-fno-omit-frame-pointer", "-o"])
+        .args([
+            "-O2",
+            "-fomit-frame-pointer",
+            &format!("-DVARIANT={variant}ULL"),
+        ])
+        .arg("-o")
         .arg(&exe)
         .arg(&c)
         .status()
@@ -69,28 +127,41 @@ fn build(dir: &Path, name: &str, source: &str) -> PathBuf {
     exe
 }
 
-fn bench_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("smolder-bench-{}", std::process::id()));
+fn bench_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("smolder-bench-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("creating the bench directory");
     dir
 }
 
-/// Starts the release agent daemon with a config on a free port; returns it and the port.
-fn start_agent(dir: &Path) -> (Child, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+/// Starts the release agent daemon with `extra` config on port 0, its state in `data` and its
+/// batches shipped to a socket that never answers (the spool keeps the windows); returns it and
+/// its HTTP address.
+fn start_agent(dir: &Path, data: &Path, extra: &str) -> (Process, SocketAddr) {
     let config = dir.join("agent.yaml");
-    std::fs::write(&config, format!("http:\n  listen: 127.0.0.1:{port}\n")).unwrap();
-    let child = Command::new(AGENT)
+    std::fs::write(
+        &config,
+        format!(
+            "http:\n  listen: {LOOPBACK_ANY_PORT}\nship:\n  aggregator: {}\n{extra}",
+            silent_udp()
+        ),
+    )
+    .unwrap();
+    let mut command = daemon(Path::new(AGENT), "warn");
+    command
         .arg("--config")
         .arg(&config)
-        .arg("--log-level")
-        .arg("warn")
-        .spawn()
-        .expect("the agent starts");
-    (child, port)
+        .arg("--data-dir")
+        .arg(data);
+    let process = Process::spawn(command);
+    let addr = process.listening("http");
+    (process, addr)
+}
+
+/// Stops the agent as systemd would.
+fn stop_agent(mut agent: Process) {
+    agent.terminate();
+    agent.wait();
 }
 
 fn signal(child: &Child, signal: i32) {
@@ -132,11 +203,11 @@ fn run_workload(exe: &Path, rounds: u64) -> (f64, f64) {
     (secs(usage.ru_utime) + secs(usage.ru_stime), wall)
 }
 
-/// (run time, run count) of the loaded programs called `on_sample`.
-fn on_sample_stats() -> (Duration, u64) {
+/// (run time, run count) of the loaded programs called `on_cpu`.
+fn on_cpu_stats() -> (Duration, u64) {
     let mut total = (Duration::ZERO, 0);
     for info in aya::programs::loaded_programs().flatten() {
-        if info.name_as_str() == Some("on_sample") {
+        if info.name_as_str() == Some("on_cpu") {
             total.0 += info.run_time();
             total.1 += info.run_count();
         }
@@ -149,47 +220,67 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
+fn mean_err(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    (mean, (var / n).sqrt())
+}
+
+fn range(v: &[f64]) -> (f64, f64) {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(0.0, f64::max);
+    (min, max)
+}
+
 fn slowdown() {
     let rounds: usize = std::env::var("SMOLDER_BENCH_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(15);
-    let dir = bench_dir();
-    let exe = build(&dir, "smolder-bench-cpu", WORKLOAD);
+    let dir = bench_dir("slowdown");
+    let exe = build(&dir, "smolder-bench-cpu", WORKLOAD, 0);
     let stats = "/proc/sys/kernel/bpf_stats_enabled";
     let stats_before = std::fs::read_to_string(stats).unwrap_or_else(|_| "0".into());
     std::fs::write(stats, "1").expect("enabling kernel.bpf_stats_enabled (needs root)");
     // Calibrate to about 1.5 s of CPU: short rounds, many of them, for a steadier median.
-    let (cpu, _) = run_workload(&exe, 100);
-    let work = ((1.5 / cpu) * 100.0).max(100.0) as u64;
-    eprintln!("workload: {work} rounds of middle(1e6) (calibrated: 100 rounds = {cpu:.3} s)");
+    let (cpu, _) = run_workload(&exe, 200);
+    let work = ((1.5 / cpu) * 200.0).max(200.0) as u64;
+    eprintln!("workload: {work} sorts (calibrated: 200 sorts = {cpu:.3} s)");
 
-    let mut none = Vec::new();
-    let mut agent = Vec::new();
-    let mut perf = Vec::new();
-    let mut agent_ratio = Vec::new();
-    let mut perf_ratio = Vec::new();
+    let (mut none, mut agent, mut perf) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut agent_ratio, mut perf_ratio) = (Vec::new(), Vec::new());
     let mut bpf = (Duration::ZERO, 0u64);
+    let data = dir.join("data");
     for round in 0..rounds {
         let base = run_workload(&exe, work);
 
         // Steady state: after the first drain, which symbolizes every binary on the host once.
-        let (daemon, port) = start_agent(&dir);
+        let (daemon, addr) = start_agent(&dir, &data, "");
         let warm = Instant::now();
-        while metric(&scrape(port), "smolder_agent_ebpf_drains_total") < 1.0
+        while scrape(addr).value("smolder_agent_ebpf_drains_total", &[]) < 1.0
             && warm.elapsed() < Duration::from_secs(30)
         {
             sleep(Duration::from_millis(200));
         }
-        let before = on_sample_stats();
+        let before = on_cpu_stats();
         let sampled = run_workload(&exe, work);
-        let after = on_sample_stats();
+        let after = on_cpu_stats();
         bpf.0 += after.0.saturating_sub(before.0);
         bpf.1 += after.1.saturating_sub(before.1);
-        stop(daemon, libc::SIGTERM);
+        stop_agent(daemon);
 
         let recorder = Command::new("perf")
-            .args(["record", "-F", "99", "-a", "-g", "-q", "-o"])
+            .args([
+                "record",
+                "-F",
+                "99",
+                "-a",
+                "--call-graph",
+                "dwarf",
+                "-q",
+                "-o",
+            ])
             .arg(dir.join("perf.data"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -210,17 +301,6 @@ fn slowdown() {
         perf.push(perfed.0);
     }
     std::fs::write(stats, stats_before.trim()).ok();
-    let range = |v: &[f64]| {
-        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = v.iter().copied().fold(0.0, f64::max);
-        (min, max)
-    };
-    let mean_err = |v: &[f64]| {
-        let n = v.len() as f64;
-        let mean = v.iter().sum::<f64>() / n;
-        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
-        (mean, (var / n).sqrt())
-    };
     let (amean, aerr) = mean_err(&agent_ratio);
     let (pmean, perr) = mean_err(&perf_ratio);
     let (amin, amax) = range(&agent_ratio);
@@ -239,7 +319,7 @@ fn slowdown() {
     );
     if bpf.1 > 0 {
         println!(
-            "  on_sample: {} invocations, {:.0} ns per invocation",
+            "  on_cpu: {} invocations, {:.0} ns per invocation",
             bpf.1,
             bpf.0.as_nanos() as f64 / bpf.1 as f64
         );
@@ -273,21 +353,54 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn scrape(port: u16) -> String {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
+/// The `memlock` of every BPF map `pid` holds a descriptor of, by map type.
+fn map_memory(pid: u32) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return out;
     };
-    let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    text
+    for entry in entries.flatten() {
+        let info = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        let (Some(kind), Some(memlock)) = (field("map_type:"), field("memlock:")) else {
+            continue;
+        };
+        let bytes: u64 = memlock.parse().unwrap_or(0);
+        match out.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, total)) => *total += bytes,
+            None => out.push((kind, bytes)),
+        }
+    }
+    out.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
+    out
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+fn scrape(addr: SocketAddr) -> Metrics {
+    let mut stream = TcpStream::connect(addr).expect("the agent's port answers");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .expect("sending the request");
+    let mut text = String::new();
+    stream
+        .read_to_string(&mut text)
+        .expect("reading the answer");
+    let (_, body) = text.split_once("\r\n\r\n").expect("a head and a body");
+    Metrics::parse(body).expect("Prometheus text")
+}
+
+/// The keep rule that limits the agent to the bench's processes.
+fn keep(prefix: &str) -> String {
+    format!(
+        "ebpf:\n  relabel-configs:\n    - {{source_labels: [__meta_process_exe], regex: '.*/{prefix}.*', action: keep}}\n"
+    )
+}
+
+fn mib(bytes: f64) -> f64 {
+    bytes / (1024.0 * 1024.0)
 }
 
 fn footprint() {
@@ -295,9 +408,9 @@ fn footprint() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(60);
-    let dir = bench_dir();
-    let binaries: Vec<PathBuf> = (0..10)
-        .map(|i| build(&dir, &format!("smolder-idle-{i}"), IDLE))
+    let dir = bench_dir("footprint");
+    let binaries: Vec<PathBuf> = (0..30)
+        .map(|i| build(&dir, &format!("smolder-idle-{i}"), IDLE, i + 1))
         .collect();
     let mut processes: Vec<Child> = (0..200)
         .map(|i| {
@@ -306,9 +419,9 @@ fn footprint() {
                 .expect("a workload process starts")
         })
         .collect();
-    let (daemon, port) = start_agent(&dir);
+    let (daemon, addr) = start_agent(&dir, &dir.join("data"), &keep("smolder-idle-"));
     let pid = daemon.id();
-    // Two windows to learn every process and parse every binary once.
+    // Two windows to learn every process and load and name every binary once.
     sleep(Duration::from_secs(25));
     let agent_before = cpu_seconds(pid);
     let load_before: f64 = processes.iter().map(|p| cpu_seconds(p.id())).sum();
@@ -317,17 +430,18 @@ fn footprint() {
     let elapsed = started.elapsed().as_secs_f64();
     let agent_cpu = cpu_seconds(pid) - agent_before;
     let load_cpu: f64 = processes.iter().map(|p| cpu_seconds(p.id())).sum::<f64>() - load_before;
-    let rss = status_kib(pid, "VmRSS:");
-    let hwm = status_kib(pid, "VmHWM:");
-    let anon = status_kib(pid, "RssAnon:");
-    let file = status_kib(pid, "RssFile:");
-    let metrics = scrape(port);
-    stop(daemon, libc::SIGTERM);
+    let (rss, hwm) = (status_kib(pid, "VmRSS:"), status_kib(pid, "VmHWM:"));
+    let (anon, file) = (status_kib(pid, "RssAnon:"), status_kib(pid, "RssFile:"));
+    let maps = map_memory(pid);
+    let metrics = scrape(addr);
+    stop_agent(daemon);
     for process in &mut processes {
         let _ = process.kill();
         let _ = process.wait();
     }
-    println!("footprint (200 processes, 10 binaries, {elapsed:.0} s after a 25 s warm-up)");
+    let own: u64 = maps.iter().map(|(_, b)| b).sum();
+    let tables = metrics.value("smolder_agent_ebpf_unwind_table_bytes", &[]);
+    println!("footprint (200 processes, 30 executables, {elapsed:.0} s after a 25 s warm-up)");
     println!(
         "  agent CPU {:.3} s = {:.2} % of one core; the 200 processes: {:.2} % of one core (agent/processes {:.3})",
         agent_cpu,
@@ -336,21 +450,129 @@ fn footprint() {
         agent_cpu / load_cpu.max(f64::EPSILON)
     );
     println!(
-        "  agent RSS {:.1} MiB (peak {:.1} MiB): anonymous {:.1} MiB, file-backed {:.1} MiB (mapped binaries, shared with the page cache)",
+        "  agent RSS {:.1} MiB (peak {:.1} MiB): anonymous {:.1} MiB, file-backed {:.1} MiB",
         rss as f64 / 1024.0,
         hwm as f64 / 1024.0,
         anon as f64 / 1024.0,
         file as f64 / 1024.0
     );
     println!(
-        "  samples {:.0}, drains {:.0}, processes tracked {:.0}, open files {:.0}, cached frames {:.0}, truncated stacks {:.0}",
-        metric(&metrics, "smolder_agent_ebpf_samples_total"),
-        metric(&metrics, "smolder_agent_ebpf_drains_total"),
-        metric(&metrics, "smolder_agent_ebpf_processes "),
-        metric(&metrics, "smolder_agent_symbolize_open_files "),
-        metric(&metrics, "smolder_agent_symbolize_cached_frames "),
-        metric(&metrics, "smolder_agent_symbolize_truncated_stacks_total"),
+        "  BPF maps {:.2} MiB: the agent's own {:.2} MiB ({}), unwind tables {:.2} MiB ({:.0} tables)",
+        mib(own as f64 + tables),
+        mib(own as f64),
+        maps.iter()
+            .map(|(kind, bytes)| format!("type {kind}: {:.2}", mib(*bytes as f64)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        mib(tables),
+        metrics.value("smolder_agent_ebpf_unwind_tables", &[]),
     );
+    println!(
+        "  samples {:.0} on the host, {:.0} of the 200 processes ({:.0} complete), drains {:.0}, processes tracked {:.0}, open files {:.0}, cached frames {:.0}, LPM entries {:.0}",
+        metrics.value("smolder_agent_ebpf_samples_total", &[]),
+        metrics.value("smolder_agent_ebpf_unwind_samples_total", &[]),
+        metrics.value(
+            "smolder_agent_ebpf_unwind_samples_total",
+            &[("outcome", "complete")]
+        ),
+        metrics.value("smolder_agent_ebpf_drains_total", &[]),
+        metrics.value("smolder_agent_ebpf_processes", &[]),
+        metrics.value("smolder_agent_symbolize_open_files", &[]),
+        metrics.value("smolder_agent_symbolize_cached_frames", &[]),
+        metrics.value("smolder_agent_ebpf_unwind_mappings", &[]),
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// From `data`'s state: starts the agent (1 s windows), follows the share of the profiled
+/// processes' samples whose walk is complete, window by window, until `count` processes have
+/// their tables loaded. Returns (seconds until then, the per-window timeline, the agent's
+/// first-sample-to-loaded histogram).
+fn until_ready(dir: &Path, data: &Path, count: usize) -> (f64, Vec<String>, String) {
+    let started = Instant::now();
+    let config = format!("window:\n  length: 1s\n{}", keep("smolder-busy-"));
+    let (daemon, addr) = start_agent(dir, data, &config);
+    let ready = "smolder_agent_ebpf_unwind_process_ready_seconds_count";
+    let (mut metrics, mut timeline) = (Metrics::default(), Vec::new());
+    let (mut last_total, mut last_complete) = (0.0, 0.0);
+    let mut next = Duration::from_secs(1);
+    let mut all_loaded: Option<f64> = None;
+    // Until every process is loaded, and five windows more.
+    while started.elapsed() < Duration::from_secs(120)
+        && all_loaded.is_none_or(|at| started.elapsed().as_secs_f64() < at + 5.0)
+    {
+        metrics = scrape(addr);
+        // The outcomes appear at their first sample.
+        let samples = |labels: &[(&str, &str)]| {
+            metrics
+                .find("smolder_agent_ebpf_unwind_samples_total", labels)
+                .unwrap_or(0.0)
+        };
+        if started.elapsed() >= next {
+            next += Duration::from_secs(1);
+            let (total, complete) = (samples(&[]), samples(&[("outcome", "complete")]));
+            let (window, whole) = (total - last_total, complete - last_complete);
+            (last_total, last_complete) = (total, complete);
+            timeline.push(format!(
+                "{:.0}s: {:.0} loaded, {:.0}% of {window:.0} whole",
+                started.elapsed().as_secs_f64(),
+                metrics.value(ready, &[]),
+                100.0 * whole / window.max(1.0)
+            ));
+        }
+        if all_loaded.is_none() && metrics.value(ready, &[]) >= count as f64 {
+            all_loaded = Some(started.elapsed().as_secs_f64());
+        }
+        sleep(Duration::from_millis(100));
+    }
+    let took = all_loaded.unwrap_or(f64::INFINITY);
+    stop_agent(daemon);
+    let name = "smolder_agent_ebpf_unwind_process_ready_seconds";
+    let mut histogram: Vec<String> = metrics
+        .samples_of(&format!("{name}_bucket"))
+        .map(|bucket| {
+            let le = bucket.labels.get("le").map_or("?", String::as_str);
+            format!("le {le}: {:.0}", bucket.value)
+        })
+        .collect();
+    histogram.push(format!(
+        "sum {:.2} s, count {:.0}",
+        metrics.value(&format!("{name}_sum"), &[]),
+        metrics.value(&format!("{name}_count"), &[])
+    ));
+    (took, timeline, histogram.join(", "))
+}
+
+fn startup() {
+    let dir = bench_dir("startup");
+    let binaries: Vec<PathBuf> = (0..300)
+        .map(|i| build(&dir, &format!("smolder-busy-{i}"), IDLE, i + 1))
+        .collect();
+    let mut processes: Vec<Child> = binaries
+        .iter()
+        .map(|exe| Command::new(exe).spawn().expect("a process starts"))
+        .collect();
+    let data = dir.join("data");
+    let runs = [
+        (
+            "cold data directory",
+            until_ready(&dir, &data, processes.len()),
+        ),
+        (
+            "warm (a restart: tables from the disk cache)",
+            until_ready(&dir, &data, processes.len()),
+        ),
+    ];
+    for process in &mut processes {
+        let _ = process.kill();
+        let _ = process.wait();
+    }
+    println!("startup (300 processes, 300 executables)");
+    for (name, (took, timeline, histogram)) in runs {
+        println!("  {name}: all 300 processes' tables loaded {took:.1} s after the agent started");
+        println!("    per window: {}", timeline.join("; "));
+        println!("    first sample -> tables loaded: {histogram}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -365,5 +587,8 @@ fn main() {
     }
     if wants("footprint") {
         footprint();
+    }
+    if wants("startup") {
+        startup();
     }
 }

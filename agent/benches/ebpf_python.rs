@@ -1,12 +1,14 @@
 //! What Python stacks cost, measured against baselines in the same run (BENCHMARKS.md).
 //!
-//! `bpf_cost`: the sampler's `on_sample` program attached to one CPython 3.11 process (Debian's
+//! `bpf_cost`: the sampler's `on_cpu` program attached to one CPython 3.11 process (Debian's
 //! `/usr/bin/python3.11`) spinning 30 Python frames deep, at 999 Hz so that rounds are short.
 //! Rounds alternate between the process registered for the Python walk and not registered (the
-//! native path: `bpf_get_stackid` of the interpreter's user stack); the kernel's run time per
+//! native path alone: the unwinder's walk, here without tables, so it stops at the interpreter's
+//! first frame without frame pointer, and the kernel stack); the kernel's run time per
 //! invocation (`kernel.bpf_stats_enabled`) of this program alone is the measure, so other load on
-//! the machine does not enter it. The counts map is read after each walked round to check that
-//! the samples carried 30-frame Python stacks.
+//! the machine does not enter it, and the difference of the two is the Python walk's own cost.
+//! The samples ring buffer is read during each walked round to check that the samples carried
+//! 30 Python frames.
 //!
 //! `slowdown`: a CPU-bound Python workload (a fixed amount of work, 12 frames deep) runs with no
 //! profiler, with the release `smolder-agent` daemon sampling at 99 Hz with Python stacks, and
@@ -34,11 +36,12 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use aya::EbpfLoader;
-use aya::maps::HashMap;
+use aya::maps::{HashMap, MapData, RingBuf};
 use aya::programs::PerfEvent;
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use smolder_agent::ebpf::python::{Detector, kernel_entry};
-use smolder_agent_ebpf::{self as kernel, PythonProc, PythonStatus, SampleKey};
+use smolder_agent_ebpf::unwind::{MAP_SAMPLES, parse_sample};
+use smolder_agent_ebpf::{self as kernel, PythonProc, PythonStatus};
 
 const AGENT: &str = env!("CARGO_BIN_EXE_smolder-agent");
 const PYTHON: &str = "/usr/bin/python3.11";
@@ -142,10 +145,9 @@ fn bpf_cost() {
         .expect("loading the sampler (needs root)");
     let mut procs: HashMap<_, u32, PythonProc> =
         HashMap::try_from(ebpf.take_map(kernel::MAP_PYTHON_PROCS).unwrap()).unwrap();
-    let counts: [HashMap<_, SampleKey, u64>; 2] =
-        kernel::MAP_COUNTS.map(|name| HashMap::try_from(ebpf.take_map(name).unwrap()).unwrap());
+    let mut ring = RingBuf::try_from(ebpf.take_map(MAP_SAMPLES).unwrap()).unwrap();
     let program: &mut PerfEvent = ebpf
-        .program_mut(kernel::PROGRAM_SAMPLE)
+        .program_mut(kernel::PROGRAM_CPU)
         .unwrap()
         .try_into()
         .unwrap();
@@ -162,9 +164,28 @@ fn bpf_cost() {
         let info = program.info().unwrap();
         (info.run_time(), info.run_count())
     };
-    let measure = |program: &PerfEvent| {
+    // Samples with Python frames, and those with all 30, read as the ring buffer fills.
+    let mut deep_samples = 0u64;
+    let mut all_samples = 0u64;
+    let mut drain = |ring: &mut RingBuf<MapData>| {
+        while let Some(item) = ring.next() {
+            let Ok(sample) = parse_sample(&item) else {
+                continue;
+            };
+            if PythonStatus::from_raw(sample.header.python_status) == Some(PythonStatus::Ok) {
+                all_samples += 1;
+                if sample.header.python_len == 30 {
+                    deep_samples += 1;
+                }
+            }
+        }
+    };
+    let mut measure = |program: &PerfEvent, ring: &mut RingBuf<MapData>| {
         let before = stats(program);
-        sleep(Duration::from_secs(4));
+        for _ in 0..40 {
+            sleep(Duration::from_millis(100));
+            drain(ring);
+        }
         let after = stats(program);
         let runs = after.1 - before.1;
         let ns = (after.0 - before.0).as_nanos() as f64 / runs.max(1) as f64;
@@ -172,42 +193,33 @@ fn bpf_cost() {
     };
     let mut walked = Vec::new();
     let mut native = Vec::new();
-    let mut ratio = Vec::new();
-    let mut deep_samples = 0u64;
-    let mut all_samples = 0u64;
+    let mut python_own = Vec::new();
     for round in 0..rounds {
         procs.insert(pid, entry, 0).unwrap();
-        let (python_ns, python_runs) = measure(program);
+        let (python_ns, python_runs) = measure(program, &mut ring);
         procs.remove(&pid).unwrap();
-        let (native_ns, native_runs) = measure(program);
+        let (native_ns, native_runs) = measure(program, &mut ring);
         eprintln!(
-            "round {round}: python walk {python_ns:.0} ns ({python_runs} runs), native stack {native_ns:.0} ns ({native_runs} runs)"
+            "round {round}: with the Python walk {python_ns:.0} ns ({python_runs} runs), without {native_ns:.0} ns ({native_runs} runs)"
         );
         walked.push(python_ns);
         native.push(native_ns);
-        ratio.push(python_ns / native_ns);
-    }
-    // Which samples carried a 30-frame Python stack (the buffer never flips here: buffer 0).
-    for key in counts[0].keys().flatten() {
-        let count = counts[0].get(&key, 0).unwrap_or(0);
-        if PythonStatus::from_raw(key.python_status) == Some(PythonStatus::Ok) {
-            all_samples += count;
-            if key.python_len == 30 {
-                deep_samples += count;
-            }
-        }
+        python_own.push(python_ns - native_ns);
     }
     let _ = workload.kill();
     let _ = workload.wait();
     println!("bpf_cost ({rounds} rounds of 4 s at 999 Hz, one python3.11 process 30 frames deep)");
     println!(
-        "  on_sample with the Python walk: median {:.0} ns per sample",
+        "  on_cpu with the Python walk: median {:.0} ns per sample",
         median(&mut walked)
     );
     println!(
-        "  on_sample with the native user stack: median {:.0} ns per sample (walk/native {:.2})",
-        median(&mut native),
-        median(&mut ratio)
+        "  on_cpu without it (native walk and kernel stack): median {:.0} ns per sample",
+        median(&mut native)
+    );
+    println!(
+        "  the Python walk's own cost: median {:.0} ns per sample",
+        median(&mut python_own)
     );
     println!("  Python samples with 30 frames: {deep_samples} of {all_samples}");
     std::fs::remove_dir_all(&dir).ok();
@@ -349,7 +361,7 @@ fn slowdown() {
         wait_for_drains(port, drains + 1.0);
         python_samples += metric(
             &scrape(port),
-            "smolder_agent_python_samples_total{stack=\"python\"}",
+            "smolder_agent_python_samples_total{stack=\"mixed\"}",
         );
         terminate(daemon, libc::SIGTERM);
 
@@ -471,7 +483,7 @@ fn memory() {
             metric(&metrics, "smolder_agent_python_processes "),
             metric(
                 &metrics,
-                "smolder_agent_python_samples_total{stack=\"python\"}"
+                "smolder_agent_python_samples_total{stack=\"mixed\"}"
             ),
             metric(&metrics, "smolder_agent_python_frames_total"),
         );

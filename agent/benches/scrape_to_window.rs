@@ -14,8 +14,7 @@
 //! ```
 
 use std::fmt::Write as _;
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -24,6 +23,9 @@ use axum::Router;
 use axum::extract::{Query, State};
 use axum::routing::get;
 use smolder_common::pprof::{self, Limits};
+use smolder_test_support::net::{LOOPBACK_ANY_PORT, silent_udp};
+use smolder_test_support::process::{Process, daemon};
+use smolder_test_support::prometheus::Metrics;
 
 const CPU: &[u8] = include_bytes!("testdata/go_compile_cpu.pb.gz");
 const HEAP: &[u8] = include_bytes!("testdata/go_heap_2.pb.gz");
@@ -73,13 +75,6 @@ async fn cpu(Query(query): Query<std::collections::HashMap<String, String>>) -> 
     CPU
 }
 
-fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 /// User+system CPU seconds of `pid` so far.
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -105,39 +100,35 @@ fn rss_mib(pid: u32) -> (f64, f64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 struct Measured {
     cpu_percent: f64,
     /// RSS halfway through the measured span, to show whether it still grows.
     rss_half: f64,
     rss: f64,
     hwm: f64,
-    metrics: String,
+    metrics: Metrics,
 }
 
 async fn measure(config: &str, measured: Duration) -> Measured {
     let dir = tempfile::tempdir().unwrap();
-    let listen = free_port();
     let path = dir.path().join("agent.yml");
-    std::fs::write(&path, format!("http:\n  listen: {listen}\n{config}")).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_smolder-agent"))
-        .args(["--log-level", "warn", "--config"])
+    std::fs::write(
+        &path,
+        format!(
+            "http:\n  listen: {LOOPBACK_ANY_PORT}\nship:\n  aggregator: {}\n{config}",
+            silent_udp()
+        ),
+    )
+    .unwrap();
+    let mut command = daemon(Path::new(env!("CARGO_BIN_EXE_smolder-agent")), "warn");
+    command
+        .arg("--config")
         .arg(&path)
         .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let agent = Agent(child);
-    let pid = agent.0.id();
+        .arg(dir.path().join("data"));
+    let agent = Process::spawn(command);
+    let listen = agent.listening("http");
+    let pid = agent.id();
     tokio::time::sleep(WARM_UP).await;
     let (start_cpu, start) = (cpu_seconds(pid), Instant::now());
     tokio::time::sleep(measured / 2).await;
@@ -146,12 +137,7 @@ async fn measure(config: &str, measured: Duration) -> Measured {
     let used = cpu_seconds(pid) - start_cpu;
     let elapsed = start.elapsed().as_secs_f64();
     let (rss, hwm) = rss_mib(pid);
-    let metrics = reqwest::get(format!("http://{listen}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = Metrics::scrape(&format!("http://{listen}/metrics")).await;
     Measured {
         cpu_percent: 100.0 * used / elapsed,
         rss_half,
@@ -159,16 +145,6 @@ async fn measure(config: &str, measured: Duration) -> Measured {
         hwm,
         metrics,
     }
-}
-
-fn metric_sum(metrics: &str, prefix: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        // An empty f64 sum is -0.0; print it as 0.
-        .sum::<f64>()
-        + 0.0
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -208,13 +184,20 @@ async fn main() {
     );
     let idle = measure("", measured).await;
     let busy = measure(&scraping, measured).await;
-    let scrapes = metric_sum(&busy.metrics, "smolder_agent_scrape_scrapes_total");
-    let failures = metric_sum(&busy.metrics, "smolder_agent_scrape_failures_total");
-    let submitted = metric_sum(
-        &busy.metrics,
-        "smolder_agent_scrape_profiles_submitted_total",
-    );
-    let samples = metric_sum(&busy.metrics, "smolder_agent_scrape_samples_total");
+    let scrapes = busy
+        .metrics
+        .value("smolder_agent_scrape_scrapes_total", &[]);
+    // Its series appear with a first failure.
+    let failures = busy
+        .metrics
+        .find("smolder_agent_scrape_failures_total", &[])
+        .unwrap_or(0.0);
+    let submitted = busy
+        .metrics
+        .value("smolder_agent_scrape_profiles_submitted_total", &[]);
+    let samples = busy
+        .metrics
+        .value("smolder_agent_scrape_samples_total", &[]);
     println!(
         "| agent | CPU (% of one core) | RSS MiB at half time | RSS MiB at end | peak RSS MiB |"
     );

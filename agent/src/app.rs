@@ -11,11 +11,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use sd_notify::NotifyState;
-use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::config::Config;
 use crate::ebpf::{self, EbpfSource};
@@ -35,20 +33,7 @@ use crate::window::{self, Submitter};
 /// When a stage cannot start (the listener cannot bind, the spool cannot open, the config is
 /// unusable).
 pub fn run(config: Config, data_dir: &Path) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .thread_name("smolder-agent")
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let agent = start_in(config, data_dir).await?;
-        notify_ready();
-        shutdown_signal().await;
-        info!("shutting down");
-        notify_stopping();
-        agent.stop().await
-    })
+    smolder_daemon::run("smolder-agent", Some(2), start_in(config, data_dir))
 }
 
 /// A running agent.
@@ -100,6 +85,12 @@ impl Running {
     }
 }
 
+impl smolder_daemon::Daemon for Running {
+    async fn stop(self) -> anyhow::Result<()> {
+        Running::stop(self).await
+    }
+}
+
 /// Binds the HTTP port and starts every stage in the background, with the spool in a
 /// temporary database that is deleted when the agent stops: for tests and embedding, where
 /// batches need not outlive the process.
@@ -130,11 +121,9 @@ const SPOOL_QUEUE: usize = 4;
 async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let hostname = config.hostname()?;
-    let listener = TcpListener::bind(config.http.listen)
-        .await
-        .with_context(|| format!("binding {}", config.http.listen))?;
-    let addr = listener.local_addr().context("reading the bound address")?;
-    info!(%addr, %hostname, "listening");
+    let listener = config.http.bind().await?;
+    let addr = listener.addr();
+    info!(%hostname, "series are labelled with this hostname");
 
     let rule_set = rules::compile(&config.metrics_export_rules).context("checking the rules")?;
     let (rules_sink, exported, rules_windows) = rules::channel(&rule_set);
@@ -177,9 +166,10 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
             submitter.clone(),
             Arc::clone(&metrics),
         );
+        let data_dir = data_dir.map(Path::to_path_buf);
         // Loading attaches to every CPU and reads /proc: blocking work.
         let source = tokio::task::spawn_blocking(move || {
-            ebpf::start(&config, hostname, submitter, &metrics)
+            ebpf::start(&config, hostname, submitter, &metrics, data_dir.as_deref())
         })
         .await
         .context("starting the eBPF sampler")??;
@@ -196,12 +186,11 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
     };
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, http::router(state))
-            .with_graceful_shutdown(async {
+        let served = listener
+            .serve(http::router(state), async {
                 let _ = stopped.await;
             })
-            .await
-            .context("serving HTTP");
+            .await;
         windows.await.context("the window loop panicked")?;
         rules_task.await.context("the rules task panicked")?;
         spooler.await.context("the spool task panicked")?;
@@ -218,47 +207,4 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         task,
         ebpf,
     })
-}
-
-/// Tells systemd (`Type=notify`) that the daemon is ready: its listeners are bound and its
-/// stages started. When the unit sets `WatchdogSec=`, pings the watchdog from a task on this
-/// runtime every half of `WATCHDOG_USEC`, so that a wedged runtime misses its pings and systemd
-/// restarts it. Without `NOTIFY_SOCKET` (not under systemd) it sends nothing.
-fn notify_ready() {
-    if let Err(err) = sd_notify::notify(&[NotifyState::Ready]) {
-        warn!(error = %err, "telling systemd the daemon is ready failed");
-    }
-    let Some(timeout) = sd_notify::watchdog_enabled() else {
-        return;
-    };
-    let period = timeout / 2;
-    info!(?period, "pinging the systemd watchdog");
-    tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(period);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            if let Err(err) = sd_notify::notify(&[NotifyState::Watchdog]) {
-                warn!(error = %err, "pinging the systemd watchdog failed");
-            }
-        }
-    });
-}
-
-/// Tells systemd the daemon is stopping (a no-op without `NOTIFY_SOCKET`).
-fn notify_stopping() {
-    if let Err(err) = sd_notify::notify(&[NotifyState::Stopping]) {
-        warn!(error = %err, "telling systemd the daemon is stopping failed");
-    }
-}
-
-/// Resolves on SIGTERM (systemd's stop) or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = interrupt => {}
-        _ = term.recv() => {}
-    }
 }

@@ -5,11 +5,10 @@
 //! defaults as YAML.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::Path;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use smolder_daemon::{DaemonConfig, RenamedKey};
 
 pub use crate::ebpf::EbpfConfig;
 pub use crate::ebpf::symbolize::SymbolizeConfig;
@@ -40,51 +39,39 @@ pub struct Config {
     pub spool: SpoolConfig,
     /// Where and how batches are shipped.
     pub ship: ShipConfig,
-    /// Pull mode: pprof targets to scrape, in Pyroscope's `scrape-configs` format.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Pull mode: pprof targets to scrape, in Pyroscope's `scrape-configs` format. Default
+    /// none.
     pub scrape_configs: Vec<ScrapeConfig>,
 }
 
-/// The agent's HTTP listener.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
-pub struct HttpConfig {
-    /// Address and port for `/metrics` and `/healthz`. Default `127.0.0.1:4042`: the agent's
-    /// port is for the local Prometheus, not the world.
-    pub listen: SocketAddr,
-}
+/// The agent's HTTP listener (`/metrics`, `/exported-metrics`, `/targets`, `/healthz`), by
+/// default on `127.0.0.1:4042`: the agent's port is for the local Prometheus, not the world.
+pub type HttpConfig = smolder_daemon::HttpConfig<true, 4042>;
 
-impl Default for HttpConfig {
-    fn default() -> Self {
-        HttpConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 4042)),
-        }
+impl DaemonConfig for Config {
+    const RENAMED: &'static [RenamedKey] = &[RenamedKey {
+        section: &["ship"],
+        old: "max-in-flight",
+        new: "max-batches-in-flight",
+    }];
+
+    fn validate(&self) -> anyhow::Result<()> {
+        crate::scrape::validate(&self.scrape_configs)?;
+        crate::rules::compile(&self.metrics_export_rules)?;
+        // Keys that mean nothing any more (not renamed, so not in RENAMED) are read and named
+        // here, where every load passes.
+        self.ebpf.warn_deprecated();
+        Ok(())
+    }
+
+    fn check_files(&self) -> anyhow::Result<()> {
+        self.ship
+            .check_files()
+            .context("checking the files the ship section names")
     }
 }
 
 impl Config {
-    /// Reads a YAML configuration file; keys it does not know are an error.
-    ///
-    /// # Errors
-    ///
-    /// When the file cannot be read or is not a valid configuration.
-    pub fn load(path: &Path) -> anyhow::Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config file {}", path.display()))?;
-        let config: Config = serde_norway::from_str(&text)
-            .with_context(|| format!("parsing config file {}", path.display()))?;
-        crate::scrape::validate(&config.scrape_configs)
-            .with_context(|| format!("checking config file {}", path.display()))?;
-        crate::rules::compile(&config.metrics_export_rules)
-            .with_context(|| format!("checking config file {}", path.display()))?;
-        Ok(config)
-    }
-
-    /// The defaults, as YAML.
-    pub fn default_yaml() -> String {
-        serde_norway::to_string(&Config::default()).expect("the default config serializes")
-    }
-
     /// The `hostname` label: the configured one, else the kernel's.
     ///
     /// # Errors
@@ -105,15 +92,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_round_trip_through_yaml() {
-        let yaml = Config::default_yaml();
-        let parsed: Config = serde_norway::from_str(&yaml).unwrap();
+    fn check_config_refuses_missing_tls_files() {
+        let config: Config =
+            smolder_daemon::parse("ship:\n  ca: /nonexistent/ca.pem\n  token: t\n").unwrap();
+        let err = format!("{:#}", config.check_files().unwrap_err());
+        assert!(err.contains("/nonexistent/ca.pem"), "{err}");
+    }
+
+    #[test]
+    fn defaults_print_every_section_and_read_back() {
+        let yaml = smolder_daemon::default_yaml::<Config>();
+        assert!(yaml.contains("\nscrape-configs: []\n"), "{yaml}");
+        let parsed: Config = smolder_daemon::parse(&yaml).unwrap();
         assert_eq!(parsed, Config::default());
     }
 
     #[test]
-    fn unknown_keys_are_rejected() {
-        let err = serde_norway::from_str::<Config>("http:\n  listne: 1.2.3.4:5\n").unwrap_err();
-        assert!(err.to_string().contains("unknown field `listne`"), "{err}");
+    fn deprecated_ebpf_keys_are_still_read_and_named() {
+        let config: Config =
+            smolder_daemon::parse("ebpf:\n  counts-map-entries: 100\n  stack-map-entries: 200\n")
+                .unwrap();
+        assert_eq!(
+            config.ebpf.deprecated_keys(),
+            ["ebpf.counts-map-entries", "ebpf.stack-map-entries"]
+        );
+        assert!(Config::default().ebpf.deprecated_keys().is_empty());
+        let yaml = smolder_daemon::default_yaml::<Config>();
+        assert!(!yaml.contains("counts-map-entries") && yaml.contains("max-frames: 128"));
+    }
+
+    #[test]
+    fn renamed_keys_read_as_their_new_name() {
+        for renamed in Config::RENAMED {
+            let [section] = renamed.section else {
+                panic!("a top-level section")
+            };
+            let old: Config =
+                smolder_daemon::parse(&format!("{section}:\n  {}: 7\n", renamed.old)).unwrap();
+            let new: Config =
+                smolder_daemon::parse(&format!("{section}:\n  {}: 7\n", renamed.new)).unwrap();
+            assert_eq!(old, new, "{renamed:?}");
+            assert_ne!(new, Config::default(), "{renamed:?}");
+        }
     }
 }

@@ -272,7 +272,7 @@ fn apply_one(rule: &RelabelConfig, regex: &Regex, labels: &mut LabelSet) -> bool
                 captures.expand(&rule.target_label, &mut target);
                 let mut replaced = String::new();
                 captures.expand(&rule.replacement, &mut replaced);
-                if valid_label_name(&target) {
+                if smolder_common::prometheus::is_label_name(&target) {
                     if replaced.is_empty() {
                         labels.remove(&target);
                     } else {
@@ -293,7 +293,8 @@ fn apply_one(rule: &RelabelConfig, regex: &Regex, labels: &mut LabelSet) -> bool
                     let captures = regex.captures(name)?;
                     let mut target = String::new();
                     captures.expand(&rule.replacement, &mut target);
-                    valid_label_name(&target).then(|| (target, value.clone()))
+                    smolder_common::prometheus::is_label_name(&target)
+                        .then(|| (target, value.clone()))
                 })
                 .collect();
             labels.extend(mapped);
@@ -319,15 +320,6 @@ fn apply_one(rule: &RelabelConfig, regex: &Regex, labels: &mut LabelSet) -> bool
         }
         Action::HashMod => unreachable!("hashmod is rejected by Relabeler::new"),
     }
-}
-
-/// Prometheus' label name rule: `[a-zA-Z_][a-zA-Z0-9_]*`.
-fn valid_label_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Removes the labels relabelling may use but series must not carry: those starting with `__`.

@@ -25,6 +25,7 @@ use smolder_aggregator::app::{self, Running};
 use smolder_aggregator::config::Config;
 use smolder_common::pprof::{self, EncodeOptions};
 use smolder_common::{Corpus, CorpusConfig, Profile, ProfileMeta, Tree};
+use smolder_test_support::prometheus::Metrics;
 
 /// Distinct trees; windows cycle through them.
 const BODIES: usize = 48;
@@ -168,7 +169,7 @@ async fn run(windows: usize) {
     let quic_rate = nodes as f64 / seconds;
     println!(
         "QUIC drain, {} in flight: {count} batches ({sent} sent) in {seconds:.2} s = {:.2} M nodes/s, {:.2} M samples/s",
-        AgentConfig::default().ship.max_in_flight,
+        AgentConfig::default().ship.max_batches_in_flight,
         quic_rate / 1e6,
         samples as f64 / seconds / 1e6
     );
@@ -214,11 +215,11 @@ async fn start(mut config: Config, dir: &Path) -> Running {
     app::start(config, dir).await.expect("aggregator starts")
 }
 
-/// The first sample of metric `name` in Prometheus text.
+/// Metric `name` in Prometheus text; a missing one fails the bench.
 fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+    Metrics::parse(text)
+        .expect("Prometheus text")
+        .value(name, &[])
 }
 
 async fn ticks(http: &reqwest::Client, addr: SocketAddr, from: u64, until: u64) -> u64 {

@@ -10,11 +10,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use sd_notify::NotifyState;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::config::Config;
 use crate::http::{self, RequestMetrics};
@@ -32,19 +30,7 @@ use crate::{admin, ui};
 ///
 /// When the data directory cannot be opened or locked, or the listener cannot bind.
 pub fn run(config: Config, data_dir: &Path) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("smolder-aggregator")
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let server = start(config, data_dir).await?;
-        notify_ready();
-        shutdown_signal().await;
-        info!("shutting down");
-        notify_stopping();
-        server.stop().await
-    })
+    smolder_daemon::run("smolder-aggregator", None, start(config, data_dir))
 }
 
 /// A running aggregator.
@@ -74,6 +60,12 @@ impl Running {
     pub async fn stop(self) -> anyhow::Result<()> {
         let _ = self.stop.send(());
         self.task.await.context("the server task panicked")?
+    }
+}
+
+impl smolder_daemon::Daemon for Running {
+    async fn stop(self) -> anyhow::Result<()> {
+        Running::stop(self).await
     }
 }
 
@@ -121,11 +113,9 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     let quic_metrics = quic::QuicMetrics::new(registry);
     let requests = RequestMetrics::new(registry);
 
-    let listener = TcpListener::bind(config.http.listen)
-        .await
-        .with_context(|| format!("binding {}", config.http.listen))?;
-    let addr = listener.local_addr().context("reading the bound address")?;
-    info!(%addr, data_dir = %data_dir.display(), "listening");
+    let listener = config.http.bind().await?;
+    let addr = listener.addr();
+    info!(data_dir = %data_dir.display(), "serving");
 
     let quic = quic::start(
         Arc::clone(&ingester),
@@ -156,12 +146,11 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     );
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async {
+        let served = listener
+            .serve(router, async {
                 let _ = stopped.await;
             })
-            .await
-            .context("serving HTTP");
+            .await;
         quic.close().await;
         if let Some(remote_write) = remote_write {
             remote_write.abort();
@@ -175,47 +164,4 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         stop,
         task,
     })
-}
-
-/// Tells systemd (`Type=notify`) that the daemon is ready: its listeners are bound and its
-/// stages started. When the unit sets `WatchdogSec=`, pings the watchdog from a task on this
-/// runtime every half of `WATCHDOG_USEC`, so that a wedged runtime misses its pings and systemd
-/// restarts it. Without `NOTIFY_SOCKET` (not under systemd) it sends nothing.
-fn notify_ready() {
-    if let Err(err) = sd_notify::notify(&[NotifyState::Ready]) {
-        warn!(error = %err, "telling systemd the daemon is ready failed");
-    }
-    let Some(timeout) = sd_notify::watchdog_enabled() else {
-        return;
-    };
-    let period = timeout / 2;
-    info!(?period, "pinging the systemd watchdog");
-    tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(period);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            if let Err(err) = sd_notify::notify(&[NotifyState::Watchdog]) {
-                warn!(error = %err, "pinging the systemd watchdog failed");
-            }
-        }
-    });
-}
-
-/// Tells systemd the daemon is stopping (a no-op without `NOTIFY_SOCKET`).
-fn notify_stopping() {
-    if let Err(err) = sd_notify::notify(&[NotifyState::Stopping]) {
-        warn!(error = %err, "telling systemd the daemon is stopping failed");
-    }
-}
-
-/// Resolves on SIGTERM (systemd's stop) or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = interrupt => {}
-        _ = term.recv() => {}
-    }
 }

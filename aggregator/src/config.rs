@@ -5,10 +5,9 @@
 //! defaults as YAML, so the documentation cannot drift from the code.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use smolder_daemon::{DaemonConfig, RenamedKey};
 
 pub use crate::http::HttpConfig;
 pub use crate::ingest::IngestConfig;
@@ -37,25 +36,20 @@ pub struct Config {
     pub metrics_export_rules: BTreeMap<String, RuleSpec>,
 }
 
-impl Config {
-    /// Reads a YAML configuration file; keys it does not know are an error.
-    ///
-    /// # Errors
-    ///
-    /// When the file cannot be read or is not a valid configuration.
-    pub fn load(path: &Path) -> anyhow::Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config file {}", path.display()))?;
-        let config: Config = serde_norway::from_str(&text)
-            .with_context(|| format!("parsing config file {}", path.display()))?;
-        crate::rules::check_config(&config.metrics_export_rules, &config.rules)
-            .with_context(|| format!("checking config file {}", path.display()))?;
-        Ok(config)
+impl DaemonConfig for Config {
+    const RENAMED: &'static [RenamedKey] = &[RenamedKey {
+        section: &["ingest", "quic"],
+        old: "max-concurrent-streams",
+        new: "max-batches-in-flight",
+    }];
+
+    fn validate(&self) -> anyhow::Result<()> {
+        crate::rules::check_config(&self.metrics_export_rules, &self.rules)?;
+        Ok(())
     }
 
-    /// The defaults, as YAML.
-    pub fn default_yaml() -> String {
-        serde_norway::to_string(&Config::default()).expect("the default config serializes")
+    fn check_files(&self) -> anyhow::Result<()> {
+        self.ingest.quic.check_files()
     }
 }
 
@@ -64,15 +58,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_round_trip_through_yaml() {
-        let yaml = Config::default_yaml();
-        let parsed: Config = serde_norway::from_str(&yaml).unwrap();
-        assert_eq!(parsed, Config::default());
+    fn check_config_refuses_missing_tls_files_and_a_rule_given_twice() {
+        let config: Config = smolder_daemon::parse(
+            "ingest:\n  quic:\n    cert: /nonexistent/cert.pem\n    key: /nonexistent/key.pem\n",
+        )
+        .unwrap();
+        let err = format!("{:#}", config.check_files().unwrap_err());
+        assert!(err.contains("/nonexistent/cert.pem"), "{err}");
+        assert!(Config::default().check_files().is_ok());
+        let err = smolder_daemon::parse::<Config>(
+            "metrics-export-rules:\n  a_total:\n    expr: x.cpu\n  a_total:\n    expr: y.cpu\n",
+        )
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("duplicate entry with key \"a_total\""),
+            "{err:#}"
+        );
     }
 
     #[test]
-    fn unknown_keys_are_rejected() {
-        let err = serde_norway::from_str::<Config>("http:\n  listne: 1.2.3.4:5\n").unwrap_err();
-        assert!(err.to_string().contains("unknown field `listne`"), "{err}");
+    fn renamed_keys_read_as_their_new_name() {
+        for renamed in Config::RENAMED {
+            let yaml = |key: &str| {
+                let mut text = String::new();
+                for (depth, section) in renamed.section.iter().enumerate() {
+                    text.push_str(&format!("{:1$}{section}:\n", "", depth * 2));
+                }
+                text + &format!("{:1$}{key}: 7\n", "", renamed.section.len() * 2)
+            };
+            let old: Config = smolder_daemon::parse(&yaml(renamed.old)).unwrap();
+            let new: Config = smolder_daemon::parse(&yaml(renamed.new)).unwrap();
+            assert_eq!(old, new, "{renamed:?}");
+            assert_ne!(new, Config::default(), "{renamed:?}");
+        }
+    }
+
+    #[test]
+    fn defaults_read_back() {
+        let yaml = smolder_daemon::default_yaml::<Config>();
+        let parsed: Config = smolder_daemon::parse(&yaml).unwrap();
+        assert_eq!(parsed, Config::default());
     }
 }

@@ -6,7 +6,6 @@
 //! [`HttpConfig`] and `pyroscope_request_duration_seconds`; knows nothing of the stages, so
 //! that none of them depends on it (the one way a handler says no is `api_error`).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,26 +15,12 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus::{HistogramVec, Registry};
-use serde::{Deserialize, Serialize};
 
 use crate::api_error::ApiError;
 use crate::metrics::{Metrics, histogram_vec, latency_buckets};
 
-/// The HTTP listener.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
-pub struct HttpConfig {
-    /// Address and port for the API, the UI and `/metrics`. Default `0.0.0.0:4040`.
-    pub listen: SocketAddr,
-}
-
-impl Default for HttpConfig {
-    fn default() -> Self {
-        HttpConfig {
-            listen: SocketAddr::from(([0, 0, 0, 0], 4040)),
-        }
-    }
-}
+/// The HTTP listener of the API, the UI and `/metrics`, by default on `0.0.0.0:4040`.
+pub type HttpConfig = smolder_daemon::HttpConfig<false, 4040>;
 
 /// `pyroscope_request_duration_seconds{method,route,status_code,ws}`, labelled the way
 /// Pyroscope's dashboards expect.

@@ -1,82 +1,41 @@
 //! `smolder-aggregator`: the central daemon. Parses flags, loads the config and hands over to
-//! [`smolder_aggregator::app`].
+//! [`smolder_aggregator::app`]; the plumbing both daemons share is `smolder_daemon`'s.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::Parser;
 use smolder_aggregator::{app, config::Config};
 
 /// Smolder's aggregator: stores profiles, answers flame-graph queries, serves the UI.
 #[derive(Parser)]
 #[command(version, about)]
 struct Flags {
-    /// YAML configuration file; without one, the built-in defaults apply.
-    #[arg(long, short)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    daemon: smolder_daemon::Flags,
     /// Where profiles are stored; created if missing.
-    #[arg(long, default_value = "./data")]
+    #[arg(long, default_value = "./data", global = true)]
     data_dir: PathBuf,
-    /// Log filter, in `RUST_LOG` syntax.
-    #[arg(long, default_value = "info")]
-    log_level: String,
-    /// Log line format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
     #[command(subcommand)]
-    mode: Option<Mode>,
-}
-
-#[derive(Subcommand)]
-enum Mode {
-    /// Check the configuration file and exit.
-    CheckConfig,
-    /// Print the default configuration as YAML and exit.
-    PrintDefaultConfig,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
+    mode: Option<smolder_daemon::Mode>,
 }
 
 fn main() -> ExitCode {
-    let flags = Flags::parse();
-    init_logs(&flags.log_level, flags.log_format);
-    match run(flags) {
-        Ok(code) => code,
-        Err(err) => {
-            tracing::error!("{err:#}");
-            ExitCode::FAILURE
-        }
-    }
+    smolder_daemon::main(
+        |flags: &Flags| &flags.daemon,
+        |flags, config: Config| match flags.mode {
+            None => app::run(config, &flags.data_dir).map(|()| ExitCode::SUCCESS),
+            Some(mode) => mode.run(&config),
+        },
+    )
 }
 
-fn run(flags: Flags) -> anyhow::Result<ExitCode> {
-    let config = match &flags.config {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
-    };
-    match flags.mode {
-        None => app::run(config, &flags.data_dir).map(|()| ExitCode::SUCCESS),
-        Some(Mode::CheckConfig) => {
-            println!("configuration is valid");
-            Ok(ExitCode::SUCCESS)
-        }
-        Some(Mode::PrintDefaultConfig) => {
-            print!("{}", Config::default_yaml());
-            Ok(ExitCode::SUCCESS)
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
 
-fn init_logs(filter: &str, format: LogFormat) {
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Flags::command().debug_assert();
     }
 }

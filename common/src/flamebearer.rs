@@ -195,50 +195,6 @@ impl FlamebearerProfile {
     }
 }
 
-/// Why a flamebearer could not be read back into a tree.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum FlamebearerError {
-    /// A level's length is not a multiple of the bar width.
-    #[error("level {level} has {len} values, not a multiple of {width}")]
-    RaggedLevel {
-        /// The depth.
-        level: usize,
-        /// Its number of values.
-        len: usize,
-        /// The bar width of the format.
-        width: usize,
-    },
-    /// A bar names an index outside `names`.
-    #[error("bar {bar} of level {level} names index {index}, but there are {names} names")]
-    BadName {
-        /// The depth.
-        level: usize,
-        /// The bar's position in its level.
-        bar: usize,
-        /// The index it names.
-        index: u64,
-        /// How many names there are.
-        names: usize,
-    },
-    /// A bar lies outside every bar of the level above.
-    #[error("bar {bar} of level {level} at x={x} has no parent in the level above")]
-    Orphan {
-        /// The depth.
-        level: usize,
-        /// The bar's position in its level.
-        bar: usize,
-        /// Its decoded offset.
-        x: u64,
-    },
-    /// Offsets overflow when decoded.
-    #[error("offsets of level {level} overflow")]
-    Overflow {
-        /// The depth.
-        level: usize,
-    },
-}
-
 impl Flamebearer {
     /// Lays out `tree` truncated to `max_nodes` (0: no limit).
     pub fn from_tree(tree: &Tree, max_nodes: usize) -> Flamebearer {
@@ -325,71 +281,6 @@ impl Flamebearer {
         }
         let ticks = combined.left_total().saturating_add(combined.right_total());
         layout.finish(&[0, 3], ticks)
-    }
-
-    /// Reads a single-format flamebearer back into a tree (Pyroscope's `ProfileToTree`), for
-    /// flame graphs uploaded by users or exported by other tools.
-    ///
-    /// # Errors
-    ///
-    /// A [`FlamebearerError`] when the levels are not a well-formed single-format layout.
-    pub fn to_tree(&self) -> Result<Tree, FlamebearerError> {
-        let mut tree = Tree::new();
-        // Per level: each bar's decoded x and total, and the stack it ends.
-        let mut above: Vec<(u64, u64)> = Vec::new();
-        let mut stacks: Vec<Vec<crate::FrameId>> = Vec::new();
-        for (level, values) in self.levels.iter().enumerate() {
-            if values.len() % SINGLE_WIDTH != 0 {
-                return Err(FlamebearerError::RaggedLevel {
-                    level,
-                    len: values.len(),
-                    width: SINGLE_WIDTH,
-                });
-            }
-            let mut current = Vec::with_capacity(values.len() / SINGLE_WIDTH);
-            let mut current_stacks = Vec::with_capacity(values.len() / SINGLE_WIDTH);
-            let mut end = 0u64;
-            let mut parent = 0usize;
-            for (bar, chunk) in values.chunks_exact(SINGLE_WIDTH).enumerate() {
-                let [gap, total, self_value, index] = [chunk[0], chunk[1], chunk[2], chunk[3]];
-                let x = end
-                    .checked_add(gap)
-                    .ok_or(FlamebearerError::Overflow { level })?;
-                end = x
-                    .checked_add(total)
-                    .ok_or(FlamebearerError::Overflow { level })?;
-                let name = self
-                    .names
-                    .get(index as usize)
-                    .ok_or(FlamebearerError::BadName {
-                        level,
-                        bar,
-                        index,
-                        names: self.names.len(),
-                    })?;
-                if level == 0 {
-                    tree.insert(&[], self_value);
-                    current.push((x, total));
-                    current_stacks.push(Vec::new());
-                    continue;
-                }
-                // Bars are sorted by x, so the parent index only moves right.
-                while parent < above.len() && above[parent].0.saturating_add(above[parent].1) <= x {
-                    parent += 1;
-                }
-                if parent == above.len() || above[parent].0 > x {
-                    return Err(FlamebearerError::Orphan { level, bar, x });
-                }
-                let mut stack: Vec<crate::FrameId> = stacks[parent].clone();
-                stack.push(tree.intern(name));
-                tree.insert(&stack, self_value);
-                current.push((x, total));
-                current_stacks.push(stack);
-            }
-            above = current;
-            stacks = current_stacks;
-        }
-        Ok(tree)
     }
 }
 
@@ -549,39 +440,5 @@ mod tests {
             json,
             r#"{"version":1,"flamebearer":{"names":["total","a"],"levels":[[0,1,0,0],[0,1,1,1]],"numTicks":1,"maxSelf":1},"metadata":{"format":"single","spyName":"gospy","sampleRate":100,"units":"samples","name":"app.cpu"},"timeline":null,"groups":{},"heatmap":null}"#
         );
-    }
-
-    #[test]
-    fn to_tree_reverses_from_tree() {
-        let t = tree(&[
-            ("foo;bar", 2),
-            ("foo;baz", 3),
-            ("foo", 1),
-            ("qux", 4),
-            ("qux;x;y", 7),
-        ]);
-        assert_eq!(Flamebearer::from_tree(&t, 0).to_tree().unwrap(), t);
-    }
-
-    #[test]
-    fn to_tree_rejects_malformed_levels() {
-        let mut fb = Flamebearer::from_tree(&tree(&[("a;b", 1)]), 0);
-        fb.levels[1].push(0);
-        assert!(matches!(
-            fb.to_tree(),
-            Err(FlamebearerError::RaggedLevel { level: 1, .. })
-        ));
-        let mut fb = Flamebearer::from_tree(&tree(&[("a;b", 1)]), 0);
-        fb.levels[2][3] = 99;
-        assert!(matches!(
-            fb.to_tree(),
-            Err(FlamebearerError::BadName { index: 99, .. })
-        ));
-        let mut fb = Flamebearer::from_tree(&tree(&[("a;b", 1)]), 0);
-        fb.levels[2][0] = 5;
-        assert!(matches!(
-            fb.to_tree(),
-            Err(FlamebearerError::Orphan { level: 2, .. })
-        ));
     }
 }

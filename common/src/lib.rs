@@ -33,9 +33,23 @@
 //!   `metrics-export-rules` (selector, node regex or function, `group_by`) evaluates each
 //!   [`Profile`] into counter increments, which [`Counters`](rules::Counters) add up and write
 //!   out in Prometheus' text format.
+//! - [`prometheus`]: Prometheus' naming rules for metric and label names, which rules,
+//!   relabelling and remote write check against.
 //! - [`wire`]: the agent → aggregator protocol: framed, lz4-compressed protobuf messages
 //!   (hello, batch, ack, reject) with a protocol version, size caps checked before anything is
 //!   allocated, and the conversion between a window's profiles and a batch.
+//! - [`profile_type`]: Pyroscope's profile type ids (`process_cpu:cpu:nanoseconds:cpu:nanoseconds`)
+//!   and the series suffixes they stand for, one table for every source; CPU sample counts
+//!   become nanoseconds by [`ValueScale`].
+//! - [`span`]: span profiles: a [`SpanTrees`] beside a profile's tree keeps the samples of each
+//!   traced span, by [`SpanId`], without making span ids series labels.
+//! - [`otlp`]: OTLP profiles (`profiles/v1development`, opentelemetry-proto v1.10): export
+//!   requests read from untrusted protobuf or JSON with sizes capped before decoding and every
+//!   field checked against the schema, then converted into profiles and span trees.
+//! - [`querier`]: the query API Grafana speaks, Pyroscope's Connect `querier.v1` (with
+//!   `types.v1` and `settings.v1`): its messages in binary protobuf and JSON, and the flame
+//!   graph, diff and tree forms of its answers.
+//! - [`protojson`]: the proto3 JSON mapping as serde helpers, for the messages above.
 //! - [`corpus`]: a seeded synthetic profile generator for tests and benchmarks: unique stacks
 //!   that share prefixes like real call trees, drawn Zipf-distributed by rank.
 //!
@@ -47,11 +61,17 @@ pub mod corpus;
 pub mod flamebearer;
 pub mod folded;
 pub mod jfr;
+pub mod otlp;
 pub mod pprof;
 pub mod profile;
+pub mod profile_type;
+pub mod prometheus;
+pub mod protojson;
+pub mod querier;
 pub mod rules;
 pub mod selector;
 pub mod series;
+pub mod span;
 pub mod timestamp;
 pub mod tree;
 pub mod wire;
@@ -63,7 +83,9 @@ pub use folded::{
 };
 pub use pprof::{PprofError, ProfileSeries, SampleTypes};
 pub use profile::{Aggregation, Profile, ProfileMeta};
+pub use profile_type::{ProfileTypeId, ValueScale};
 pub use selector::{MatchOp, Matcher, Selector, SelectorError};
 pub use series::{Labels, Series, SeriesError};
+pub use span::{SpanId, SpanTrees};
 pub use timestamp::TimeError;
 pub use tree::{CombinedTree, DecodeError, FrameId, Frames, NodeId, Tree};

@@ -141,24 +141,42 @@ pub enum SeriesError {
     ReservedLabelName,
 }
 
-/// Whether `c` may appear in an app name.
-pub(crate) fn is_app_char(c: char) -> bool {
+/// Whether `c` may appear in an app name: `[A-Za-z0-9_.-]`. The one definition of the rule;
+/// every stage that checks or builds an app name uses it.
+pub fn is_app_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
 }
 
-/// Whether `c` may appear in a label name.
-pub(crate) fn is_label_char(c: char) -> bool {
+/// Whether `c` may appear in a label name: `[A-Za-z0-9_.]`.
+pub fn is_label_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '.')
 }
 
 /// Whether `name` is a valid app name.
-pub(crate) fn is_app_name(name: &str) -> bool {
+pub fn is_app_name(name: &str) -> bool {
     !name.is_empty() && name.chars().all(is_app_char)
 }
 
 /// Whether `name` is a valid label name (`__name__` included).
-pub(crate) fn is_label_name(name: &str) -> bool {
+pub fn is_label_name(name: &str) -> bool {
     !name.is_empty() && name.chars().all(is_label_char)
+}
+
+/// `name` with every character outside the app-name set replaced by `_`, for names taken from
+/// elsewhere (an executable, an SDK's service name) that must not lose their profile over a
+/// `/`. An empty name stays empty.
+pub fn sanitize_app_name(name: &str) -> String {
+    name.chars()
+        .map(|c| if is_app_char(c) { c } else { '_' })
+        .collect()
+}
+
+/// `name` with every character outside the label-name set replaced by `_`, for label names
+/// taken from elsewhere (pprof labels such as `http-route`), as Pyroscope sanitizes them.
+pub fn sanitize_label_name(name: &str) -> String {
+    name.chars()
+        .map(|c| if is_label_char(c) { c } else { '_' })
+        .collect()
 }
 
 /// A sorted set of label names and values. Names are unique and valid; values are never empty.

@@ -1,7 +1,7 @@
 //! The on-disk cache format: one file per executable identity, so that a restarted agent loads
 //! tables instead of rebuilding them.
 //!
-//! Input: an [`UnwindTable`] to [`encode`] or [`write`], bytes or a directory to [`decode`] or
+//! Input: an [`UnwindTable`] to [`encode`] or [`write()`], bytes or a directory to [`decode`] or
 //! [`read`] from. Output: the file bytes, or the table again. Owns the files `<id>.v1` in the
 //! directory it is given. Reading never panics and never trusts a size before checking it
 //! against [`Limits`] and the file's length; the checksum and the table's own validation reject

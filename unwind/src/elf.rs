@@ -90,6 +90,72 @@ impl CfiKind {
     }
 }
 
+/// One `PT_LOAD` segment: where its bytes are in the file and in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadSegment {
+    /// `p_offset`.
+    pub offset: u64,
+    /// `p_vaddr`.
+    pub vaddr: u64,
+    /// `p_filesz`.
+    pub file_size: u64,
+}
+
+/// The loadable segments of an ELF file, which turn a mapping into a load bias.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// The `PT_LOAD` segments, in file order.
+    pub segments: Vec<LoadSegment>,
+}
+
+impl Layout {
+    /// The load bias of a mapping that starts at `start` with file offset `offset`; see
+    /// [`Elf::bias`].
+    ///
+    /// The mapping belongs to the segment that starts in its first page: the kernel maps each
+    /// segment from the page holding its first byte. Linkers that do not pad segments to pages
+    /// (lld, `-z noseparate-code`) put the end of one segment and the start of the next in one
+    /// page, and the two can have different address deltas, so containment alone is ambiguous;
+    /// it decides only for a mapping that starts inside a segment (one split by `mprotect`),
+    /// where the latest segment starting at or before the offset is the one.
+    pub fn bias(&self, start: u64, offset: u64) -> Option<u64> {
+        // A mapping starts page-aligned, at or before the segment's first byte.
+        const PAGE: u64 = 4096;
+        let contains = |segment: &&LoadSegment| {
+            segment
+                .offset
+                .checked_add(segment.file_size)
+                .is_some_and(|end| offset >= segment.offset & !(PAGE - 1) && offset < end)
+        };
+        let segment = self
+            .segments
+            .iter()
+            .filter(contains)
+            .find(|segment| segment.offset & !(PAGE - 1) == offset)
+            .or_else(|| {
+                self.segments
+                    .iter()
+                    .filter(contains)
+                    .filter(|segment| segment.offset & !(PAGE - 1) <= offset)
+                    .max_by_key(|segment| segment.offset)
+            })?;
+        Some(
+            start
+                .wrapping_sub(offset)
+                .wrapping_sub(segment.vaddr.wrapping_sub(segment.offset)),
+        )
+    }
+
+    /// The virtual address of a file offset, through the loadable segment holding it.
+    pub fn virtual_address(&self, offset: u64) -> Option<u64> {
+        self.segments.iter().find_map(|segment| {
+            let end = segment.offset.checked_add(segment.file_size)?;
+            (offset >= segment.offset && offset < end)
+                .then(|| offset - segment.offset + segment.vaddr)
+        })
+    }
+}
+
 /// Call-frame information found in a file: the section bytes and the virtual address they
 /// would be loaded at (pc-relative pointers in `.eh_frame` are relative to it).
 pub(crate) struct Cfi<'data> {
@@ -162,6 +228,14 @@ impl<'data> Elf<'data> {
             .map(|sym| (sym.address(), sym.size()))
     }
 
+    /// Whether the file has a symbol table (`.symtab`) with function symbols: unstripped, or a
+    /// separate debug file. A stripped file has at most `.dynsym`, its exported functions.
+    pub fn has_symbol_table(&self) -> bool {
+        self.file
+            .symbols()
+            .any(|sym| sym.kind() == object::SymbolKind::Text && sym.address() != 0)
+    }
+
     /// The `[start, end)` virtual addresses of the `.text` section.
     pub fn text(&self) -> Option<(u64, u64)> {
         let text = self.file.section_by_name(".text")?;
@@ -173,22 +247,24 @@ impl<'data> Elf<'data> {
     /// get the ELF virtual address the table uses. `None` when no loadable segment holds
     /// `offset`.
     pub fn bias(&self, start: u64, offset: u64) -> Option<u64> {
+        self.layout().bias(start, offset)
+    }
+
+    /// The file's loadable segments: what [`Elf::bias`] needs, kept without the file.
+    pub fn layout(&self) -> Layout {
         let endian = self.file.endian();
-        self.file.elf_program_headers().iter().find_map(|ph| {
-            if ph.p_type(endian) != elf::PT_LOAD {
-                return None;
-            }
-            let (p_offset, p_vaddr, p_filesz) =
-                (ph.p_offset(endian), ph.p_vaddr(endian), ph.p_filesz(endian));
-            // A mapping starts page-aligned, at or before the segment's first byte.
-            let page = 4096;
-            let seg_start = p_offset & !(page - 1);
-            (offset >= seg_start && offset < p_offset.checked_add(p_filesz)?).then(|| {
-                start
-                    .wrapping_sub(offset)
-                    .wrapping_sub(p_vaddr.wrapping_sub(p_offset))
+        let segments = self
+            .file
+            .elf_program_headers()
+            .iter()
+            .filter(|ph| ph.p_type(endian) == elf::PT_LOAD)
+            .map(|ph| LoadSegment {
+                offset: ph.p_offset(endian),
+                vaddr: ph.p_vaddr(endian),
+                file_size: ph.p_filesz(endian),
             })
-        })
+            .collect();
+        Layout { segments }
     }
 
     fn section_data(&self, name: &str) -> Option<(u64, &'data [u8])> {

@@ -44,7 +44,7 @@ mod rule;
 mod table;
 
 pub use build::build;
-pub use elf::{CfiKind, Elf, ExeId, MAX_BUILD_ID};
+pub use elf::{CfiKind, Elf, ExeId, Layout, LoadSegment, MAX_BUILD_ID};
 pub use error::UnwindError;
 pub use rule::{
     CFA_DEREF_RSP, CFA_END, CFA_NO_FDE, CFA_PLT1, CFA_PLT2, CFA_RBP, CFA_RSP, CFA_RSP_X8,

@@ -1,7 +1,7 @@
 //! The BPF unwinder on this kernel (as root): the object passes the verifier; at a uprobe on
 //! `burn` the walk gives exactly the victim's call path, leaf at the probed instruction;
 //! cpu-clock samples of the same program reach `_start` or `clone3`, also from inside system
-//! calls and PLT stubs; a uprobe in a signal handler sees through the signal frame; stacks
+//! calls (with their kernel stacks) and PLT stubs; a uprobe in a signal handler sees through the signal frame; stacks
 //! deeper than the limit come back truncated with the limit's frames.
 
 use std::num::NonZeroU32;
@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::uprobe::UProbeScope;
-use aya::programs::{PerfEvent, UProbe};
+use aya::programs::{PerfEvent, RawTracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
 use object::{Object as _, ObjectSymbol as _};
 use regex::Regex;
-use smolder_agent_ebpf::unwind::{
-    DEFAULT_FRAMES, GLOBAL_SELF_TGID, OBJECT, PROGRAM_CPU, PROGRAM_UPROBE, SampleHeader,
-    SampleKind, Status,
+use smolder_agent_ebpf::unwind::{DEFAULT_FRAMES, SampleHeader, SampleKind, Status};
+use smolder_agent_ebpf::{
+    GLOBAL_SELF_TGID, OBJECT, PROGRAM_CPU, PROGRAM_EXEC, PROGRAM_EXIT, PROGRAM_UPROBE,
 };
 
 use crate::util::{Process, Victim, read_samples};
@@ -63,6 +63,12 @@ fn unwinder_object_passes_the_verifier() {
         .try_into()
         .unwrap();
     uprobe.load().expect("the verifier accepts on_uprobe");
+    for name in [PROGRAM_EXEC, PROGRAM_EXIT] {
+        let program: &mut RawTracePoint = ebpf.program_mut(name).unwrap().try_into().unwrap();
+        program
+            .load()
+            .expect("the verifier accepts the process-event programs");
+    }
 }
 
 #[test]
@@ -175,10 +181,7 @@ fn cpu_samples_in_system_calls_and_plt_stubs_reach_the_root() {
     // user registers are those saved at the system call.
     let tail = r"( recurse){1,6}( sort_it( libc)*( cmp( burn)?)?| syscalls( libc)?| syscalls \?)?$";
     assert_whole(&process, &samples, tail);
-    let in_kernel = samples
-        .iter()
-        .filter(|(h, _)| h.kernel_stack_id >= 0)
-        .count();
+    let in_kernel = samples.iter().filter(|(h, _)| h.kernel_len > 0).count();
     assert!(
         in_kernel * 10 >= samples.len(),
         "{in_kernel} of {} samples in the kernel",

@@ -244,9 +244,9 @@ pub(crate) fn read_samples(
     let deadline = Instant::now() + timeout;
     while out.len() < want && Instant::now() < deadline {
         while let Some(item) = ring.next() {
-            let (header, frames) = parse_sample(&item).expect("a whole sample");
-            if header.tgid == tgid && out.len() < want {
-                out.push((header, frames));
+            let sample = parse_sample(&item).expect("a whole sample");
+            if sample.header.tgid == tgid && out.len() < want {
+                out.push((sample.header, sample.user().collect()));
             }
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -5,7 +5,8 @@
  *
  * Modes: "plain"; "syscalls" (the loop also makes system calls through the PLT, so that
  * cpu-clock samples land in the kernel and in PLT stubs); "signal" (a SIGALRM handler, every
- * millisecond, calls handler_work(), where a uprobe sees the stack through the signal frame).
+ * millisecond, calls handler_work() on the main thread, where a uprobe sees the stack through the
+ * signal frame).
  *
  * Usage: victim DEPTH [MODE]
  */
@@ -99,14 +100,21 @@ int main(int argc, char **argv)
 	depth = atoi(argv[1]);
 	const char *mode = argc == 3 ? argv[2] : "plain";
 	syscalls_too = strcmp(mode, "syscalls") == 0;
+	/* The thread starts with SIGALRM blocked (it inherits the mask), so that the signal test's
+	 * handler always interrupts the main thread's loop, never a thread still starting. */
+	sigset_t alarm;
+	sigemptyset(&alarm);
+	sigaddset(&alarm, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &alarm, NULL);
+	pthread_t thread;
+	pthread_create(&thread, NULL, worker, NULL);
+	pthread_sigmask(SIG_UNBLOCK, &alarm, NULL);
 	if (strcmp(mode, "signal") == 0) {
 		struct sigaction sa = { .sa_handler = on_alarm, .sa_flags = SA_RESTART };
 		sigaction(SIGALRM, &sa, NULL);
 		struct itimerval timer = { .it_interval = { 0, 1000 }, .it_value = { 0, 1000 } };
 		setitimer(ITIMER_REAL, &timer, NULL);
 	}
-	pthread_t thread;
-	pthread_create(&thread, NULL, worker, NULL);
 	sink = recurse(depth);
 	return 0;
 }

@@ -1,23 +1,31 @@
-//! Loads the embedded sampler, attaches it to every online CPU and to the process-lifecycle
-//! tracepoints, and says which capability is missing when the kernel refuses.
+//! Loads the embedded BPF object, attaches it to every online CPU and to the process-lifecycle
+//! tracepoints, and says what is missing when the kernel refuses: a capability, or a kernel
+//! feature (the feature probes report what they checked).
 //!
 //! The agent needs `CAP_BPF` and `CAP_PERFMON` (or `CAP_SYS_ADMIN`) to load and attach, and
 //! `CAP_SYS_PTRACE`, `CAP_DAC_READ_SEARCH` and `CAP_SYSLOG` to read other processes' memory maps,
-//! binaries and the kernel's symbol addresses. Nothing else: kernels since 5.11 charge BPF maps to
-//! the memory cgroup, so `RLIMIT_MEMLOCK` is not raised.
+//! binaries and the kernel's symbol addresses. `CAP_CHECKPOINT_RESTORE` (or `CAP_SYS_ADMIN`)
+//! lets it open binaries through `/proc/PID/map_files`, the only way to a binary deleted or
+//! replaced since its process started (after a package upgrade); without it such binaries get
+//! no unwind table and their frames show as `module+0xoffset`. Nothing else: kernels since 5.11
+//! charge BPF maps to the memory cgroup, so `RLIMIT_MEMLOCK` is not raised.
 //!
-//! What loading yields, [`Sampler`], holds the object and one field per kernel object; the map
-//! readers beside this file (`counts.rs`, `events.rs`, `errors.rs`) and `python/maps.rs` (the
-//! Python walk's maps) read them.
+//! What loading yields, [`Sampler`], holds the object and one field per kernel object the
+//! source reads; the readers beside this file (`samples.rs`, `events.rs`, `counters.rs`) and
+//! `python/maps.rs` (the CPython processes the kernel walks) read them. The unwinder's tables and mappings maps are handed to [`super::unwind`] whole
+//! ([`Sampler::take_unwind_maps`]).
 
 use std::io;
 
-use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap};
+use aya::maps::lpm_trie::LpmTrie;
+use aya::maps::{Array, HashMap, HashOfMaps, MapData, MapType, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
-use aya::programs::{PerfEvent, ProgramError, RawTracePoint};
+use aya::programs::{PerfEvent, Program, ProgramError, ProgramType, RawTracePoint};
+use aya::sys::{BpfHelper, is_helper_supported, is_map_supported};
 use aya::{Ebpf, EbpfLoader};
-use smolder_agent_ebpf::{self as kernel, SampleKey};
-use tracing::{info, warn};
+use smolder_agent_ebpf::unwind::{self as contract, Mapping, MappingKey};
+use smolder_agent_ebpf::{self as kernel};
+use tracing::{debug, info, warn};
 
 use super::EbpfConfig;
 use super::python::PythonMaps;
@@ -33,6 +41,12 @@ pub enum EbpfError {
         missing: Vec<&'static str>,
         /// What aya reported.
         source: Box<aya::EbpfError>,
+    },
+    /// The kernel lacks what the sampler needs (the probes say which, and since which Linux).
+    #[error("the kernel lacks what the eBPF sampler needs: {}", missing.join(", "))]
+    Feature {
+        /// The missing features, each with the Linux version that brought it.
+        missing: Vec<&'static str>,
     },
     /// A program is missing from the object or could not be loaded or attached.
     #[error("eBPF program {program}: {action} failed{}", missing_hint(missing))]
@@ -67,6 +81,14 @@ pub enum EbpfError {
     /// `ebpf.frequency` is zero.
     #[error("ebpf.frequency must be at least 1 Hz")]
     Frequency,
+    /// `ebpf.max-frames` is zero or above what a sample holds.
+    #[error("ebpf.max-frames is {value}; it must be between 1 and {max}")]
+    MaxFrames {
+        /// The configured value.
+        value: u32,
+        /// The largest a sample holds.
+        max: usize,
+    },
 }
 
 fn missing_hint(missing: &[&'static str]) -> String {
@@ -80,28 +102,30 @@ fn missing_hint(missing: &[&'static str]) -> String {
     }
 }
 
-/// The loaded and attached sampler and its maps: one field per kernel object, read by the map
-/// reader of the same name (`counts.rs`, `events.rs`, `errors.rs`).
+/// The loaded and attached sampler: one field per kernel object the source reads, by the
+/// reader of the same name (`samples.rs`, `events.rs`, `counters.rs`).
 pub struct Sampler {
     /// Owns the programs; their perf events and links live as long as it does.
-    _ebpf: Ebpf,
-    /// `buffer`: which of the two buffers the program writes to.
-    pub(super) buffer: Array<MapData, u32>,
-    /// `counts_0`, `counts_1`.
-    pub(super) counts: [HashMap<MapData, SampleKey, u64>; 2],
-    /// `stacks_0`, `stacks_1`.
-    pub(super) stacks: [StackTraceMap<MapData>; 2],
+    ebpf: Ebpf,
+    /// `unwind_samples`: the unwound samples.
+    pub(super) samples: RingBuf<MapData>,
     /// `events`: the process-event ring buffer.
     pub(super) events: RingBuf<MapData>,
-    /// `errors`: the per-CPU error counters.
-    pub(super) errors: PerCpuArray<MapData, u64>,
-    /// The buffer the program writes to now.
-    pub(super) active: u32,
-    /// Error counters as last read, to report increments.
-    pub(super) errors_seen: [u64; kernel::ErrorIndex::ALL.len()],
-    /// `python_procs`, `python_stacks_N`, `python_events`.
+    /// `unwind_counters`: the per-CPU counters of lost samples and events.
+    pub(super) counters: PerCpuArray<MapData, u64>,
+    /// Counters as last read, to report increments.
+    pub(super) counters_seen: [u64; contract::Counter::ALL.len()],
+    /// `python_procs`: the CPython processes the kernel walks.
     pub(super) python: PythonMaps,
     cpus: usize,
+}
+
+/// The unwinder's maps, which the table lifecycle ([`super::unwind`]) fills.
+pub struct UnwindMaps {
+    /// `unwind_tables`: executable id → that executable's table.
+    pub tables: HashOfMaps<MapData, u64, Array<MapData, u64>>,
+    /// `unwind_mappings`: (process, address) → the executable mapped there.
+    pub mappings: LpmTrie<MapData, MappingKey, Mapping>,
 }
 
 impl Sampler {
@@ -109,52 +133,93 @@ impl Sampler {
     pub fn cpus(&self) -> usize {
         self.cpus
     }
+
+    /// A program of the loaded object by its C name, to attach it elsewhere: the uprobe point
+    /// check of the tests ([`kernel::PROGRAM_UPROBE`]) is not attached by the agent itself.
+    pub fn program_mut(&mut self, name: &str) -> Option<&mut Program> {
+        self.ebpf.program_mut(name)
+    }
+
+    /// Takes the maps the table lifecycle fills, once.
+    ///
+    /// # Errors
+    ///
+    /// [`EbpfError::Map`] when they were taken already or cannot be opened.
+    pub fn take_unwind_maps(&mut self) -> Result<UnwindMaps, EbpfError> {
+        Ok(UnwindMaps {
+            tables: typed(
+                contract::MAP_TABLES,
+                HashOfMaps::try_from(take_map(&mut self.ebpf, contract::MAP_TABLES)?),
+            )?,
+            mappings: typed(
+                contract::MAP_MAPPINGS,
+                LpmTrie::try_from(take_map(&mut self.ebpf, contract::MAP_MAPPINGS)?),
+            )?,
+        })
+    }
 }
 
 /// The file [`aya::util::online_cpus`] reads.
 const ONLINE_CPUS: &str = "/sys/devices/system/cpu/online";
 
+/// What a capability is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// Loading and attaching: without it nothing works.
+    Loading,
+    /// Reading other processes' maps and binaries, and kernel symbols.
+    Reading,
+    /// Opening binaries through `/proc/PID/map_files`.
+    MapFiles,
+}
+
 /// A Linux capability the agent uses, with its bit in `CapEff` and what it is for.
 struct Capability {
     name: &'static str,
     bit: u32,
-    /// Capabilities that grant the same (`CAP_SYS_ADMIN` predates `CAP_BPF` and `CAP_PERFMON`).
+    /// A capability that grants the same (`CAP_SYS_ADMIN` predates the narrower ones).
     or: Option<u32>,
-    for_loading: bool,
+    purpose: Purpose,
 }
 
 const CAP_SYS_ADMIN: u32 = 21;
 
-const CAPABILITIES: [Capability; 5] = [
+const CAPABILITIES: [Capability; 6] = [
     Capability {
         name: "CAP_BPF",
         bit: 39,
         or: Some(CAP_SYS_ADMIN),
-        for_loading: true,
+        purpose: Purpose::Loading,
     },
     Capability {
         name: "CAP_PERFMON",
         bit: 38,
         or: Some(CAP_SYS_ADMIN),
-        for_loading: true,
+        purpose: Purpose::Loading,
     },
     Capability {
         name: "CAP_SYS_PTRACE",
         bit: 19,
         or: None,
-        for_loading: false,
+        purpose: Purpose::Reading,
     },
     Capability {
         name: "CAP_DAC_READ_SEARCH",
         bit: 2,
         or: None,
-        for_loading: false,
+        purpose: Purpose::Reading,
     },
     Capability {
         name: "CAP_SYSLOG",
         bit: 34,
         or: None,
-        for_loading: false,
+        purpose: Purpose::Reading,
+    },
+    Capability {
+        name: "CAP_CHECKPOINT_RESTORE",
+        bit: 40,
+        or: Some(CAP_SYS_ADMIN),
+        purpose: Purpose::MapFiles,
     },
 ];
 
@@ -168,19 +233,96 @@ fn effective_capabilities() -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-/// The capabilities among those the agent uses that this process lacks; `loading` selects the
-/// ones loading and attaching need, else the ones reading other processes needs.
-fn missing_capabilities(loading: bool) -> Vec<&'static str> {
+/// The capabilities among those the agent uses for `purpose` that this process lacks.
+fn missing_capabilities(purpose: Purpose) -> Vec<&'static str> {
     let Some(effective) = effective_capabilities() else {
         return Vec::new();
     };
     let has = |bit: u32| effective & (1u64 << bit) != 0;
     CAPABILITIES
         .iter()
-        .filter(|cap| cap.for_loading == loading)
+        .filter(|cap| cap.purpose == purpose)
         .filter(|cap| !has(cap.bit) && !cap.or.is_some_and(has))
         .map(|cap| cap.name)
         .collect()
+}
+
+/// One kernel feature the sampler needs, and how it is probed.
+struct Feature {
+    /// What it is, with the Linux version that brought it.
+    name: &'static str,
+    probe: Probe,
+}
+
+enum Probe {
+    Map(MapType),
+    /// A helper called from a perf_event program.
+    Helper(BpfHelper),
+}
+
+const FEATURES: [Feature; 8] = [
+    Feature {
+        name: "ring buffer maps (Linux 5.8)",
+        probe: Probe::Map(MapType::RingBuf),
+    },
+    Feature {
+        name: "hash-of-maps (Linux 4.12)",
+        probe: Probe::Map(MapType::HashOfMaps),
+    },
+    Feature {
+        name: "LPM trie maps (Linux 4.11)",
+        probe: Probe::Map(MapType::LpmTrie),
+    },
+    Feature {
+        name: "the bpf_loop helper (Linux 5.17)",
+        probe: Probe::Helper(BpfHelper::BPF_FUNC_loop),
+    },
+    Feature {
+        name: "the bpf_get_stack helper (Linux 4.18)",
+        probe: Probe::Helper(BpfHelper::BPF_FUNC_get_stack),
+    },
+    Feature {
+        name: "the bpf_task_pt_regs helper (Linux 5.15)",
+        probe: Probe::Helper(BpfHelper::BPF_FUNC_task_pt_regs),
+    },
+    Feature {
+        name: "the bpf_get_current_task_btf helper (Linux 5.11)",
+        probe: Probe::Helper(BpfHelper::BPF_FUNC_get_current_task_btf),
+    },
+    Feature {
+        name: "the bpf_ringbuf_output helper (Linux 5.8)",
+        probe: Probe::Helper(BpfHelper::BPF_FUNC_ringbuf_output),
+    },
+];
+
+/// Probes every feature the sampler needs and logs what it checked. Returns the missing ones;
+/// a probe that cannot run (no `CAP_BPF`) counts as present, so that loading itself reports the
+/// capability instead.
+fn probe_features() -> Vec<&'static str> {
+    let mut missing = Vec::new();
+    for feature in &FEATURES {
+        let (checked, result) = match &feature.probe {
+            Probe::Map(map_type) => (
+                "creating a map of that type",
+                is_map_supported(*map_type).map_err(|err| err.to_string()),
+            ),
+            Probe::Helper(helper) => (
+                "loading a perf_event program that calls it",
+                is_helper_supported(ProgramType::PerfEvent, *helper).map_err(|err| err.to_string()),
+            ),
+        };
+        match result {
+            Ok(true) => debug!(feature = feature.name, checked, "kernel feature present"),
+            Ok(false) => {
+                warn!(feature = feature.name, checked, "kernel feature missing");
+                missing.push(feature.name);
+            }
+            Err(error) => {
+                debug!(feature = feature.name, checked, %error, "kernel feature probe failed")
+            }
+        }
+    }
+    missing
 }
 
 fn program_error(program: &'static str, action: String, source: ProgramError) -> EbpfError {
@@ -195,7 +337,7 @@ fn program_error(program: &'static str, action: String, source: ProgramError) ->
         program,
         action,
         missing: if denied {
-            missing_capabilities(true)
+            missing_capabilities(Purpose::Loading)
         } else {
             Vec::new()
         },
@@ -235,36 +377,43 @@ impl Sampler {
     /// # Errors
     ///
     /// [`EbpfError::Load`] or [`EbpfError::Program`] naming the missing capabilities when the
-    /// kernel refuses, [`EbpfError::Map`] when the object lacks a map, [`EbpfError::OnlineCpus`]
-    /// when the CPU list cannot be read, [`EbpfError::Frequency`] for a zero frequency.
+    /// kernel refuses, [`EbpfError::Feature`] when it lacks a feature, [`EbpfError::Map`] when
+    /// the object lacks a map, [`EbpfError::OnlineCpus`] when the CPU list cannot be read,
+    /// [`EbpfError::Frequency`] and [`EbpfError::MaxFrames`] for settings out of range.
     pub fn load(config: &EbpfConfig, self_pid: u32) -> Result<Sampler, EbpfError> {
         if config.frequency == 0 {
             return Err(EbpfError::Frequency);
         }
-        let unreadable = missing_capabilities(false);
+        if config.max_frames == 0 || config.max_frames as usize > contract::MAX_FRAMES {
+            return Err(EbpfError::MaxFrames {
+                value: config.max_frames,
+                max: contract::MAX_FRAMES,
+            });
+        }
+        let unreadable = missing_capabilities(Purpose::Reading);
         if !unreadable.is_empty() {
             warn!(
                 missing = %unreadable.join(", "),
-                "without these capabilities other processes' binaries or kernel symbols cannot be read; their frames show as module+offset or [unknown]"
+                "without these capabilities other processes' binaries or kernel symbols cannot be read; their stacks are walked with frame pointers and their frames show as module+offset or [unknown]"
             );
+        }
+        let no_map_files = missing_capabilities(Purpose::MapFiles);
+        if !no_map_files.is_empty() {
+            info!(
+                missing = %no_map_files.join(", "),
+                "binaries are opened through /proc/PID/root: those deleted or replaced since their process started (by a package upgrade) get no unwind table and no names"
+            );
+        }
+        let missing = probe_features();
+        if !missing.is_empty() {
+            return Err(EbpfError::Feature { missing });
         }
         let mut ebpf = EbpfLoader::new()
             .override_global(kernel::GLOBAL_SELF_TGID, &self_pid, true)
-            .map_max_entries(kernel::MAP_COUNTS[0], config.counts_map_entries)
-            .map_max_entries(kernel::MAP_COUNTS[1], config.counts_map_entries)
-            .map_max_entries(kernel::MAP_STACKS[0], config.stack_map_entries)
-            .map_max_entries(kernel::MAP_STACKS[1], config.stack_map_entries)
-            .map_max_entries(
-                kernel::MAP_PYTHON_STACKS[0],
-                config.python.stack_map_entries,
-            )
-            .map_max_entries(
-                kernel::MAP_PYTHON_STACKS[1],
-                config.python.stack_map_entries,
-            )
+            .override_global(contract::GLOBAL_MAX_FRAMES, &config.max_frames, true)
             .load(kernel::OBJECT)
             .map_err(|source| EbpfError::Load {
-                missing: missing_capabilities(true),
+                missing: missing_capabilities(Purpose::Loading),
                 source: Box::new(source),
             })?;
 
@@ -272,29 +421,27 @@ impl Sampler {
             path: ONLINE_CPUS,
             source,
         })?;
-        let sample: &mut PerfEvent = ebpf
-            .program_mut(kernel::PROGRAM_SAMPLE)
-            .ok_or_else(|| missing_program(kernel::PROGRAM_SAMPLE))?
+        let cpu: &mut PerfEvent = ebpf
+            .program_mut(kernel::PROGRAM_CPU)
+            .ok_or_else(|| missing_program(kernel::PROGRAM_CPU))?
             .try_into()
-            .map_err(|source| program_error(kernel::PROGRAM_SAMPLE, "typing".into(), source))?;
-        sample
-            .load()
-            .map_err(|source| program_error(kernel::PROGRAM_SAMPLE, "loading".into(), source))?;
-        for &cpu in &cpus {
-            sample
-                .attach(
-                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                    PerfEventScope::AllProcessesOneCpu { cpu },
-                    SamplePolicy::Frequency(config.frequency),
-                    false,
+            .map_err(|source| program_error(kernel::PROGRAM_CPU, "typing".into(), source))?;
+        cpu.load()
+            .map_err(|source| program_error(kernel::PROGRAM_CPU, "loading".into(), source))?;
+        for &id in &cpus {
+            cpu.attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu: id },
+                SamplePolicy::Frequency(config.frequency),
+                false,
+            )
+            .map_err(|source| {
+                program_error(
+                    kernel::PROGRAM_CPU,
+                    format!("attaching to the cpu-clock event of CPU {id}"),
+                    source,
                 )
-                .map_err(|source| {
-                    program_error(
-                        kernel::PROGRAM_SAMPLE,
-                        format!("attaching to the cpu-clock event of CPU {cpu}"),
-                        source,
-                    )
-                })?;
+            })?;
         }
         for (program, tracepoint) in [
             (kernel::PROGRAM_EXEC, kernel::TRACEPOINT_EXEC),
@@ -316,72 +463,36 @@ impl Sampler {
             })?;
         }
 
-        let buffer = typed(
-            kernel::MAP_BUFFER,
-            Array::<MapData, u32>::try_from(take_map(&mut ebpf, kernel::MAP_BUFFER)?),
+        let samples = typed(
+            contract::MAP_SAMPLES,
+            RingBuf::try_from(take_map(&mut ebpf, contract::MAP_SAMPLES)?),
         )?;
-        let counts = [
-            typed(
-                kernel::MAP_COUNTS[0],
-                HashMap::try_from(take_map(&mut ebpf, kernel::MAP_COUNTS[0])?),
-            )?,
-            typed(
-                kernel::MAP_COUNTS[1],
-                HashMap::try_from(take_map(&mut ebpf, kernel::MAP_COUNTS[1])?),
-            )?,
-        ];
-        let stacks = [
-            typed(
-                kernel::MAP_STACKS[0],
-                StackTraceMap::try_from(take_map(&mut ebpf, kernel::MAP_STACKS[0])?),
-            )?,
-            typed(
-                kernel::MAP_STACKS[1],
-                StackTraceMap::try_from(take_map(&mut ebpf, kernel::MAP_STACKS[1])?),
-            )?,
-        ];
         let events = typed(
             kernel::MAP_EVENTS,
             RingBuf::try_from(take_map(&mut ebpf, kernel::MAP_EVENTS)?),
         )?;
-        let errors = typed(
-            kernel::MAP_ERRORS,
-            PerCpuArray::try_from(take_map(&mut ebpf, kernel::MAP_ERRORS)?),
+        let counters = typed(
+            contract::MAP_COUNTERS,
+            PerCpuArray::try_from(take_map(&mut ebpf, contract::MAP_COUNTERS)?),
         )?;
         let python = PythonMaps {
             procs: typed(
                 kernel::MAP_PYTHON_PROCS,
                 HashMap::try_from(take_map(&mut ebpf, kernel::MAP_PYTHON_PROCS)?),
             )?,
-            stacks: [
-                typed(
-                    kernel::MAP_PYTHON_STACKS[0],
-                    HashMap::try_from(take_map(&mut ebpf, kernel::MAP_PYTHON_STACKS[0])?),
-                )?,
-                typed(
-                    kernel::MAP_PYTHON_STACKS[1],
-                    HashMap::try_from(take_map(&mut ebpf, kernel::MAP_PYTHON_STACKS[1])?),
-                )?,
-            ],
-            events: typed(
-                kernel::MAP_PYTHON_EVENTS,
-                RingBuf::try_from(take_map(&mut ebpf, kernel::MAP_PYTHON_EVENTS)?),
-            )?,
         };
         info!(
             cpus = cpus.len(),
             frequency = config.frequency,
+            max_frames = config.max_frames,
             "eBPF sampler attached"
         );
         Ok(Sampler {
-            _ebpf: ebpf,
-            buffer,
-            counts,
-            stacks,
+            ebpf,
+            samples,
             events,
-            errors,
-            active: 0,
-            errors_seen: [0; kernel::ErrorIndex::ALL.len()],
+            counters,
+            counters_seen: [0; contract::Counter::ALL.len()],
             python,
             cpus: cpus.len(),
         })

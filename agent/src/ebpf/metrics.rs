@@ -1,52 +1,76 @@
 //! The eBPF source's metrics: the sampler's (`smolder_agent_ebpf_*`, updated once per drain by
-//! the `smolder-ebpf` thread), the symbolizer's (`smolder_agent_symbolize_*`, by the
-//! `smolder-symbolize` thread) and the Python walk's (`smolder_agent_python_*`, by the
-//! `smolder-ebpf` thread at first sight of a process and once per drain). The source's errors and dropped samples are counted in the
-//! tier's counters with `stage="ebpf"`.
+//! the `smolder-ebpf` thread), the unwind tables' (`smolder_agent_ebpf_unwind_*`, by the
+//! `smolder-unwind` thread, defined in [`super::unwind::metrics`]) and the symbolizer's
+//! (`smolder_agent_symbolize_*`, by the `smolder-symbolize` and `smolder-debuginfod` threads)
+//! and the Python walk's (`smolder_agent_python_*`, by the `smolder-ebpf` thread at first sight
+//! of a process and once per drain). The source's errors and dropped samples are counted in the tier's counters with
+//! `stage="ebpf"`.
 
-use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Registry};
+use smolder_agent_ebpf::unwind::Status;
 
-use super::ErrorCounts;
+use super::symbolize::DebugSource;
+use super::unwind::UnwindMetrics;
 use crate::metrics::{
     DropCause, DroppedUnit, StageCounters, TierCounters, counter, counter_vec, gauge, histogram,
+    register,
 };
 
-/// Samples that found the kernel's counts map full (raise `ebpf.counts-map-entries`).
-pub(crate) const COUNTS_MAP_FULL: DropCause = DropCause::forced("counts_map_full");
+/// Samples the kernel could not queue: the samples ring buffer was full.
+pub(crate) const RING_BUFFER_FULL: DropCause = DropCause::forced("ring_buffer_full");
 /// Samples of a process an `ebpf.relabel-configs` rule dropped.
 pub(crate) const RELABEL: DropCause = DropCause::intentional("relabel");
 /// Samples of a process that exited before the agent could read it.
 pub(crate) const UNKNOWN_PROCESS: DropCause = DropCause::forced("unknown_process");
 
-/// The `error_type`s of `smolder_agent_errors_total{stage="ebpf"}`: a drain of the sample maps
-/// failed, reading the kernel's error counters did, or registering a CPython process for the
-/// kernel walk did (`python_procs` full).
-const ERROR_TYPES: [&str; 3] = ["drain", "read_errors", "python_register"];
+/// The `error_type`s of `smolder_agent_errors_total{stage="ebpf"}`: reading the kernel's loss
+/// counters failed, the samples ring buffer held a malformed record, putting an unwind table or
+/// a process's mappings into the kernel failed, or registering a CPython process for the kernel
+/// walk did (`python_procs` full).
+const ERROR_TYPES: [&str; 5] = [
+    "read_counters",
+    "malformed_sample",
+    "unwind_table_load",
+    "unwind_mappings",
+    "python_register",
+];
 
 /// The eBPF sampler's metrics (the `smolder-ebpf` thread), updated once per drain.
 #[derive(Clone)]
 pub struct EbpfMetrics {
-    /// `smolder_agent_ebpf_samples_total`: samples drained from the kernel, before relabelling.
+    /// `smolder_agent_ebpf_samples_total`: CPU samples read from the kernel, before
+    /// relabelling.
     pub samples: IntCounter,
-    /// `smolder_agent_ebpf_lost_stacks_total{stack,reason}`: samples kept without their `user`
-    /// or `kernel` stack, because its stack-map slot was taken (`collision`; raise
-    /// `ebpf.stack-map-entries`) or the helper failed (`failed`).
-    pub lost_stacks: IntCounterVec,
+    /// `smolder_agent_ebpf_unwind_samples_total{outcome}`: samples of the processes profiled
+    /// (kept by relabelling) by why their user-stack walk ended: `complete` (it reached the
+    /// stack's root), `truncated` (`ebpf.max-frames`), or where it stopped short (`no_table`,
+    /// `bad_frame_pointer`, `unsupported`, `fp_lost`, `read_fault`, `not_moving_up`);
+    /// `no_user_stack` for kernel threads.
+    pub unwind_samples: IntCounterVec,
+    /// `smolder_agent_ebpf_unwind_frames`: user frames per sample of the processes profiled.
+    pub unwind_frames: Histogram,
+    /// `smolder_agent_ebpf_unwind_fp_frames_total`: frames of the processes profiled found by
+    /// frame-pointer steps (no table applied: a process whose tables are not loaded yet, JIT
+    /// code, a binary without call-frame information).
+    pub unwind_fp_frames: IntCounter,
     /// `smolder_agent_ebpf_lost_events_total`: process events lost to a full ring buffer.
     pub lost_events: IntCounter,
     /// `smolder_agent_ebpf_drains_total`.
     pub drains: IntCounter,
-    /// `smolder_agent_ebpf_drain_duration_seconds`: reading and emptying the maps.
+    /// `smolder_agent_ebpf_drain_duration_seconds`: taking a window's samples.
     pub drain_duration: Histogram,
     /// `smolder_agent_ebpf_processes`: processes the sampler tracks (alive or in their exit
     /// grace period).
     pub processes: IntGauge,
     /// `smolder_agent_ebpf_series`: series submitted by the last drain.
     pub series: IntGauge,
-    /// `smolder_agent_errors_total{stage="ebpf",error_type}`: drains or reads that failed;
+    /// The unwind tables' metrics.
+    pub unwind: UnwindMetrics,
+    /// `smolder_agent_errors_total{stage="ebpf",error_type}`: reads of the loss counters that
+    /// failed, malformed ring-buffer records, tables and mappings the kernel refused;
     /// `smolder_agent_dropped_samples_total{stage="ebpf",reason,intentional}`: samples not
-    /// profiled: `counts_map_full` (raise `ebpf.counts-map-entries`), `relabel` (a rule dropped
-    /// the process, intentional), `unknown_process` (it exited before the agent could read it).
+    /// profiled: `ring_buffer_full` (the agent fell behind), `relabel` (a rule dropped the
+    /// process, intentional), `unknown_process` (it exited before the agent could read it).
     pub tier: StageCounters,
 }
 
@@ -54,18 +78,34 @@ impl EbpfMetrics {
     /// Creates the sampler's metrics in `registry`.
     pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
         let drops =
-            [COUNTS_MAP_FULL, RELABEL, UNKNOWN_PROCESS].map(|cause| (DroppedUnit::Samples, cause));
-        EbpfMetrics {
+            [RING_BUFFER_FULL, RELABEL, UNKNOWN_PROCESS].map(|cause| (DroppedUnit::Samples, cause));
+        let metrics = EbpfMetrics {
             samples: counter(
                 registry,
                 "smolder_agent_ebpf_samples_total",
-                "CPU samples drained from the kernel, before relabelling.",
+                "CPU samples read from the kernel, before relabelling.",
             ),
-            lost_stacks: counter_vec(
+            unwind_samples: counter_vec(
                 registry,
-                "smolder_agent_ebpf_lost_stacks_total",
-                "CPU samples kept without their user or kernel stack, by stack and reason.",
-                &["stack", "reason"],
+                "smolder_agent_ebpf_unwind_samples_total",
+                "CPU samples of the processes profiled, by how their user-stack walk ended (complete: it reached the root).",
+                &["outcome"],
+            ),
+            unwind_frames: register(
+                registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "smolder_agent_ebpf_unwind_frames",
+                        "User frames per CPU sample of the processes profiled.",
+                    )
+                    .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
+                )
+                .expect("a valid histogram"),
+            ),
+            unwind_fp_frames: counter(
+                registry,
+                "smolder_agent_ebpf_unwind_fp_frames_total",
+                "User frames of the processes profiled found by frame-pointer steps, where no unwind table applied.",
             ),
             lost_events: counter(
                 registry,
@@ -75,12 +115,12 @@ impl EbpfMetrics {
             drains: counter(
                 registry,
                 "smolder_agent_ebpf_drains_total",
-                "Drains of the kernel sample maps.",
+                "Windows of samples taken from the sampler.",
             ),
             drain_duration: histogram(
                 registry,
                 "smolder_agent_ebpf_drain_duration_seconds",
-                "Time to switch buffers, read and empty the kernel sample maps.",
+                "Time to take a window's samples and read the kernel's loss counters.",
             ),
             processes: gauge(
                 registry,
@@ -92,28 +132,18 @@ impl EbpfMetrics {
                 "smolder_agent_ebpf_series",
                 "Series submitted by the last drain.",
             ),
+            unwind: UnwindMetrics::new(registry),
             tier: tier.stage("ebpf", &ERROR_TYPES, &drops),
+        };
+        for status in Status::ALL {
+            metrics.unwind_samples.with_label_values(&[status.name()]);
         }
+        metrics
     }
 
     /// Counts `samples` not profiled for `cause`.
     pub(crate) fn dropped(&self, cause: DropCause, samples: u64) {
         self.tier.dropped(DroppedUnit::Samples, cause, samples);
-    }
-
-    /// Counts what the kernel side's error counters say happened since their last read.
-    pub(crate) fn kernel_errors(&self, errors: &ErrorCounts) {
-        self.dropped(COUNTS_MAP_FULL, errors.counts_full);
-        let stack = |stack: &str, reason: &str, n: u64| {
-            self.lost_stacks
-                .with_label_values(&[stack, reason])
-                .inc_by(n);
-        };
-        stack("user", "collision", errors.user_stack_collisions);
-        stack("kernel", "collision", errors.kernel_stack_collisions);
-        stack("user", "failed", errors.user_stack_failures);
-        stack("kernel", "failed", errors.kernel_stack_failures);
-        self.lost_events.inc_by(errors.events_lost);
     }
 }
 
@@ -124,9 +154,19 @@ pub struct SymbolizeMetrics {
     pub frames_resolved: IntCounter,
     /// `smolder_agent_symbolize_frames_unresolved_total`: addresses left as `module+0xoffset`.
     pub frames_unresolved: IntCounter,
-    /// `smolder_agent_symbolize_truncated_stacks_total`: samples whose user stack does not reach
-    /// a thread entry point, because code without frame pointers cut the unwinding short.
-    pub truncated_stacks: IntCounter,
+    /// `smolder_agent_symbolize_debug_files_total{source}`: binaries named from a separate
+    /// debug file, by where it was found (`local`: a debug directory; `debuginfod`).
+    pub debug_files: IntCounterVec,
+    /// `smolder_agent_symbolize_debuginfod_fetches_total{outcome}`: debug files asked of the
+    /// debuginfod servers, by outcome (`fetched`, `not_found`, `failed`, `timeout`,
+    /// `too_large`, `mismatch`).
+    pub debuginfod_fetches: IntCounterVec,
+    /// `smolder_agent_symbolize_debuginfod_fetch_duration_seconds`: one fetch, all servers.
+    pub debuginfod_duration: Histogram,
+    /// `smolder_agent_symbolize_debuginfod_fetched_bytes_total`: bytes of debug files fetched.
+    pub debuginfod_bytes: IntCounter,
+    /// `smolder_agent_symbolize_debuginfod_cache_bytes`: the debuginfod cache's size on disk.
+    pub debuginfod_cache_bytes: IntGauge,
     /// `smolder_agent_symbolize_captures_total`: process memory maps captured.
     pub captures: IntCounter,
     /// `smolder_agent_symbolize_capture_failures_total`: processes gone before capture.
@@ -147,7 +187,7 @@ pub struct SymbolizeMetrics {
 impl SymbolizeMetrics {
     /// Creates the symbolizer's metrics in `registry`.
     pub(crate) fn new(registry: &Registry) -> Self {
-        SymbolizeMetrics {
+        let metrics = SymbolizeMetrics {
             frames_resolved: counter(
                 registry,
                 "smolder_agent_symbolize_frames_resolved_total",
@@ -158,10 +198,40 @@ impl SymbolizeMetrics {
                 "smolder_agent_symbolize_frames_unresolved_total",
                 "Distinct addresses no symbol was found for (shown as module+0xoffset).",
             ),
-            truncated_stacks: counter(
+            debug_files: counter_vec(
                 registry,
-                "smolder_agent_symbolize_truncated_stacks_total",
-                "Samples whose user stack stops before a thread entry point (code without frame pointers).",
+                "smolder_agent_symbolize_debug_files_total",
+                "Binaries named from a separate debug file, by where it was found (local, debuginfod).",
+                &["source"],
+            ),
+            debuginfod_fetches: counter_vec(
+                registry,
+                "smolder_agent_symbolize_debuginfod_fetches_total",
+                "Debug files asked of the debuginfod servers, by outcome.",
+                &["outcome"],
+            ),
+            debuginfod_duration: register(
+                registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "smolder_agent_symbolize_debuginfod_fetch_duration_seconds",
+                        "Time to fetch one debug file from the debuginfod servers.",
+                    )
+                    .buckets(
+                        prometheus::exponential_buckets(0.01, 2.0, 14).expect("valid buckets"),
+                    ),
+                )
+                .expect("a valid histogram"),
+            ),
+            debuginfod_bytes: counter(
+                registry,
+                "smolder_agent_symbolize_debuginfod_fetched_bytes_total",
+                "Bytes of debug files fetched from the debuginfod servers.",
+            ),
+            debuginfod_cache_bytes: gauge(
+                registry,
+                "smolder_agent_symbolize_debuginfod_cache_bytes",
+                "Bytes of debug files in the debuginfod cache.",
             ),
             captures: counter(
                 registry,
@@ -198,7 +268,14 @@ impl SymbolizeMetrics {
                 "smolder_agent_symbolize_duration_seconds",
                 "Time to symbolize one drain's samples.",
             ),
+        };
+        for source in [DebugSource::Local, DebugSource::Debuginfod] {
+            metrics.debug_files.with_label_values(&[source.name()]);
         }
+        for outcome in super::symbolize::FETCH_OUTCOMES {
+            metrics.debuginfod_fetches.with_label_values(&[outcome]);
+        }
+        metrics
     }
 }
 
@@ -216,16 +293,16 @@ pub struct PythonMetrics {
     /// `smolder_agent_python_processes`: CPython processes walked now (alive or in their exit
     /// grace period).
     pub processes: IntGauge,
-    /// `smolder_agent_python_samples_total{stack}`: samples of walked processes, by what they
-    /// carry: `python` (a Python stack) or `native` (the thread ran no Python code, or the walk
-    /// failed).
+    /// `smolder_agent_python_samples_total{stack}`: samples of walked processes (kept by
+    /// relabelling), by what they carry: `mixed` (Python frames in place of the interpreter
+    /// loop's native frames), `python_only` (the native and Python stacks did not line up: the
+    /// Python frames alone), `native` (the thread ran no Python code, or the walk failed).
     pub samples: IntCounterVec,
     /// `smolder_agent_python_frames_total`: Python frames in the samples that carry them.
     pub frames: IntCounter,
     /// `smolder_agent_python_read_failures_total{reason}`: what could not be read, by reason.
-    /// Samples without their Python stack: `thread_state`, `frame`, `thread_limit`,
-    /// `stacks_map_full` (raise `ebpf.python.stack-map-entries`), `stack_lost` (the event
-    /// carrying its frames was lost); samples with it cut at 128 frames: `truncated`; frames
+    /// Samples without their Python frames: `thread_state`, `frame`, `thread_limit`; samples
+    /// with them cut at 128 frames: `truncated`; frames
     /// whose name could not be read: `read`, `not_code`, `not_string`, `stale_code`,
     /// `unknown_process`; processes that could not be inspected: `binary`, `open_memory`,
     /// `unmapped`.
@@ -250,7 +327,7 @@ impl PythonMetrics {
             samples: counter_vec(
                 registry,
                 "smolder_agent_python_samples_total",
-                "Samples of walked CPython processes, by the stack they carry (python or native).",
+                "Samples of walked CPython processes, by the stack they carry (mixed, python_only or native).",
                 &["stack"],
             ),
             frames: counter(
@@ -270,7 +347,7 @@ impl PythonMetrics {
                 .processes_found
                 .with_label_values(&[version, "supported"]);
         }
-        for stack in ["python", "native"] {
+        for stack in ["mixed", "python_only", "native"] {
             metrics.samples.with_label_values(&[stack]);
         }
         metrics

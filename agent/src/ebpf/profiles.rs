@@ -61,7 +61,6 @@ mod tests {
             pid,
             frames: frames.iter().map(|f| Arc::from(*f)).collect(),
             count,
-            truncated: false,
         }
     }
 

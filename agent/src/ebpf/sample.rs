@@ -1,13 +1,14 @@
 //! What the eBPF source samples: the kind of each sample and its stacks as the kernel recorded
 //! them.
 //!
-//! A map reader ([`counts`](super::counts) today) turns kernel records into [`StackCount`]s;
-//! the symbolizer names their frames; [`profiles`](super::profiles) files them under one series
+//! A ring-buffer reader ([`samples`](super::samples) today) turns kernel records into
+//! [`StackCount`]s; [`python`](super::python) names the Python frames of CPython processes and
+//! places them in the native stack; the symbolizer names the native frames; [`profiles`](super::profiles) files them under one series
 //! per process and [`SampleKind`]. Nothing here reads a map or a file.
 
 use std::sync::Arc;
 
-use smolder_agent_ebpf::{PythonStackKey, PythonStatus};
+use smolder_agent_ebpf::PythonFrame;
 use smolder_common::{Aggregation, ProfileMeta};
 
 /// The spy name of the profiles, as Pyroscope's eBPF agent calls itself.
@@ -42,23 +43,22 @@ impl SampleKind {
 }
 
 /// A stack as the kernel recorded it, leaf first.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Stack {
     /// Instruction addresses, the leaf (innermost frame) first.
     Frames(Arc<[u64]>),
-    /// A CPython stack the kernel walked, by its key; [`python`](super::python) names it.
-    Python(PythonStackKey),
-    /// Frames named at the source (Python frames), the leaf first.
+    /// Frames named at the source, the leaf first: the Python frames of a CPython thread whose
+    /// native stack could not be mixed with them (see [`PythonFrames`]).
     Named(Arc<[Arc<str>]>),
     /// The sample has no stack of this kind (no kernel stack for a sample in user mode, no user
     /// stack for a kernel thread).
     None,
-    /// The stack was not recorded (its slot in the stacks map was taken, or the helper failed).
+    /// The stack was not recorded (the helper reading it failed).
     Lost,
 }
 
-/// How many samples of one kind one process had with one pair of stacks, over one drain: the
-/// kernel counts samples per (process, user stack, kernel stack) key rather than sending each.
+/// How many samples of one kind one process had with one pair of stacks, over one window: the
+/// reader counts samples per (process, kind, user stack, kernel stack).
 #[derive(Clone, Debug)]
 pub struct StackCount {
     /// What the samples measure.
@@ -67,10 +67,45 @@ pub struct StackCount {
     pub pid: u32,
     /// The user-space stack.
     pub user: Stack,
+    /// Whether the user stack is cut at the unwinder's depth limit (`ebpf.max-frames`): its
+    /// root part is missing, and it is shown under a `[truncated]` root.
+    pub truncated: bool,
     /// The kernel stack.
     pub kernel: Stack,
-    /// What the kernel's Python walk found ([`PythonStatus::None`] outside CPython processes).
-    pub python: PythonStatus,
+    /// The Python frames of a thread of a CPython process.
+    pub python: PythonFrames,
     /// How many times this pair was sampled.
     pub count: u64,
+}
+
+/// The Python frames of a sample, from the kernel's walk to their place in the user stack.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PythonFrames {
+    /// None: not a thread of a CPython process the kernel walks, or one running no Python code.
+    #[default]
+    None,
+    /// As the kernel walked them, innermost first (code objects, entry marks); the reader keeps
+    /// the first sample's instruction pointers.
+    Walked {
+        /// The frames.
+        frames: Arc<[PythonFrame]>,
+        /// Whether the walk stopped at its frame limit: the outermost frames are missing.
+        truncated: bool,
+        /// Whether the native walk of the same sample reached the stack's end.
+        native_complete: bool,
+    },
+    /// Named and placed in the user stack (a [`Stack::Frames`]): each native frame at a
+    /// splice's depth gives way to the splice's names; a splice one past the root-most native
+    /// frame goes above it (the Python frames the native walk did not reach).
+    Mixed(Arc<[Splice]>),
+}
+
+/// Python frames standing for one native frame of a mixed stack: the frames one call of the
+/// interpreter loop ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Splice {
+    /// The native frame's depth in the user stack, 0 for the leaf.
+    pub depth: usize,
+    /// The Python frames' names, innermost first.
+    pub names: Arc<[Arc<str>]>,
 }

@@ -154,16 +154,7 @@ pub fn convert(
 fn series_labels(target: &Labels, sample: &[(String, String)]) -> Labels {
     let mut labels = target.clone();
     for (name, value) in sample {
-        let mut name: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let mut name = smolder_common::series::sanitize_label_name(name);
         if target.contains(&name) || name.starts_with("__") {
             name = format!("exported_{name}");
         }

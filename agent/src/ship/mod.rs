@@ -7,7 +7,7 @@
 //! Owns one task ([`run`]), one UDP socket and at most one connection.
 //!
 //! A connection starts with a hello (agent id, hostname, version, token) that the aggregator
-//! answers with a welcome or a reject. Up to `ship.max-in-flight` batches are then in flight at
+//! answers with a welcome or a reject. Up to `ship.max-batches-in-flight` batches are then in flight at
 //! once, opened in sequence order. A failed connection is retried after an exponential backoff
 //! with jitter ([`backoff`]) between `ship.backoff-min` and `ship.backoff-max`. TLS files and
 //! the token are read again at every attempt, so an agent started before its aggregator (which
@@ -60,8 +60,11 @@ pub struct ShipConfig {
     pub client_cert: Option<PathBuf>,
     /// PEM private key of `client-cert`. Default none.
     pub client_key: Option<PathBuf>,
-    /// Batches sent and not yet answered at once. Default 4.
-    pub max_in_flight: u32,
+    /// Batches sent and not yet answered at once, each on its own stream (the aggregator's
+    /// `ingest.quic.max-batches-in-flight` bounds them too). Was `max-in-flight`, still read
+    /// (deprecated). Default 4.
+    #[serde(alias = "max-in-flight")]
+    pub max_batches_in_flight: u32,
     /// First delay before reconnecting. Default `1s`.
     #[serde(with = "smolder_common::timestamp::serde_duration")]
     pub backoff_min: Duration,
@@ -84,11 +87,27 @@ impl Default for ShipConfig {
             token_file: PathBuf::from("./data/tls/agent-token"),
             client_cert: None,
             client_key: None,
-            max_in_flight: 4,
+            max_batches_in_flight: 4,
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(30),
             ack_timeout: Duration::from_secs(30),
         }
+    }
+}
+
+impl ShipConfig {
+    /// Checks that the files a connection reads can be used: `ca`, the client certificate and
+    /// key if set, and the token file when there is no `token`. `check-config` runs it; the
+    /// shipper itself reads them again at every attempt, waiting for files another process
+    /// writes.
+    ///
+    /// # Errors
+    ///
+    /// [`ShipError::Tls`] or [`ShipError::Token`] naming the file and what is wrong with it.
+    pub fn check_files(&self) -> Result<(), ShipError> {
+        tls::client_config(self)?;
+        token(self)?;
+        Ok(())
     }
 }
 
@@ -514,7 +533,7 @@ async fn drain(
     stop: &mut Stop,
     backoff: &mut Backoff,
 ) -> Result<(), ShipError> {
-    let max = config.max_in_flight.max(1) as usize;
+    let max = config.max_batches_in_flight.max(1) as usize;
     let mut in_flight: JoinSet<(u64, Result<Answer, ShipError>)> = JoinSet::new();
     let mut paused_until: Option<tokio::time::Instant> = None;
     loop {

@@ -1,12 +1,11 @@
 //! The eBPF source end to end: the real sampler loaded as root, the real symbolizer, and
-//! workloads each test builds with gcc and starts. The tests run one at a time (they all sample
-//! every CPU) and assert on presence and ratios, never on timing.
+//! workloads each test builds with gcc and starts. The tests run one at a time with those of
+//! `unwind` (they all sample every CPU) and assert on presence and ratios, never on timing.
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
@@ -14,13 +13,9 @@ use smolder_agent::config::Config;
 use smolder_agent::ebpf;
 use smolder_agent::relabel::RelabelConfig;
 use smolder_common::Profile;
+use smolder_test_support::prometheus::Metrics;
 
-/// Serialises the tests of this module: each samples the whole host.
-static HOST: Mutex<()> = Mutex::new(());
-
-pub(crate) fn exclusive() -> MutexGuard<'static, ()> {
-    HOST.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use crate::util::exclusive;
 
 /// Shared by every workload: `now()`, and a start gate on stdin so that a test can place the
 /// process (in a cgroup, say) before it runs.
@@ -142,8 +137,11 @@ fn release(child: &mut Child) {
 
 /// Records for `seconds` with `config`, running `during` once the sampler is loaded.
 fn record_during(config: Config, seconds: u64, during: impl FnOnce()) -> Vec<Profile> {
-    let recording =
-        thread::spawn(move || ebpf::record(&config, Duration::from_secs(seconds)).unwrap());
+    let recording = thread::spawn(move || {
+        ebpf::record(&config, Duration::from_secs(seconds), None)
+            .unwrap()
+            .profiles
+    });
     // Loading and attaching takes tens of milliseconds; leave room on a busy machine.
     thread::sleep(Duration::from_millis(1500));
     during();
@@ -163,6 +161,17 @@ fn stacks(profiles: &[Profile], service: &str) -> Vec<(String, u64)> {
         });
     }
     out
+}
+
+/// The default config, profiling only the processes whose executable's path matches `regex`: a
+/// drain then symbolizes only them, however busy the host is with other processes.
+fn only(regex: &str) -> Config {
+    let mut config = Config::default();
+    config.ebpf.relabel_configs = serde_norway::from_str::<Vec<RelabelConfig>>(&format!(
+        "- {{source_labels: [__meta_process_exe], regex: '{regex}', action: keep}}"
+    ))
+    .unwrap();
+    config
 }
 
 fn samples_with(stacks: &[(String, u64)], path: &str) -> u64 {
@@ -201,7 +210,9 @@ fn frame_pointer_stacks_keep_the_ratio_of_callees() {
     let (mut slow, mut fast) = (0, 0);
     let mut last = Vec::new();
     for _ in 0..20 {
-        last = ebpf::record(&config, Duration::from_secs(3)).unwrap();
+        last = ebpf::record(&config, Duration::from_secs(3), None)
+            .unwrap()
+            .profiles;
         let stacks = stacks(&last, "smolder-ratio");
         slow += samples_with(&stacks, "main;slow_function");
         fast += samples_with(&stacks, "main;fast_function");
@@ -244,7 +255,7 @@ fn kernel_stacks_appear_below_user_frames_for_syscalls() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "smolder-syscalls", SYSCALLS);
     let mut child = spawn(&exe, 3.0);
-    let profiles = record_during(Config::default(), 5, || release(&mut child));
+    let profiles = record_during(only(".*/smolder-syscalls"), 5, || release(&mut child));
     child.wait().unwrap();
     let stacks = stacks(&profiles, "smolder-syscalls");
     let in_kernel = samples_with(&stacks, "do_syscall_64");
@@ -269,7 +280,7 @@ fn exited_processes_are_still_symbolized() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "smolder-short", SHORT_LIVED);
     let mut child = spawn(&exe, 1.5);
-    let profiles = record_during(Config::default(), 5, || {
+    let profiles = record_during(only(".*/smolder-short( \\(deleted\\))?"), 5, || {
         release(&mut child);
         // Gone from disk as well as from the process table before the drain.
         thread::sleep(Duration::from_millis(500));
@@ -390,7 +401,7 @@ fn service_name_comes_from_the_systemd_unit_else_the_executable() {
     let mut served = spawn(&in_unit, 2.0);
     let mut bare = spawn(&plain, 2.0);
     unit.adopt(served.id());
-    let profiles = record_during(Config::default(), 4, || {
+    let profiles = record_during(only(".*/smolder-(in-unit|plain)"), 4, || {
         release(&mut served);
         release(&mut bare);
     });
@@ -414,11 +425,11 @@ fn service_name_comes_from_the_systemd_unit_else_the_executable() {
     );
 }
 
+/// Metric `name` in `text`, all its samples summed; a missing metric fails the test.
 fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|line| line.starts_with(name))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    Metrics::parse(text)
+        .expect("Prometheus text")
+        .value(name, &[])
 }
 
 #[test]
@@ -508,7 +519,7 @@ fn jit_frames_are_named_from_the_perf_map() {
     let exe = build(dir.path(), "smolder-jit", JIT);
     // Perf maps are read from the live process, so it outlives the recording.
     let mut child = spawn(&exe, 6.0);
-    let profiles = record_during(Config::default(), 3, || release(&mut child));
+    let profiles = record_during(only(".*/smolder-jit"), 3, || release(&mut child));
     child.wait().unwrap();
     std::fs::remove_file(format!("/tmp/perf-{}.map", child.id())).unwrap();
     let stacks = stacks(&profiles, "smolder-jit");
@@ -543,7 +554,7 @@ fn cpp_frames_are_demangled() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build_with("g++", "cpp", dir.path(), "smolder-cpp", CPP);
     let mut child = spawn(&exe, 2.0);
-    let profiles = record_during(Config::default(), 3, || release(&mut child));
+    let profiles = record_during(only(".*/smolder-cpp"), 3, || release(&mut child));
     child.wait().unwrap();
     let stacks = stacks(&profiles, "smolder-cpp");
     assert!(

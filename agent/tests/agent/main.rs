@@ -15,11 +15,16 @@ mod systemd;
 /// The spool on disk: restarts, the data directory lock, the age bound.
 mod spool;
 
+/// Whole stacks: programs built without frame pointers and Debian's python3.11, as root and
+/// under the unit's capabilities, checked against perf, a uprobe point check and debuginfod.
+mod unwind;
+
 /// Fixtures: agents under test on port 0, shipping to a socket that never answers.
 mod util;
 
 use smolder_agent::app;
 use smolder_agent::config::Config;
+use smolder_test_support::prometheus::Metrics;
 
 fn local_config() -> Config {
     util::isolated(Config::default())
@@ -31,15 +36,8 @@ async fn serves_health_and_metrics() {
     let base = format!("http://{}", agent.addr());
     let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
     assert_eq!(health.status(), 200);
-    let metrics = reqwest::get(format!("{base}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("smolder_agent_window_windows_closed_total"),
-        "{metrics}"
-    );
+    let metrics = Metrics::scrape(&format!("{base}/metrics")).await;
+    // The window loop's counter is there (a missing metric fails the lookup).
+    metrics.value("smolder_agent_window_windows_closed_total", &[]);
     agent.stop().await.unwrap();
 }

@@ -1,26 +1,13 @@
 //! Rules on the agent: Pyroscope's documented example evaluated on every closed window and
 //! served on `/exported-metrics`; an invalid rule stops the agent from starting.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use smolder_agent::app;
 use smolder_agent::config::Config;
 use smolder_common::{Profile, ProfileMeta, Tree};
-
-const DOCUMENTED_RULES: &str = r#"
-metrics-export-rules:
-  a_simple_app_total:
-    expr: simple.golang.app.cpu
-    node: total
-  a_simple_app_slow_env_prod:
-    expr: simple.golang.app.cpu{env="prod"}
-    node: slowFunction
-  a_simple_app_slow_env:
-    expr: simple.golang.app.cpu
-    node: slowFunction
-    group_by: [env]
-"#;
+use smolder_test_support::prometheus::Metrics;
+use smolder_test_support::rules::DOCUMENTED_RULES;
 
 /// Two instances of the Go example app: `slowFunction` does four times `fastFunction`'s work.
 const STACKS: [(&str, &[(&str, u64)]); 2] = [
@@ -48,16 +35,6 @@ fn config(rules: &str) -> Config {
     config.window.length = Duration::from_secs(1);
     config.window.settle = Duration::from_millis(100);
     config
-}
-
-fn samples(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#') && !line.is_empty())
-        .map(|line| {
-            let (series, value) = line.rsplit_once(' ').expect("name and value");
-            (series.to_owned(), value.parse().expect("a number"))
-        })
-        .collect()
 }
 
 /// CPU seconds of the stacks of `trees` that contain `needle`, computed from the trees.
@@ -106,46 +83,49 @@ async fn pyroscope_documentation_example_on_every_window() {
     let got = loop {
         let response = reqwest::get(&url).await.unwrap();
         assert_eq!(response.status(), 200);
-        let got = samples(&response.text().await.unwrap());
-        if got.contains_key("a_simple_app_slow_env{env=\"staging\"}")
-            && got.contains_key("a_simple_app_slow_env{env=\"prod\"}")
+        let got = Metrics::parse(&response.text().await.unwrap()).expect("Prometheus text");
+        if got
+            .find("a_simple_app_slow_env", &[("env", "staging")])
+            .is_some()
+            && got
+                .find("a_simple_app_slow_env", &[("env", "prod")])
+                .is_some()
         {
             break got;
         }
         assert!(Instant::now() < deadline, "windows not evaluated: {got:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let close = |name: &str, want: f64| {
-        let value = got[name];
+    let close = |name: &str, labels: &[(&str, &str)], want: f64| {
+        let value = got.value(name, labels);
         assert!(
             (value - want).abs() < 1e-9,
             "{name}: got {value}, want {want}"
         );
     };
-    close("a_simple_app_total", seconds(&[&trees[0], &trees[1]], ""));
-    close("a_simple_app_total", 10.14);
+    close(
+        "a_simple_app_total",
+        &[],
+        seconds(&[&trees[0], &trees[1]], ""),
+    );
+    close("a_simple_app_total", &[], 10.14);
     close(
         "a_simple_app_slow_env_prod",
+        &[],
         seconds(&[&trees[0]], "slowFunction"),
     );
     close(
-        "a_simple_app_slow_env{env=\"prod\"}",
+        "a_simple_app_slow_env",
+        &[("env", "prod")],
         seconds(&[&trees[0]], "slowFunction"),
     );
     close(
-        "a_simple_app_slow_env{env=\"staging\"}",
+        "a_simple_app_slow_env",
+        &[("env", "staging")],
         seconds(&[&trees[1]], "slowFunction"),
     );
-    let metrics = reqwest::get(format!("http://{}/metrics", agent.addr()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("smolder_agent_rules_loaded 3\n"),
-        "{metrics}"
-    );
+    let metrics = Metrics::scrape(&format!("http://{}/metrics", agent.addr())).await;
+    assert_eq!(metrics.value("smolder_agent_rules_loaded", &[]), 3.0);
     // The agent stops once every submitter is gone.
     drop(submitter);
     agent.stop().await.unwrap();

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -17,6 +17,9 @@ use smolder_agent::scrape::{self, Scraper};
 use smolder_agent::window;
 use smolder_common::pprof::{self, EncodeOptions};
 use smolder_common::{Profile, Tree};
+use smolder_test_support::net::LOOPBACK_ANY_PORT;
+use smolder_test_support::process::Process;
+use smolder_test_support::prometheus;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
@@ -50,25 +53,25 @@ fn go_binary() -> &'static Path {
     })
 }
 
-/// The Go program, listening on a loopback port; killed on drop.
+/// The Go program, listening on a loopback port it chose; killed on drop.
 struct GoTarget {
-    child: Child,
+    _process: Process,
     addr: SocketAddr,
 }
 
 impl GoTarget {
     async fn start() -> GoTarget {
-        let binary = go_binary();
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let child = Command::new(binary)
-            .arg(addr.to_string())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let target = GoTarget { child, addr };
+        let mut command = Command::new(go_binary());
+        command
+            .arg(LOOPBACK_ANY_PORT.to_string())
+            .stdout(Stdio::null());
+        let process = Process::spawn(command);
+        let line = process.wait_for_line("its address", |line| line.starts_with("listening "));
+        let addr: SocketAddr = line["listening ".len()..].parse().unwrap();
+        let target = GoTarget {
+            _process: process,
+            addr,
+        };
         let deadline = Instant::now() + PATIENCE;
         while reqwest::get(format!("http://{addr}/debug/pprof/"))
             .await
@@ -78,13 +81,6 @@ impl GoTarget {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         target
-    }
-}
-
-impl Drop for GoTarget {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -398,24 +394,24 @@ async fn bad_targets_fail_alone_with_clear_errors() {
         );
     }
 
-    let metrics = reqwest::get(format!("{base}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for line in [
-        "smolder_agent_scrape_failures_total{job=\"bad\",profile=\"mem\",reason=\"connect\"}",
-        "smolder_agent_scrape_failures_total{job=\"bad\",profile=\"mem\",reason=\"timeout\"}",
-        "smolder_agent_scrape_failures_total{job=\"bad\",profile=\"mem\",reason=\"decode\"}",
-        "smolder_agent_scrape_failures_total{job=\"bad\",profile=\"mem\",reason=\"too_large\"}",
-        "smolder_agent_scrape_failures_total{job=\"bad\",profile=\"mem\",reason=\"redirects\"}",
-        "smolder_agent_scrape_profiles_submitted_total{job=\"bad\",profile=\"mem\"}",
-        "smolder_agent_scrape_targets{health=\"up\",job=\"bad\"} 2",
-        "smolder_agent_scrape_targets{health=\"down\",job=\"bad\"} 6",
-        "smolder_agent_scrape_duration_seconds_count{job=\"bad\",profile=\"mem\"}",
-    ] {
-        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    let metrics = prometheus::Metrics::scrape(&format!("{base}/metrics")).await;
+    let bad = [("job", "bad"), ("profile", "mem")];
+    // Each of these series exists (a missing one fails the lookup).
+    for reason in ["connect", "timeout", "decode", "too_large", "redirects"] {
+        let labels = [bad[0], bad[1], ("reason", reason)];
+        metrics.value("smolder_agent_scrape_failures_total", &labels);
+    }
+    metrics.value("smolder_agent_scrape_profiles_submitted_total", &bad);
+    metrics.value("smolder_agent_scrape_duration_seconds_count", &bad);
+    for (health, count) in [("up", 2.0), ("down", 6.0)] {
+        assert_eq!(
+            metrics.value(
+                "smolder_agent_scrape_targets",
+                &[("health", health), ("job", "bad")]
+            ),
+            count,
+            "{health}"
+        );
     }
     agent.stop().await.unwrap();
 }
@@ -473,7 +469,7 @@ scrape-configs:
         ),
     )
     .unwrap();
-    let config = Config::load(&config_file).unwrap();
+    let config: Config = smolder_daemon::load(Some(&config_file)).unwrap();
     let (scraper, mut profiles) = start_scraper(&config.scrape_configs);
 
     let doc = wait_for_status(&scraper, "the file's targets", |doc| {

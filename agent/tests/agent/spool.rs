@@ -2,11 +2,13 @@
 //! restarts, within its bounds.
 
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use smolder_agent::app::{self, Running};
 use smolder_agent::config::Config;
 use smolder_common::{Profile, ProfileMeta, Tree};
+use smolder_test_support::prometheus::Metrics;
+use smolder_test_support::wait::eventually;
 
 /// An agent whose aggregator never answers: a UDP socket nothing reads and TLS files that do
 /// not exist.
@@ -36,32 +38,19 @@ fn profile(value: u64, at: SystemTime) -> Profile {
     }
 }
 
-async fn metric(agent: &Running, name: &str, labels: &str) -> f64 {
-    let text = reqwest::get(format!("http://{}/metrics", agent.addr()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            (metric == name && rest.contains(labels)).then(|| value.parse::<f64>().ok())?
-        })
-        .sum()
+/// The agent's `/metrics`.
+async fn metrics(agent: &Running) -> Metrics {
+    Metrics::scrape(&format!("http://{}/metrics", agent.addr())).await
 }
 
-async fn wait_for(agent: &Running, name: &str, labels: &str, value: f64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if metric(agent, name, labels).await == value {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{name}{{{labels}}} did not reach {value}");
+/// Waits until metric `name` with `labels` (which must exist) is `value`.
+async fn wait_for(agent: &Running, name: &str, labels: &[(&str, &str)], value: f64) {
+    eventually(
+        Duration::from_secs(20),
+        &format!("{name}{labels:?} reaching {value}"),
+        || async { metrics(agent).await.value(name, labels) == value },
+    )
+    .await;
 }
 
 /// Three windows in the recent past, one batch each.
@@ -76,7 +65,7 @@ async fn produce_three(agent: &Running) {
         wait_for(
             agent,
             "smolder_agent_spool_batches_written_total",
-            "",
+            &[],
             i as f64 + 1.0,
         )
         .await;
@@ -91,17 +80,27 @@ async fn batches_and_the_agent_id_survive_a_restart() {
     let id = agent.agent_id().to_owned();
     assert_eq!(id.len(), 32, "{id}");
     produce_three(&agent).await;
-    wait_for(&agent, "smolder_agent_spool_batches", "", 3.0).await;
-    assert!(metric(&agent, "smolder_agent_spool_bytes", "").await > 0.0);
-    wait_for(&agent, "smolder_agent_ship_connected", "", 0.0).await;
-    assert!(metric(&agent, "smolder_agent_ship_reconnects_total", "").await >= 1.0);
+    wait_for(&agent, "smolder_agent_spool_batches", &[], 3.0).await;
+    assert!(
+        metrics(&agent)
+            .await
+            .value("smolder_agent_spool_bytes", &[])
+            > 0.0
+    );
+    wait_for(&agent, "smolder_agent_ship_connected", &[], 0.0).await;
+    assert!(
+        metrics(&agent)
+            .await
+            .value("smolder_agent_ship_reconnects_total", &[])
+            >= 1.0
+    );
     agent.stop().await.unwrap();
 
     let agent = app::start_in(config, state.path()).await.unwrap();
     assert_eq!(agent.agent_id(), id, "the agent id is kept with the spool");
-    wait_for(&agent, "smolder_agent_spool_batches", "", 3.0).await;
+    wait_for(&agent, "smolder_agent_spool_batches", &[], 3.0).await;
     produce_three(&agent).await;
-    wait_for(&agent, "smolder_agent_spool_batches", "", 6.0).await;
+    wait_for(&agent, "smolder_agent_spool_batches", &[], 6.0).await;
     agent.stop().await.unwrap();
 }
 
@@ -131,10 +130,15 @@ async fn batches_past_the_age_bound_are_dropped_and_counted() {
     wait_for(
         &agent,
         "smolder_agent_dropped_batches_total",
-        "reason=\"expired\"",
+        &[("stage", "spool"), ("reason", "expired")],
         3.0,
     )
     .await;
-    assert_eq!(metric(&agent, "smolder_agent_spool_batches", "").await, 0.0);
+    assert_eq!(
+        metrics(&agent)
+            .await
+            .value("smolder_agent_spool_batches", &[]),
+        0.0
+    );
     agent.stop().await.unwrap();
 }

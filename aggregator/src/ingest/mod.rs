@@ -13,6 +13,8 @@
 //!   or a Java Flight Recorder recording, bare or in the Java agent's form ([`jfr`]).
 //! - `POST /push.v1.PusherService/Push`: Connect's unary push of pprof profiles, binary or
 //!   JSON ([`push`]).
+//! - `POST /v1development/profiles`: OTLP profiles (`profiles/v1development`, v1.10), binary or
+//!   JSON, and the same over gRPC, `ProfilesService/Export` on this port over h2c ([`otlp`]).
 //!
 //! Authentication and tenancy headers that SDKs send (`Authorization: Bearer …` or `Basic …`,
 //! `X-Scope-OrgID`, custom headers) are ignored: Smolder has no users or tenants yet, and an
@@ -29,6 +31,7 @@ mod folded;
 mod ingester;
 mod jfr;
 mod metrics;
+mod otlp;
 mod params;
 mod pprof;
 mod push;
@@ -95,6 +98,8 @@ pub(crate) fn routes(ingester: Arc<Ingester>) -> Router {
         .route("/ingest", post(ingest))
         .route("/pyroscope/ingest", post(ingest))
         .route("/push.v1.PusherService/Push", post(push::push))
+        .route("/v1development/profiles", post(otlp::export))
+        .route(otlp::GRPC_PATH, post(otlp::export_grpc))
         // Bodies are read under `IngestConfig`'s caps by `body::read`; axum's own 2 MiB default
         // would otherwise cut multipart forms short with a different error.
         .layer(DefaultBodyLimit::disable())
@@ -282,6 +287,18 @@ pub(crate) enum IngestError {
         /// What the decoder said, with the field at fault where known.
         reason: String,
     },
+    /// An OTLP profiles request does not fit the v1.10 schema, or is past a limit.
+    #[error("invalid otlp profiles request: {}", chain(.source))]
+    Otlp {
+        /// What is wrong, naming the field.
+        source: smolder_common::otlp::OtlpError,
+    },
+    /// A gRPC request is not one length-prefixed message.
+    #[error("invalid grpc request: {reason}")]
+    GrpcFrame {
+        /// What is wrong with the framing.
+        reason: String,
+    },
     /// A pushed series has no `service_name` label, which names the app.
     #[error("series {series} has no service_name label")]
     MissingServiceName {
@@ -320,9 +337,11 @@ impl IngestError {
             | BadGzip { .. }
             | BodyRead { .. }
             | PushBody { .. }
+            | GrpcFrame { .. }
             | MissingServiceName { .. } => StatusCode::BAD_REQUEST,
             BodyTooLarge { .. } | DecompressedTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Pprof { source, .. } if is_size_limit(source) => StatusCode::PAYLOAD_TOO_LARGE,
+            Otlp { source } => otlp::status(source),
             UnsupportedEncoding { .. } | UnsupportedMediaType { .. } => {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE
             }
@@ -357,6 +376,7 @@ impl IngestError {
             UnsupportedMediaType { .. } => "unsupported_media_type",
             BodyTooLarge { .. } | DecompressedTooLarge { .. } => "body_too_large",
             Pprof { source, .. } if is_size_limit(source) => "body_too_large",
+            Otlp { source } if source.is_too_large() => "body_too_large",
             BadGzip { .. } => "bad_gzip",
             BodyRead { .. } => "body_read",
             Folded { .. }
@@ -365,6 +385,8 @@ impl IngestError {
             | MissingProfileField { .. }
             | Jfr { .. }
             | MissingJfrField { .. }
+            | Otlp { .. }
+            | GrpcFrame { .. }
             | PushBody { .. } => "bad_body",
             BadLabel { .. } | BadProfileName { .. } | MissingServiceName { .. } => "bad_labels",
             SeriesLimit { .. } => "series_limit",

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use axum::body::Bytes;
 use axum::http::request::Parts;
 use smolder_common::pprof::{self, Limits, SampleTypeConfig};
+use smolder_common::series;
 use smolder_common::{Aggregation, Profile, ProfileMeta, ProfileSeries, SampleTypes, Series};
 
 use super::body::{FormFields, RequestBody};
@@ -271,19 +272,11 @@ pub(crate) fn to_profiles(
     Ok(profiles)
 }
 
-/// A pprof label name as a series label name: every character outside `[A-Za-z0-9_.]` becomes
-/// `_`. Go programs label samples freely (`http-route`); rejecting the whole profile for that
-/// would lose it, and Pyroscope sanitizes the same way.
+/// A pprof label name as a series label name ([`series::sanitize_label_name`]). Go programs
+/// label samples freely (`http-route`); rejecting the whole profile for that would lose it, and
+/// Pyroscope sanitizes the same way.
 pub(super) fn label_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    series::sanitize_label_name(name)
 }
 
 /// The `type` label of the distributor metrics for a profile type. Suffixes come from the

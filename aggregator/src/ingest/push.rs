@@ -303,16 +303,7 @@ fn convert(
 
 /// `service` with every character outside the app-name set replaced by `_`.
 fn app_name(service: &str) -> String {
-    service
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    smolder_common::series::sanitize_app_name(service)
 }
 
 /// The span a profile covers: from its `time_nanos` for `duration_nanos`, or `now` when the

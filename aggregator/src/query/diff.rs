@@ -2,7 +2,7 @@
 //!
 //! | param | meaning |
 //! |---|---|
-//! | `leftQuery`, `rightQuery` | FlameQL selectors, both required |
+//! | `leftQuery`, `rightQuery` | FlameQL selectors, both required; or both Pyroscope v1's `<profile type id>{selector}`, answered in the ids' units (CPU in nanoseconds) |
 //! | `leftFrom`, `leftUntil`, `rightFrom`, `rightUntil` | the ranges, default `now-1h` and `now` |
 //! | `format` | `json` only (the default) |
 //! | `maxNodes`, `max-nodes` | node budget; a node stays when either side reaches it |
@@ -24,8 +24,8 @@ use smolder_common::flamebearer::{FlamebearerProfile, Metadata};
 use smolder_common::{ProfileMeta, Tree};
 
 use super::{
-    Params, Querier, QueryError, RawQuery, Selected, an_hour_before, blocking, no_meta, respond,
-    select_and_merge, unix_secs,
+    Params, Querier, QueryError, RawQuery, Selected, an_hour_before, blocking, no_meta, render,
+    respond, select_and_merge, typed, unix_secs, with_warning,
 };
 use crate::tenant::Tenant;
 
@@ -47,6 +47,9 @@ async fn diff(
 ) -> Result<(Response, &'static str), QueryError> {
     let params = Params::new(query)?;
     let now = SystemTime::now();
+    if params.get("leftQuery").is_some_and(render::is_typed) {
+        return typed_diff(querier, tenant, &params, now).await;
+    }
     let left = params.selector("leftQuery")?;
     let right = params.selector("rightQuery")?;
     let left_range = params.range(("leftFrom", "leftUntil"), now, an_hour_before(now))?;
@@ -60,7 +63,8 @@ async fn diff(
             });
         }
     }
-    let max_nodes = params.max_nodes(&querier.config)?;
+    let budget = params.node_budget(&querier.config)?;
+    let max_nodes = budget.nodes;
 
     let app_name = if left.app() == right.app() {
         format!("diff_{}", left.app())
@@ -93,6 +97,37 @@ async fn diff(
         };
         let combined = Tree::combine(&left_side.tree, &right_side.tree);
         Ok(FlamebearerProfile::diff(&combined, max_nodes, metadata))
+    })
+    .await?;
+    Ok((
+        with_warning(Json(profile).into_response(), budget.warning),
+        "json",
+    ))
+}
+
+/// `/pyroscope/render-diff` of v1 queries (`<profile type id>{selector}` on both sides), as the
+/// Profiles Drilldown app sends them: both sides in their id's units, with v1's metadata.
+async fn typed_diff(
+    querier: &Querier,
+    tenant: Tenant,
+    params: &Params,
+    now: SystemTime,
+) -> Result<(Response, &'static str), QueryError> {
+    let side = |name: &'static str| render::typed_query(name, params.require(name)?);
+    let (left_id, left) = side("leftQuery")?;
+    let (right_id, right) = side("rightQuery")?;
+    let left_range = params.range(("leftFrom", "leftUntil"), now, an_hour_before(now))?;
+    let right_range = params.range(("rightFrom", "rightUntil"), now, an_hour_before(now))?;
+    let max_nodes = params.max_nodes(&querier.config)?;
+    let profile = blocking(&querier.store, move |store| {
+        let (l, _) = typed::merge(store, &tenant, &left_id, &left, left_range)?;
+        let (r, _) = typed::merge(store, &tenant, &right_id, &right, right_range)?;
+        let metadata = render::typed_metadata(&left_id);
+        Ok(FlamebearerProfile::diff(
+            &Tree::combine(&l, &r),
+            max_nodes,
+            metadata,
+        ))
     })
     .await?;
     Ok((Json(profile).into_response(), "json"))

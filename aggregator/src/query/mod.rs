@@ -14,6 +14,7 @@
 //! | `GET /render`, `/pyroscope/render` | `render.rs` (+ `timeline.rs`, `export.rs`) |
 //! | `GET /render-diff`, `/pyroscope/render-diff` | `diff.rs` |
 //! | `GET /labels`, `/label-names`, `/label-values`, `GET /api/apps` | `labels.rs` |
+//! | `POST /querier.v1.QuerierService/*`, `/settings.v1.SettingsService/Get` (Connect, what Grafana speaks) | `grafana.rs` (+ `connect.rs` the protocol, `typed.rs` selections by profile type id) |
 //!
 //! (`DELETE /api/apps`, a write, is `admin`'s.) This file holds what the routes share: the
 //! parameters (`query`/`name`, `from`/`until`, `maxNodes`), [`QueryError`] and how each error
@@ -27,15 +28,21 @@
 //!   listings ignore time altogether. `until` before `from` is a 400.
 //! - An empty parameter (`from=`) is treated as absent, as Pyroscope does.
 //! - `maxNodes` (or `max-nodes`; `maxNodes` wins when both are given) is the node budget: a
-//!   positive integer, capped at `query.max-nodes-limit`; 0 or a negative number asks for no
-//!   truncation, which means the limit. Anything else is a 400.
+//!   positive integer, capped at `query.max-nodes-limit` (the answer then carries
+//!   `Warning: 299 - "maxNodes N is above query.max-nodes-limit; L nodes used"`); 0 or a
+//!   negative number asks for no truncation, which means the limit. Anything else is a 400. The
+//!   JSON flame graphs always keep the budget (the default when none is asked); the `collapsed`
+//!   and `pprof` exports are whole unless the request names one.
 
+mod connect;
 mod diff;
 mod export;
+mod grafana;
 mod labels;
 mod metrics;
 mod render;
 mod timeline;
+mod typed;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,9 +51,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::Router;
 use axum::extract::Query;
 use axum::extract::rejection::QueryRejection;
+use axum::http::HeaderValue;
+use axum::http::header::WARNING;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
+use smolder_common::series;
 use smolder_common::{
     Aggregation, MatchOp, Matcher, ProfileMeta, Selector, SelectorError, Series, SeriesError,
     TimeError, Tree,
@@ -119,7 +129,42 @@ pub(crate) fn routes(querier: Arc<Querier>) -> Router {
         .route("/label-names", get(labels::names))
         .route("/label-values", get(labels::values))
         .route("/api/apps", get(labels::apps))
+        .merge(connect_routes())
         .with_state(querier)
+}
+
+/// The Connect routes of the query API Grafana speaks ([`grafana`]).
+fn connect_routes() -> Router<Arc<Querier>> {
+    const SERVICE: &str = "/querier.v1.QuerierService";
+    let methods: [(&str, axum::routing::MethodRouter<Arc<Querier>>); 12] = [
+        ("ProfileTypes", post(grafana::profile_types)),
+        ("LabelNames", post(grafana::label_names)),
+        ("LabelValues", post(grafana::label_values)),
+        ("Series", post(grafana::series)),
+        (
+            "SelectMergeStacktraces",
+            post(grafana::select_merge_stacktraces),
+        ),
+        ("SelectMergeProfile", post(grafana::select_merge_profile)),
+        ("SelectSeries", post(grafana::select_series)),
+        ("Diff", post(grafana::diff)),
+        (
+            "SelectMergeSpanProfile",
+            post(grafana::select_merge_span_profile),
+        ),
+        ("GetProfileStats", post(grafana::get_profile_stats)),
+        ("SelectHeatmap", post(grafana::select_heatmap)),
+        ("AnalyzeQuery", post(grafana::analyze_query)),
+    ];
+    methods
+        .into_iter()
+        .fold(Router::new(), |router, (method, handler)| {
+            router.route(&format!("{SERVICE}/{method}"), handler)
+        })
+        .route(
+            "/settings.v1.SettingsService/Get",
+            post(grafana::get_settings),
+        )
 }
 
 /// Why a query could not be answered. Every variant but [`QueryError::Store`] and
@@ -222,6 +267,18 @@ pub(crate) enum QueryError {
         /// The right side's value.
         right: String,
     },
+    /// A profile type id (`profile_typeID`) is not `name:sample_type:sample_unit:period_type:period_unit`.
+    #[error("invalid profile type: {source}")]
+    InvalidProfileType {
+        /// Why.
+        source: smolder_common::profile_type::BadProfileTypeId,
+    },
+    /// A `SelectSeries` step that is negative or not a number.
+    #[error("invalid step {step}: expected a number of seconds")]
+    InvalidStep {
+        /// The step sent.
+        step: f64,
+    },
     /// The store failed; logged once where the response is built.
     #[error("reading the store failed")]
     Store(#[from] StoreError),
@@ -233,7 +290,7 @@ pub(crate) enum QueryError {
 impl QueryError {
     /// The `error_type` label of `smolder_aggregator_errors_total{stage="query"}`: one value per
     /// variant, so the label stays bounded.
-    fn error_type(&self) -> &'static str {
+    pub(super) fn error_type(&self) -> &'static str {
         match self {
             QueryError::MissingParameter { .. } | QueryError::MissingSelector => {
                 "missing_parameter"
@@ -249,6 +306,8 @@ impl QueryError {
             QueryError::InvalidLabelName { .. } => "invalid_label_name",
             QueryError::TooManyGroups { .. } => "too_many_groups",
             QueryError::Incompatible { .. } => "incompatible_diff",
+            QueryError::InvalidProfileType { .. } => "invalid_profile_type",
+            QueryError::InvalidStep { .. } => "invalid_step",
             QueryError::Store(_) => "store",
             QueryError::Panicked => "panicked",
         }
@@ -369,13 +428,18 @@ impl Params {
             .map_err(|source| QueryError::InvalidSelector { name, source })
     }
 
-    /// The node budget of `maxNodes` or `max-nodes`, or the configured default.
-    fn max_nodes(&self, config: &QueryConfig) -> Result<usize, QueryError> {
+    /// The node budget of `maxNodes` or `max-nodes`, or the configured default, with how it was
+    /// chosen: asked for or not, and capped or not.
+    fn node_budget(&self, config: &QueryConfig) -> Result<NodeBudget, QueryError> {
         let given = ["maxNodes", "max-nodes"]
             .into_iter()
             .find_map(|name| self.get(name).map(|value| (name, value)));
         let Some((name, value)) = given else {
-            return Ok(config.max_nodes_default.min(config.max_nodes_limit));
+            return Ok(NodeBudget {
+                nodes: config.max_nodes_default.min(config.max_nodes_limit),
+                asked: false,
+                warning: None,
+            });
         };
         let parsed: i64 = value
             .trim()
@@ -385,11 +449,35 @@ impl Params {
                 value: value.to_owned(),
             })?;
         let limit = config.max_nodes_limit;
-        Ok(usize::try_from(parsed)
-            .ok()
-            .filter(|&n| n > 0)
-            .map_or(limit, |n| n.min(limit)))
+        let asked = usize::try_from(parsed).ok().filter(|&n| n > 0);
+        let warning = asked.filter(|&n| n > limit).map(|_| {
+            format!("299 - \"{name} {parsed} is above query.max-nodes-limit; {limit} nodes used\"")
+        });
+        Ok(NodeBudget {
+            nodes: asked.map_or(limit, |n| n.min(limit)),
+            asked: true,
+            warning,
+        })
     }
+}
+
+/// A request's node budget.
+struct NodeBudget {
+    /// The nodes a flame graph (or an export asked to) keeps.
+    nodes: usize,
+    /// Whether the request named a budget; exports are whole unless it did.
+    asked: bool,
+    /// A `Warning` header value when the request asked for more than `query.max-nodes-limit`.
+    warning: Option<String>,
+}
+
+/// `response` with a `Warning: 299` header carrying `warning`, if any: what the answer changed
+/// from what was asked, in a header, so that the body keeps Pyroscope's format.
+fn with_warning(mut response: Response, warning: Option<String>) -> Response {
+    if let Some(value) = warning.and_then(|w| HeaderValue::from_str(&w).ok()) {
+        response.headers_mut().insert(WARNING, value);
+    }
+    response
 }
 
 /// The default start of `/render` ranges: an hour before `now`.
@@ -425,13 +513,10 @@ fn selector_from_key(key: &str) -> Result<Selector, QueryError> {
     })
 }
 
-/// Checks that `value` of parameter `name` is a label name, as series labels are.
+/// Checks that `value` of parameter `name` is a label name by the rule series labels follow
+/// ([`series::is_label_name`]); an empty parameter never gets here, it reads as absent.
 fn label_name(name: &'static str, value: &str) -> Result<String, QueryError> {
-    let valid = value != smolder_common::series::NAME_LABEL
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
-    if valid {
+    if value != series::NAME_LABEL && series::is_label_name(value) {
         Ok(value.to_owned())
     } else {
         Err(QueryError::InvalidLabelName {
@@ -519,27 +604,59 @@ mod tests {
             max_nodes_limit: 1000,
             ..QueryConfig::default()
         };
-        assert_eq!(params(&[]).max_nodes(&config).ok(), Some(100));
         assert_eq!(
-            params(&[("max-nodes", "7")]).max_nodes(&config).ok(),
+            params(&[]).node_budget(&config).ok().map(|b| b.nodes),
+            Some(100)
+        );
+        assert_eq!(
+            params(&[("max-nodes", "7")])
+                .node_budget(&config)
+                .ok()
+                .map(|b| b.nodes),
             Some(7)
         );
         assert_eq!(
             params(&[("maxNodes", "5"), ("max-nodes", "7")])
-                .max_nodes(&config)
-                .ok(),
+                .node_budget(&config)
+                .ok()
+                .map(|b| b.nodes),
             Some(5)
         );
         assert_eq!(
-            params(&[("maxNodes", "5000")]).max_nodes(&config).ok(),
+            params(&[("maxNodes", "5000")])
+                .node_budget(&config)
+                .ok()
+                .map(|b| b.nodes),
             Some(1000)
         );
         assert_eq!(
-            params(&[("maxNodes", "-1")]).max_nodes(&config).ok(),
+            params(&[("maxNodes", "-1")])
+                .node_budget(&config)
+                .ok()
+                .map(|b| b.nodes),
             Some(1000)
         );
+        let capped = params(&[("maxNodes", "5000")])
+            .node_budget(&config)
+            .unwrap();
+        assert_eq!(
+            capped.warning.as_deref(),
+            Some("299 - \"maxNodes 5000 is above query.max-nodes-limit; 1000 nodes used\"")
+        );
+        assert!(capped.asked);
+        let unasked = params(&[]).node_budget(&config).unwrap();
+        assert!(!unasked.asked && unasked.warning.is_none());
+        assert!(
+            params(&[("maxNodes", "0")])
+                .node_budget(&config)
+                .unwrap()
+                .warning
+                .is_none()
+        );
         assert!(matches!(
-            params(&[("maxNodes", "lots")]).max_nodes(&config),
+            params(&[("maxNodes", "lots")])
+                .node_budget(&config)
+                .map(|b| b.nodes),
             Err(QueryError::InvalidMaxNodes {
                 name: "maxNodes",
                 ..

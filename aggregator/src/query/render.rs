@@ -3,11 +3,11 @@
 //!
 //! | param | meaning |
 //! |---|---|
-//! | `query` | FlameQL selector, `app.cpu{env="prod"}` |
+//! | `query` | FlameQL selector, `app.cpu{env="prod"}`; or Pyroscope v1's `<profile type id>{selector}` (`process_cpu:cpu:nanoseconds:cpu:nanoseconds{service_name="app"}`), answered in the id's units with v1's metadata (see `typed_json`) |
 //! | `name` | instead of `query`: an ingest-style key `app.cpu{env=prod}`, meaning the app's series with every given label equal (`query` wins when both are given) |
 //! | `from`, `until` | the range, default `now-1h` and `now` |
 //! | `format` | `json` (default), `collapsed` (folded text download), `pprof` (gzipped pprof download) |
-//! | `maxNodes`, `max-nodes` | node budget of the JSON flame graph (see the module docs of `query`) |
+//! | `maxNodes`, `max-nodes` | node budget: of the JSON flame graph (default `query.max-nodes-default`), and of the `collapsed` and `pprof` exports when given (whole otherwise); above `query.max-nodes-limit` it is capped, with a `Warning` header (see the module docs of `query`) |
 //! | `groupBy` | a label name: `groups` gets one timeline per value of it |
 //!
 //! The JSON is Pyroscope v0.37's: `version`, `flamebearer`, `metadata` (`format`, `spyName`,
@@ -28,12 +28,14 @@ use std::time::{Instant, SystemTime};
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use smolder_common::Selector;
-use smolder_common::flamebearer::{FlamebearerProfile, Metadata};
+use smolder_common::flamebearer::{FlamebearerProfile, Metadata, Timeline};
+use smolder_common::{ProfileTypeId, Selector};
 
+use super::typed::{self, LabelSelector};
 use super::{
-    Params, Querier, QueryConfig, QueryError, RawQuery, an_hour_before, blocking, export,
-    label_name, no_meta, respond, select_and_merge, selector_from_key, timeline, unix_secs,
+    NodeBudget, Params, Querier, QueryConfig, QueryError, RawQuery, an_hour_before, blocking,
+    export, label_name, no_meta, respond, select_and_merge, selector_from_key, timeline, unix_secs,
+    with_warning,
 };
 use crate::store::TimeRange;
 use crate::tenant::Tenant;
@@ -74,7 +76,7 @@ struct Request {
     selector: Selector,
     range: TimeRange,
     format: Format,
-    max_nodes: usize,
+    budget: NodeBudget,
     group_by: Option<String>,
 }
 
@@ -93,7 +95,7 @@ impl Request {
             selector,
             range: params.range(("from", "until"), now, an_hour_before(now))?,
             format: Format::parse(params.get("format"))?,
-            max_nodes: params.max_nodes(config)?,
+            budget: params.node_budget(config)?,
             group_by: params
                 .get("groupBy")
                 .map(|value| label_name("groupBy", value))
@@ -119,18 +121,28 @@ async fn render(
     query: RawQuery,
 ) -> Result<(Response, &'static str), QueryError> {
     let params = Params::new(query)?;
+    if let Some(query) = params.get("query").filter(|q| is_typed(q)) {
+        let query = query.to_owned();
+        return typed_json(querier, tenant, &params, &query).await;
+    }
     let request = Request::parse(&params, &querier.config, SystemTime::now())?;
     let app = request.selector.app().to_owned();
     let name = export::profile_name(&app, request.range.from);
     let format = request.format;
     let metrics = querier.metrics.clone();
+    let warning = request.budget.warning.clone();
+    // Exports are whole unless the request names a budget.
+    let export_nodes = request.budget.asked.then_some(request.budget.nodes);
     let response = match format {
         // Exports of up to a million nodes are CPU work: they are built on the blocking pool.
         Format::Collapsed => {
             let (selector, range) = (request.selector, request.range);
             blocking(&querier.store, move |store| {
-                let selected = select_and_merge(store, &tenant, &selector, range)?;
+                let mut selected = select_and_merge(store, &tenant, &selector, range)?;
                 metrics.merged("render", selected.series.len(), selected.tree.len());
+                if let Some(nodes) = export_nodes {
+                    selected.tree = selected.tree.truncate(nodes);
+                }
                 Ok(export::collapsed(&selected.tree, &name))
             })
             .await?
@@ -138,8 +150,11 @@ async fn render(
         Format::Pprof => {
             let (selector, range) = (request.selector, request.range);
             blocking(&querier.store, move |store| {
-                let selected = select_and_merge(store, &tenant, &selector, range)?;
+                let mut selected = select_and_merge(store, &tenant, &selector, range)?;
                 metrics.merged("render", selected.series.len(), selected.tree.len());
+                if let Some(nodes) = export_nodes {
+                    selected.tree = selected.tree.truncate(nodes);
+                }
                 Ok(export::pprof(
                     &selected.tree,
                     &app,
@@ -152,7 +167,102 @@ async fn render(
         }
         Format::Json => Json(json(querier, tenant, request, app, name).await?).into_response(),
     };
-    Ok((response, format.label()))
+    Ok((with_warning(response, warning), format.label()))
+}
+
+/// Whether `query` is Pyroscope v1's `<profile type id>{selector}` rather than FlameQL: its
+/// name part holds the id's `:`s, which no app name does.
+pub(super) fn is_typed(query: &str) -> bool {
+    query
+        .split('{')
+        .next()
+        .is_some_and(|name| name.contains(':'))
+}
+
+/// A v1 query, `<profile type id>{selector}`, in parameter `param`.
+pub(super) fn typed_query(
+    param: &'static str,
+    query: &str,
+) -> Result<(ProfileTypeId, LabelSelector), QueryError> {
+    let (id, selector) = query.split_at(query.find('{').unwrap_or(query.len()));
+    let id: ProfileTypeId = id
+        .trim()
+        .parse()
+        .map_err(|source| QueryError::InvalidProfileType { source })?;
+    Ok((id, LabelSelector::parse(param, selector)?))
+}
+
+/// The metadata Pyroscope v1 gives a flame graph of `id` (`ExportToFlamebearer`): CPU is
+/// `samples` at 10^9 per second, since its values are nanoseconds; object counts `objects`;
+/// everything else its sample unit; the name is the sample type.
+pub(super) fn typed_metadata(id: &ProfileTypeId) -> Metadata {
+    let (units, sample_rate) = match id.sample_type.as_str() {
+        "cpu" => ("samples", 1_000_000_000),
+        "inuse_objects" | "alloc_objects" | "goroutine" | "samples" => ("objects", 100),
+        _ => (id.sample_unit.as_str(), 100),
+    };
+    Metadata {
+        spy_name: String::new(),
+        sample_rate,
+        units: units.to_owned(),
+        name: id.sample_type.clone(),
+        ..Metadata::default()
+    }
+}
+
+/// `/pyroscope/render` of a v1 query, `process_cpu:cpu:nanoseconds:cpu:nanoseconds{service_name="api"}`,
+/// as the Profiles Drilldown app sends it: the flame graph and timeline in the id's units, with
+/// Pyroscope v1's metadata (`units` and `sampleRate` as its `ExportToFlamebearer` writes them:
+/// CPU is `samples` at 10^9 per second, since values are nanoseconds). `format` is `json` only.
+async fn typed_json(
+    querier: &Querier,
+    tenant: Tenant,
+    params: &Params,
+    query: &str,
+) -> Result<(Response, &'static str), QueryError> {
+    let (id, labels) = typed_query("query", query)?;
+    let now = SystemTime::now();
+    let range = params.range(("from", "until"), now, an_hour_before(now))?;
+    match params.get("format") {
+        None | Some("json") => {}
+        Some(other) => {
+            return Err(QueryError::InvalidFormat {
+                value: other.to_owned(),
+                expected: "json",
+            });
+        }
+    }
+    let max_nodes = params.max_nodes(&querier.config)?;
+    let metrics = querier.metrics.clone();
+    let profile = blocking(&querier.store, move |store| {
+        let (tree, series) = typed::merge(store, &tenant, &id, &labels, range)?;
+        metrics.merged("render", series.len(), tree.len());
+        let step = timeline::step_for_range(range);
+        let mut samples: Vec<u64> = Vec::new();
+        let mut start = 0;
+        for line in typed::timelines(store, &tenant, &id, &labels, range, step)? {
+            start = line.start;
+            if samples.len() < line.totals.len() {
+                samples.resize(line.totals.len(), 0);
+            }
+            for (sum, total) in samples.iter_mut().zip(line.totals) {
+                *sum = sum.saturating_add(total);
+            }
+        }
+        let metadata = typed_metadata(&id);
+        let timeline = Timeline {
+            start_time: i64::try_from(start).unwrap_or(i64::MAX),
+            samples,
+            duration_delta: i64::try_from(step).unwrap_or(i64::MAX),
+            watermarks: Default::default(),
+        };
+        let mut profile = FlamebearerProfile::single(&tree, max_nodes, metadata);
+        profile.groups = Some([("*".to_owned(), timeline.clone())].into());
+        profile.timeline = Some(timeline);
+        Ok(profile)
+    })
+    .await?;
+    Ok((Json(profile).into_response(), "json"))
 }
 
 /// The flamebearer JSON of a request.
@@ -166,10 +276,11 @@ async fn json(
     let Request {
         selector,
         range,
-        max_nodes,
+        budget,
         group_by,
         ..
     } = request;
+    let max_nodes = budget.nodes;
     let query = selector.to_string();
     let max_groups = querier.config.max_groups;
     let metrics = querier.metrics.clone();

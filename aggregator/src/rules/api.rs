@@ -5,7 +5,7 @@
 //! | `GET /exported-metrics` | every rule's counters, Prometheus text format |
 //! | `GET /api/recording-rules` | `{"rules": [rule, ...]}` |
 //! | `POST /api/recording-rules` | 201 and the rule; 409 if the name is taken |
-//! | `PUT /api/recording-rules/{name}` | 200 and the rule; 404 if there is none |
+//! | `PUT /api/recording-rules/{name}` | 200 and the rule, replaced whole (what the body leaves out takes its default); 404 if there is none |
 //! | `DELETE /api/recording-rules/{name}` | 204; 404 if there is none |
 //!
 //! A rule is `{"name", "expr", "node", "function", "group_by", "provisioned"}`; `provisioned`

@@ -83,13 +83,7 @@ pub(crate) fn check(config: &RulesConfig) -> Result<(), RulesError> {
         return Err(bad("rules.remote-write-interval must be more than zero"));
     }
     for name in config.remote_write_labels.keys() {
-        let mut chars = name.chars();
-        let valid = chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !name.starts_with("__");
-        if !valid {
+        if !smolder_common::prometheus::is_user_label_name(name) {
             return Err(RulesError::RemoteWriteLabel { name: name.clone() });
         }
     }

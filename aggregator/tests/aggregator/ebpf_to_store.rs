@@ -8,7 +8,9 @@ use std::time::Duration;
 use smolder_agent::app as agent_app;
 use smolder_agent::relabel::RelabelConfig;
 
-use crate::transport::{agent_config, eventually};
+use smolder_test_support::wait::eventually;
+
+use crate::transport::agent_config;
 use crate::util::Aggregator;
 
 /// Spins in `e2e_busy_function` for the seconds given, once a line arrives on stdin.

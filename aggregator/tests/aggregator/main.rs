@@ -8,15 +8,31 @@ mod systemd;
 /// Fixtures: a running aggregator, an HTTP client, helpers to ingest and render.
 mod util;
 
+/// The HTTP surface's own refusals (malformed request lines, unknown routes, wrong methods),
+/// each with a body.
+mod http;
+
 /// The crate's layout: stages import only the stages below them (the edges ARCHITECTURE.md
 /// lists).
 mod layout;
 
+/// README.md and OPERATIONS.md against the binaries: their shell examples run, their configs
+/// load, every config key is shown.
+mod docs;
+
 /// Ingest: `/ingest` in every body format and the Connect push, good and bad input.
 mod ingest;
 
+/// OTLP profiles from PyPI's opentelemetry-proto over HTTP: every table, protobuf, JSON and
+/// gzip; twenty malformed requests refused with nothing stored.
+mod otlp;
+
 /// `/render`, `/render-diff`, label and app listings: exact Pyroscope answers over HTTP.
 mod query;
+
+/// The query API Grafana speaks: Connect `querier.v1` in binary and JSON, values exact against
+/// `/render`, Connect's error shape.
+mod grafana;
 
 /// A real Prometheus scraping `/exported-metrics` of both tiers and receiving remote write.
 mod prometheus;

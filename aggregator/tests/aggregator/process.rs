@@ -1,38 +1,27 @@
 //! The aggregator as a process: acknowledged data survives `kill -9`, and a second aggregator
 //! on the same data directory refuses to start.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A free loopback port: bound, read, released. Another process could take it in between, which
-/// is unlikely on a test machine and would fail the test loudly rather than wrongly.
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
+use smolder_test_support::process::{Process, daemon};
 
-fn spawn(data_dir: &Path, addr: SocketAddr) -> Child {
+/// An aggregator on `data_dir`, both listeners on port 0.
+fn spawn(data_dir: &Path) -> Process {
     let config = data_dir.with_extension("yaml");
     std::fs::write(
         &config,
-        format!("http:\n  listen: {addr}\ningest:\n  quic:\n    listen: 127.0.0.1:0\n"),
+        "http:\n  listen: 127.0.0.1:0\ningest:\n  quic:\n    listen: 127.0.0.1:0\n",
     )
     .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_smolder-aggregator"))
+    let mut command = daemon(Path::new(env!("CARGO_BIN_EXE_smolder-aggregator")), "warn");
+    command
         .arg("--data-dir")
         .arg(data_dir)
         .arg("--config")
-        .arg(&config)
-        .arg("--log-level")
-        .arg("warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the aggregator binary starts")
+        .arg(&config);
+    Process::spawn(command)
 }
 
 async fn wait_ready(http: &reqwest::Client, addr: SocketAddr) {
@@ -53,8 +42,8 @@ async fn acknowledged_profiles_survive_kill_9() {
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
     let http = reqwest::Client::new();
-    let addr = free_port();
-    let mut child = spawn(&data, addr);
+    let mut child = spawn(&data);
+    let addr = child.listening("http");
     wait_ready(&http, addr).await;
 
     // Concurrent writers, each acknowledged before the kill; recent enough that retention keeps
@@ -84,11 +73,10 @@ async fn acknowledged_profiles_survive_kill_9() {
         assert_eq!(response.status(), 200, "write {i}");
         acknowledged += i as u64 + 1;
     }
-    child.kill().expect("SIGKILL");
-    child.wait().unwrap();
+    child.kill();
 
-    let addr = free_port();
-    let mut child = spawn(&data, addr);
+    let mut child = spawn(&data);
+    let addr = child.listening("http");
     wait_ready(&http, addr).await;
     let render: serde_json::Value = http
         .get(format!(
@@ -102,8 +90,7 @@ async fn acknowledged_profiles_survive_kill_9() {
         .await
         .unwrap();
     assert_eq!(render["flamebearer"]["numTicks"], acknowledged, "{render}");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
 }
 
 #[tokio::test]
@@ -111,17 +98,16 @@ async fn a_second_aggregator_on_the_same_directory_fails_clearly() {
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
     let http = reqwest::Client::new();
-    let addr = free_port();
-    let mut first = spawn(&data, addr);
+    let mut first = spawn(&data);
+    let addr = first.listening("http");
     wait_ready(&http, addr).await;
 
-    let second = spawn(&data, free_port()).wait_with_output().unwrap();
-    assert!(!second.status.success());
-    let stderr = String::from_utf8_lossy(&second.stderr);
+    let mut second = spawn(&data);
+    assert!(!second.wait().success());
+    let stderr = second.log();
     assert!(
         stderr.contains("is in use by another aggregator"),
         "{stderr}"
     );
-    first.kill().unwrap();
-    first.wait().unwrap();
+    first.kill();
 }

@@ -4,75 +4,70 @@
 //! both tiers; with remote write enabled on the aggregator, the same series arrive in
 //! Prometheus' remote-write receiver.
 
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use smolder_aggregator::config::Config;
 use smolder_common::{Profile, ProfileMeta, Tree};
+use smolder_test_support::net::LOOPBACK_ANY_PORT;
+use smolder_test_support::process::Process;
+use smolder_test_support::prometheus::Metrics;
+use smolder_test_support::rules::DOCUMENTED_RULES;
 
-use crate::rules::DOCUMENTED_RULES;
 use crate::transport::agent_config;
 use crate::util::Aggregator;
 
-/// A free loopback port: bound, read, released.
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-/// A Prometheus server, killed when dropped.
+/// A Prometheus server on port 0, killed when dropped.
 struct Prometheus {
-    child: Child,
+    _process: Process,
     addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    dir: tempfile::TempDir,
 }
 
 impl Prometheus {
-    /// Starts Prometheus scraping `/exported-metrics` of each `(job, address)` every second,
-    /// with its remote-write receiver on.
-    async fn start(targets: &[(&str, SocketAddr)]) -> Prometheus {
+    /// Starts Prometheus scraping `/exported-metrics` every second for each of `jobs`, whose
+    /// targets it discovers from a file that [`target`](Prometheus::target) writes, with its
+    /// remote-write receiver on.
+    async fn start(jobs: &[&str]) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         let mut config = String::from(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n",
         );
-        for (job, addr) in targets {
+        for job in jobs {
             config.push_str(&format!(
                 "  - job_name: {job}\n    metrics_path: /exported-metrics\n    \
-                 static_configs:\n      - targets: ['{addr}']\n"
+                 file_sd_configs:\n      - files: ['{}']\n        refresh_interval: 1s\n",
+                dir.path().join(format!("{job}.json")).display()
             ));
         }
         let config_path = dir.path().join("prometheus.yml");
         std::fs::write(&config_path, config).unwrap();
-        let addr = free_port();
-        let child = Command::new("prometheus")
+        let mut command = Command::new("prometheus");
+        command
             .arg(format!("--config.file={}", config_path.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 dir.path().join("data").display()
             ))
-            .arg(format!("--web.listen-address={addr}"))
+            .arg(format!("--web.listen-address={LOOPBACK_ANY_PORT}"))
             .arg("--web.enable-remote-write-receiver")
-            .arg("--log.level=warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect(
-                "the prometheus binary runs (Debian package prometheus; scripts/test installs it)",
-            );
+            .args(["--log.level=info", "--log.format=json"])
+            .stdout(Stdio::null());
+        // The Debian package `prometheus`; scripts/test installs it.
+        let process = Process::spawn(command);
+        // "Start listening for connections" names the address asked for; "Listening on" the
+        // one bound.
+        let line = process.wait_for_line("its listening address", |line| {
+            line.contains(r#""msg":"Listening on""#)
+        });
+        let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let addr: SocketAddr = json["address"].as_str().unwrap().parse().unwrap();
         let prometheus = Prometheus {
-            child,
+            _process: process,
             addr,
-            _dir: dir,
+            dir,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -87,6 +82,14 @@ impl Prometheus {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Points `job` at `addr`, through its discovery file (written whole, then renamed).
+    fn target(&self, job: &str, addr: SocketAddr) {
+        let path: PathBuf = self.dir.path().join(format!("{job}.json"));
+        let partial = path.with_extension("partial");
+        std::fs::write(&partial, format!("[{{\"targets\": [\"{addr}\"]}}]")).unwrap();
+        std::fs::rename(&partial, &path).unwrap();
     }
 
     /// The values of an instant query's result vector.
@@ -120,25 +123,24 @@ const FOLDED: &str =
 
 #[tokio::test]
 async fn prometheus_rates_match_the_cpu_sent_on_both_tiers_and_remote_write_arrives() {
-    // Prometheus must exist before the tiers point at it; its targets are bound first.
-    let agg_addr = free_port();
-    let agent_addr = free_port();
-    let prometheus = Prometheus::start(&[("aggregator", agg_addr), ("agent", agent_addr)]).await;
+    // Prometheus must exist before the aggregator remote-writes to it; the tiers, on port 0,
+    // become its targets once bound.
+    let prometheus = Prometheus::start(&["aggregator", "agent"]).await;
 
-    let mut config: Config = serde_norway::from_str(&format!(
+    let config: Config = serde_norway::from_str(&format!(
         "{DOCUMENTED_RULES}\nrules:\n  remote-write-url: http://{}/api/v1/write\n  \
          remote-write-interval: 1s\n  remote-write-labels:\n    source: remote_write\n",
         prometheus.addr
     ))
     .unwrap();
-    config.http.listen = agg_addr;
-    let agg = Aggregator::with_fixed_address(config).await;
+    let agg = Aggregator::with_config(config).await;
+    prometheus.target("aggregator", agg.addr());
 
     let rules: smolder_agent::config::Config = serde_norway::from_str(DOCUMENTED_RULES).unwrap();
     let mut agent_config = agent_config(agg.quic_addr(), agg.dir());
     agent_config.metrics_export_rules = rules.metrics_export_rules;
-    agent_config.http.listen = agent_addr;
     let agent = smolder_agent::app::start(agent_config).await.unwrap();
+    prometheus.target("agent", agent.addr());
     let submitter = agent.submitter();
     let mut tree = Tree::new();
     for line in FOLDED.lines() {
@@ -187,19 +189,12 @@ async fn prometheus_rates_match_the_cpu_sent_on_both_tiers_and_remote_write_arri
             "{job}: total rate {total:?}, want 1.0"
         );
     }
-    let metrics = agg
-        .http
-        .get(agg.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = Metrics::scrape(&agg.url("/metrics")).await;
     assert!(
-        metrics
-            .contains("smolder_aggregator_rules_remote_write_requests_total{outcome=\"success\"}"),
-        "{metrics}"
+        metrics.value(
+            "smolder_aggregator_rules_remote_write_requests_total",
+            &[("outcome", "success")]
+        ) >= 1.0
     );
     // The agent stops once every submitter is gone.
     drop(submitter);

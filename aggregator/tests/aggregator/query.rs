@@ -7,6 +7,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use smolder_common::pprof::{self, Limits, SampleTypes};
 use smolder_common::{FoldedFormat, FoldedLimits, Tree, parse_folded, to_folded};
+use smolder_test_support::prometheus::Metrics;
 
 use crate::util::Aggregator;
 
@@ -377,6 +378,63 @@ async fn max_nodes_folds_small_nodes_into_other() {
 }
 
 #[tokio::test]
+async fn exports_keep_a_node_budget_only_when_asked_and_a_capped_one_says_so() {
+    let mut config = smolder_aggregator::config::Config::default();
+    config.query.max_nodes_limit = 8;
+    let agg = Aggregator::with_config(config).await;
+    let t = base();
+    let body: String = (1..=20).map(|i| format!("main;f{i:02} {i}\n")).collect();
+    ingest(&agg, "app.cpu", t, &body, &[]).await;
+    let (from, until) = ((t - 60).to_string(), (t + 60).to_string());
+    let range = [("query", "app.cpu"), ("from", &from), ("until", &until)];
+    let mut query = range.to_vec();
+    query.push(("format", "collapsed"));
+    // Without maxNodes, the export is whole; with it, folded into `other` as the JSON is.
+    let (_, whole) = get(&agg, "/render", &query).await;
+    assert_eq!(whole.lines().count(), 20, "{whole}");
+    query.push(("maxNodes", "5"));
+    let (_, cut) = get(&agg, "/render", &query).await;
+    assert!(cut.lines().count() < 10, "{cut}");
+    assert!(
+        cut.lines().any(|line| line.starts_with("main;other ")),
+        "{cut}"
+    );
+    let total = |text: &str| -> u64 {
+        text.lines()
+            .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum()
+    };
+    assert_eq!(total(&cut), total(&whole));
+
+    // Above query.max-nodes-limit: capped, and the answer says so.
+    for format in ["json", "collapsed"] {
+        let mut query = range.to_vec();
+        query.extend([("format", format), ("maxNodes", "100")]);
+        let response = agg
+            .http
+            .get(agg.url("/render"))
+            .query(&query)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            response.headers()["warning"],
+            "299 - \"maxNodes 100 is above query.max-nodes-limit; 8 nodes used\"",
+            "{format}"
+        );
+    }
+    let response = agg
+        .http
+        .get(agg.url("/render"))
+        .query(&range)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.headers().get("warning").is_none());
+}
+
+#[tokio::test]
 async fn average_series_are_divided_by_their_writes() {
     let agg = Aggregator::start().await;
     let t = base();
@@ -633,12 +691,16 @@ async fn deleting_an_app_removes_its_data() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("name"), "{body}");
     assert_eq!(delete("not json").await.0, StatusCode::BAD_REQUEST);
-    let (_, metrics) = get(&agg, "/metrics", &[]).await;
-    for line in [
-        r#"smolder_aggregator_errors_total{error_type="app_not_found",stage="admin"} 1"#,
-        r#"smolder_aggregator_errors_total{error_type="invalid_body",stage="admin"} 2"#,
-    ] {
-        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    let metrics = Metrics::scrape(&agg.url("/metrics")).await;
+    for (error_type, count) in [("app_not_found", 1.0), ("invalid_body", 2.0)] {
+        assert_eq!(
+            metrics.value(
+                "smolder_aggregator_errors_total",
+                &[("error_type", error_type), ("stage", "admin")]
+            ),
+            count,
+            "{error_type}"
+        );
     }
 }
 
@@ -726,12 +788,13 @@ async fn bad_parameters_are_400s_that_name_the_parameter() {
             "{path} {query:?}: {body:?} should name `{parameter}`"
         );
     }
-    let (_, metrics) = get(&agg, "/metrics", &[]).await;
-    assert!(
-        metrics.contains(
-            r#"smolder_aggregator_errors_total{error_type="invalid_time",stage="query"} 4"#
+    let metrics = Metrics::scrape(&agg.url("/metrics")).await;
+    assert_eq!(
+        metrics.value(
+            "smolder_aggregator_errors_total",
+            &[("error_type", "invalid_time"), ("stage", "query")]
         ),
-        "{metrics}"
+        4.0
     );
 }
 
@@ -785,23 +848,34 @@ async fn answered_queries_are_timed_by_endpoint_and_format_and_measure_what_they
     let (status, _) = get(&agg, "/render", &[("query", "app.cpu"), ("from", "soon")]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 
-    let (_, metrics) = get(&agg, "/metrics", &[]).await;
-    for line in [
-        r#"smolder_aggregator_query_duration_seconds_count{endpoint="render",format="json"} 1"#,
-        r#"smolder_aggregator_query_duration_seconds_count{endpoint="render",format="collapsed"} 1"#,
-        r#"smolder_aggregator_query_duration_seconds_count{endpoint="label_values",format="json"} 1"#,
-        // Two renders, each of both series: 4 series in all.
-        r#"smolder_aggregator_query_series_merged_sum{endpoint="render"} 4"#,
-        r#"smolder_aggregator_query_series_merged_count{endpoint="render"} 2"#,
+    let metrics = Metrics::scrape(&agg.url("/metrics")).await;
+    for (endpoint, format) in [
+        ("render", "json"),
+        ("render", "collapsed"),
+        ("label_values", "json"),
     ] {
-        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+        assert_eq!(
+            metrics.value(
+                "smolder_aggregator_query_duration_seconds_count",
+                &[("endpoint", endpoint), ("format", format)]
+            ),
+            1.0,
+            "{endpoint} {format}"
+        );
     }
-    let nodes = metrics
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix(r#"smolder_aggregator_query_nodes_merged_sum{endpoint="render"} "#)
-        })
-        .expect("nodes merged by render");
+    let render = [("endpoint", "render")];
+    // Two renders, each of both series: 4 series in all.
+    assert_eq!(
+        metrics.value("smolder_aggregator_query_series_merged_sum", &render),
+        4.0
+    );
+    assert_eq!(
+        metrics.value("smolder_aggregator_query_series_merged_count", &render),
+        2.0
+    );
     // foo, bar, baz and qux (the root is not a node of a tree's length): 4 per render.
-    assert_eq!(nodes, "8", "{metrics}");
+    assert_eq!(
+        metrics.value("smolder_aggregator_query_nodes_merged_sum", &render),
+        8.0
+    );
 }

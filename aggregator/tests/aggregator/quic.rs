@@ -17,7 +17,10 @@ use smolder_common::wire::{
     ALPN, Ack, BatchMessage, FrameHeader, FrameKind, FrameLimits, Hello, Reject,
 };
 
-use crate::transport::{agent_config, agent_metrics, eventually, metric, profile, ticks};
+use smolder_test_support::prometheus::Metrics;
+use smolder_test_support::wait::eventually;
+
+use crate::transport::{agent_config, agent_metrics, profile, ticks};
 use crate::util::Aggregator;
 
 /// A QUIC connection that trusts the CA at `ca`, optionally with a client certificate.
@@ -237,29 +240,16 @@ async fn hostile_streams_are_refused_with_a_reason_and_store_nothing() {
         "a resent batch is acknowledged, not stored again"
     );
     assert_eq!(ticks(&aggregator.http, &base, "raw.cpu").await, 5);
-    let metrics = aggregator
-        .http
-        .get(aggregator.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = Metrics::scrape(&aggregator.url("/metrics")).await;
     assert_eq!(
-        metric(
-            &metrics,
-            "smolder_aggregator_ingest_quic_batches_rejected_total",
-            ""
-        ),
+        metrics.value("smolder_aggregator_ingest_quic_batches_rejected_total", &[]),
         12.0,
-        "{metrics}"
+        "{metrics:?}"
     );
     assert_eq!(
-        metric(
-            &metrics,
+        metrics.value(
             "smolder_aggregator_ingest_quic_batches_duplicate_total",
-            ""
+            &[]
         ),
         1.0
     );
@@ -432,58 +422,48 @@ async fn bad_credentials_and_versions_are_refused_while_other_agents_ship() {
     .await;
     for agent in [&wrong_token, &rogue, &wrong_ca] {
         eventually(Duration::from_secs(10), "bad agents retry", || async {
-            metric(
-                &agent_metrics(agent).await,
-                "smolder_agent_ship_reconnects_total",
-                "",
-            ) >= 2.0
+            agent_metrics(agent)
+                .await
+                .value("smolder_agent_ship_reconnects_total", &[])
+                >= 2.0
         })
         .await;
         let text = agent_metrics(agent).await;
         assert_eq!(
-            metric(&text, "smolder_agent_ship_connected", ""),
+            text.value("smolder_agent_ship_connected", &[]),
             0.0,
-            "{text}"
+            "{text:?}"
         );
         assert_eq!(
-            metric(&text, "smolder_agent_ship_batches_sent_total", ""),
+            text.value("smolder_agent_ship_batches_sent_total", &[]),
             0.0,
-            "{text}"
+            "{text:?}"
         );
         assert_eq!(
-            metric(&text, "smolder_agent_spool_batches", ""),
+            text.value("smolder_agent_spool_batches", &[]),
             1.0,
-            "kept for later: {text}"
+            "kept for later: {text:?}"
         );
     }
     for app in ["wrongtoken.cpu", "rogue.cpu", "wrongca.cpu"] {
         assert_eq!(ticks(&aggregator.http, &base, app).await, 0, "{app}");
     }
-    let metrics = aggregator
-        .http
-        .get(aggregator.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = Metrics::scrape(&aggregator.url("/metrics")).await;
     let outcome = |o: &str| {
-        metric(
-            &metrics,
+        metrics.value(
             "smolder_aggregator_ingest_quic_connections_total",
-            &format!("outcome=\"{o}\""),
+            &[("outcome", o)],
         )
     };
     assert!(
         outcome("refused") >= 3.0,
-        "wrong token, none, version: {metrics}"
+        "wrong token, none, version: {metrics:?}"
     );
     assert!(
         outcome("handshake_failed") >= 1.0,
-        "rogue certificate: {metrics}"
+        "rogue certificate: {metrics:?}"
     );
-    assert!(outcome("accepted") >= 2.0, "{metrics}");
+    assert!(outcome("accepted") >= 2.0, "{metrics:?}");
     for agent in [token, cert, wrong_token, rogue, wrong_ca] {
         agent.stop().await.unwrap();
     }

@@ -2,7 +2,6 @@
 //! Connect-push ingest and an agent's QUIC batches; the recording-rules API with persistence across a restart; every
 //! invalid rule answered with a 4xx naming the rule and the problem.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use prost::Message;
@@ -11,23 +10,10 @@ use serde_json::json;
 use smolder_aggregator::app;
 use smolder_aggregator::config::Config;
 use smolder_common::pprof::{self, EncodeOptions};
+use smolder_test_support::prometheus::Metrics;
+use smolder_test_support::rules::DOCUMENTED_RULES;
 
 use crate::util::{Aggregator, tree, wire};
-
-/// The rules of Pyroscope's metrics-export documentation, as its users write them.
-pub(crate) const DOCUMENTED_RULES: &str = r#"
-metrics-export-rules:
-  a_simple_app_total:
-    expr: simple.golang.app.cpu
-    node: total
-  a_simple_app_slow_env_prod:
-    expr: simple.golang.app.cpu{env="prod"}
-    node: slowFunction
-  a_simple_app_slow_env:
-    expr: simple.golang.app.cpu
-    node: slowFunction
-    group_by: [env]
-"#;
 
 /// The Go example app's stacks: `slowFunction` does four times the work of `fastFunction`.
 pub(crate) const PROD_STACKS: &[(&str, u64)] = &[
@@ -42,18 +28,7 @@ pub(crate) const STAGING_STACKS: &[(&str, u64)] = &[
     ("runtime.gcBgMarkWorker;runtime.gcDrain", 4),
 ];
 
-/// Every sample line of a Prometheus text exposition, by `name{labels}`.
-pub(crate) fn samples(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#') && !line.is_empty())
-        .map(|line| {
-            let (series, value) = line.rsplit_once(' ').expect("name and value");
-            (series.to_owned(), value.parse().expect("a number"))
-        })
-        .collect()
-}
-
-async fn exported(agg: &Aggregator) -> BTreeMap<String, f64> {
+async fn exported(agg: &Aggregator) -> Metrics {
     let response = agg
         .http
         .get(agg.url("/exported-metrics"))
@@ -69,7 +44,7 @@ async fn exported(agg: &Aggregator) -> BTreeMap<String, f64> {
         content_type.starts_with("text/plain; version=0.0.4"),
         "{content_type}"
     );
-    samples(&response.text().await.unwrap())
+    Metrics::parse(&response.text().await.unwrap()).expect("Prometheus text")
 }
 
 async fn ingest(agg: &Aggregator, query: &[(&str, &str)], body: Vec<u8>) {
@@ -118,11 +93,12 @@ async fn pyroscope_documentation_example_counts_the_seconds_of_matching_stacks()
     let agg = Aggregator::with_config(documented_config()).await;
     // Before any data, the rules without labels are there at zero.
     let before = exported(&agg).await;
-    assert_eq!(before.get("a_simple_app_total"), Some(&0.0));
+    assert_eq!(before.value("a_simple_app_total", &[]), 0.0);
     assert!(
         !before
-            .keys()
-            .any(|k| k.starts_with("a_simple_app_slow_env{"))
+            .samples()
+            .iter()
+            .any(|sample| sample.name == "a_simple_app_slow_env" && !sample.labels.is_empty())
     );
 
     // prod through folded at 100 Hz, staging through the Go SDK's pprof (CPU nanoseconds at
@@ -191,20 +167,28 @@ async fn pyroscope_documentation_example_counts_the_seconds_of_matching_stacks()
     let staging = "simple.golang.app.cpu{env=\"staging\"}";
     let dev = "simple.golang.app.cpu{env=\"dev\"}";
     assert_close(
-        got["a_simple_app_total"],
+        got.value("a_simple_app_total", &[]),
         stored_seconds(&agg, all, "", 100.0).await,
         "total",
     );
-    assert_close(got["a_simple_app_total"], 10.73, "total, by hand");
     assert_close(
-        got["a_simple_app_slow_env_prod"],
+        got.value("a_simple_app_total", &[]),
+        10.73,
+        "total, by hand",
+    );
+    assert_close(
+        got.value("a_simple_app_slow_env_prod", &[]),
         stored_seconds(&agg, prod, "slowFunction", 100.0).await,
         "prod",
     );
-    assert_close(got["a_simple_app_slow_env_prod"], 4.19, "prod, by hand");
+    assert_close(
+        got.value("a_simple_app_slow_env_prod", &[]),
+        4.19,
+        "prod, by hand",
+    );
     for (env, query) in [("prod", prod), ("staging", staging), ("dev", dev)] {
         assert_close(
-            got[&format!("a_simple_app_slow_env{{env=\"{env}\"}}")],
+            got.value("a_simple_app_slow_env", &[("env", env)]),
             stored_seconds(&agg, query, "slowFunction", 100.0).await,
             env,
         );
@@ -252,8 +236,12 @@ metrics-export-rules:
     )
     .await;
     let got = exported(&agg).await;
-    assert_eq!(got["app_alloc_space_bytes"], 4096.0, "bytes stay bytes");
-    assert_eq!(got["app_cpu_seconds_total"], 0.0);
+    assert_eq!(
+        got.value("app_alloc_space_bytes", &[]),
+        4096.0,
+        "bytes stay bytes"
+    );
+    assert_eq!(got.value("app_cpu_seconds_total", &[]), 0.0);
     agg.stop().await;
 }
 
@@ -326,7 +314,9 @@ async fn recording_rules_are_created_listed_updated_deleted_and_survive_a_restar
         .await
         .unwrap();
     assert_eq!(
-        samples(&text)["checkout_gc_seconds_total{env=\"prod\"}"],
+        Metrics::parse(&text)
+            .expect("Prometheus text")
+            .value("checkout_gc_seconds_total", &[("env", "prod")]),
         0.3
     );
 
@@ -384,7 +374,13 @@ async fn recording_rules_are_created_listed_updated_deleted_and_survive_a_restar
         .text()
         .await
         .unwrap();
-    assert_eq!(samples(&text)["checkout_gc_seconds_total"], 0.0, "{text}");
+    assert_eq!(
+        Metrics::parse(&text)
+            .expect("Prometheus text")
+            .value("checkout_gc_seconds_total", &[]),
+        0.0,
+        "{text}"
+    );
 
     // A second rule to delete after the restart.
     let other = json!({"name": "checkout_total", "expr": "checkout.cpu"});
@@ -594,7 +590,9 @@ async fn an_invalid_provisioned_rule_stops_startup_naming_it() {
 
 #[tokio::test]
 async fn pyroscope_documentation_example_counts_quic_batches_from_an_agent() {
-    use crate::transport::{agent_config, eventually, profile};
+    use smolder_test_support::wait::eventually;
+
+    use crate::transport::{agent_config, profile};
 
     let agg = Aggregator::with_config(documented_config()).await;
     let state = tempfile::tempdir().unwrap();
@@ -633,12 +631,12 @@ async fn pyroscope_documentation_example_counts_quic_batches_from_an_agent() {
     let got = exported(&agg).await;
     // The agent's eBPF-style profiles are sampled at 99 Hz.
     assert_close(
-        got["a_simple_app_total"],
+        got.value("a_simple_app_total", &[]),
         stored_seconds(&agg, all, "", 99.0).await,
         "total",
     );
     assert_close(
-        got["a_simple_app_slow_env_prod"],
+        got.value("a_simple_app_slow_env_prod", &[]),
         stored_seconds(
             &agg,
             "simple.golang.app.cpu{env=\"prod\"}",
@@ -649,7 +647,7 @@ async fn pyroscope_documentation_example_counts_quic_batches_from_an_agent() {
         "prod",
     );
     assert_close(
-        got["a_simple_app_slow_env{env=\"staging\"}"],
+        got.value("a_simple_app_slow_env", &[("env", "staging")]),
         stored_seconds(
             &agg,
             "simple.golang.app.cpu{env=\"staging\"}",

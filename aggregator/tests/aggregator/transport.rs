@@ -1,14 +1,17 @@
 //! Agents shipping to the aggregator over QUIC: real agents (in-process, with real spools on
 //! disk) and real aggregators (in-process, or as processes killed with SIGKILL), on loopback.
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use smolder_agent::app::{self as agent_app, Running as Agent};
 use smolder_agent::config::Config as AgentConfig;
 use smolder_common::{Profile, ProfileMeta, Tree};
+use smolder_test_support::net::LOOPBACK_ANY_PORT;
+use smolder_test_support::process::{Process, daemon};
+use smolder_test_support::prometheus::Metrics;
+use smolder_test_support::wait::eventually;
 
 use crate::util::Aggregator;
 
@@ -19,7 +22,7 @@ pub(crate) fn agent_config(quic: SocketAddr, data: &Path) -> AgentConfig {
         hostname: "test-host".to_owned(),
         ..AgentConfig::default()
     };
-    config.http.listen = "127.0.0.1:0".parse().unwrap();
+    config.http.listen = LOOPBACK_ANY_PORT;
     // These tests count the batches of the profiles they submit; the eBPF CPU source would add
     // the host's own.
     config.ebpf.enabled = false;
@@ -52,42 +55,9 @@ pub(crate) fn profile(series: &str, stack: &str, value: u64, at: SystemTime) -> 
     }
 }
 
-/// The sum of every sample of metric `name` (any labels) whose label text contains `labels`.
-pub(crate) fn metric(text: &str, name: &str, labels: &str) -> f64 {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            (metric == name && rest.contains(labels)).then(|| value.parse::<f64>().ok())?
-        })
-        .sum()
-}
-
 /// `/metrics` of an agent.
-pub(crate) async fn agent_metrics(agent: &Agent) -> String {
-    reqwest::get(format!("http://{}/metrics", agent.addr()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-/// Polls `check` every 50 ms until it holds or `limit` passes.
-pub(crate) async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what}: not within {limit:?}");
+pub(crate) async fn agent_metrics(agent: &Agent) -> Metrics {
+    Metrics::scrape(&format!("http://{}/metrics", agent.addr())).await
 }
 
 /// Total samples of `query` stored from an hour ago to a minute ahead.
@@ -135,49 +105,36 @@ async fn batches_from_an_agent_appear_in_render() {
 
     let text = agent_metrics(&agent).await;
     assert_eq!(
-        metric(&text, "smolder_agent_ship_batches_acked_total", ""),
+        text.value("smolder_agent_ship_batches_acked_total", &[]),
         1.0,
-        "{text}"
+        "{text:?}"
     );
     assert_eq!(
-        metric(&text, "smolder_agent_spool_batches", ""),
+        text.value("smolder_agent_spool_batches", &[]),
         0.0,
-        "{text}"
+        "{text:?}"
     );
     assert_eq!(
-        metric(&text, "smolder_agent_ship_connected", ""),
+        text.value("smolder_agent_ship_connected", &[]),
         1.0,
-        "{text}"
+        "{text:?}"
     );
     assert!(
-        metric(&text, "smolder_agent_ship_rtt_seconds", "") > 0.0,
-        "{text}"
+        text.value("smolder_agent_ship_rtt_seconds", &[]) > 0.0,
+        "{text:?}"
     );
-    let served = aggregator
-        .http
-        .get(aggregator.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let served = Metrics::scrape(&aggregator.url("/metrics")).await;
     assert_eq!(
-        metric(
-            &served,
-            "smolder_aggregator_ingest_quic_batches_acked_total",
-            ""
-        ),
+        served.value("smolder_aggregator_ingest_quic_batches_acked_total", &[]),
         1.0
     );
     assert_eq!(
-        metric(
-            &served,
+        served.value(
             "smolder_aggregator_ingest_profiles_total",
-            "format=\"wire\",transport=\"quic\""
+            &[("format", "wire"), ("transport", "quic")]
         ),
         1.0,
-        "QUIC batches go through ingest's metrics: {served}"
+        "QUIC batches go through ingest's metrics: {served:?}"
     );
     agent.stop().await.unwrap();
     aggregator.stop().await;
@@ -238,66 +195,48 @@ async fn a_rate_limited_agent_is_paced_and_loses_nothing() {
     .await;
     let text = agent_metrics(&agent).await;
     assert!(
-        metric(
-            &text,
+        text.value(
             "smolder_agent_ship_batches_rejected_total",
-            "retryable=\"true\""
+            &[("retryable", "true")]
         ) >= 1.0,
-        "{text}"
+        "{text:?}"
     );
-    assert_eq!(
-        metric(&text, "smolder_agent_dropped_batches_total", ""),
-        0.0
-    );
+    assert_eq!(text.value("smolder_agent_dropped_batches_total", &[]), 0.0);
     eventually(Duration::from_secs(10), "the spool drains", || async {
-        metric(
-            &agent_metrics(&agent).await,
-            "smolder_agent_spool_batches",
-            "",
-        ) == 0.0
+        agent_metrics(&agent)
+            .await
+            .value("smolder_agent_spool_batches", &[])
+            == 0.0
     })
     .await;
     agent.stop().await.unwrap();
     aggregator.stop().await;
 }
 
-/// A free loopback UDP port: bound, read, released.
-pub(crate) fn free_udp() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-fn free_tcp() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-/// An aggregator process on fixed ports, so that a restart comes back where the agent looks.
-struct Process {
+/// An aggregator process. Its first start binds port 0 and reads its addresses from its log;
+/// a restart (after a kill) binds those same addresses, so that it comes back where the agent
+/// looks: the one place a test listener does not ask for port 0.
+struct AggregatorProcess {
     data: PathBuf,
     http: SocketAddr,
     quic: SocketAddr,
-    child: Option<Child>,
-    log: Option<PathBuf>,
+    process: Option<Process>,
 }
 
-impl Process {
-    fn new(data: PathBuf) -> Process {
-        Process {
+impl AggregatorProcess {
+    fn new(data: PathBuf) -> AggregatorProcess {
+        AggregatorProcess {
             data,
-            http: free_tcp(),
-            quic: free_udp(),
-            child: None,
-            log: None,
+            http: LOOPBACK_ANY_PORT,
+            quic: LOOPBACK_ANY_PORT,
+            process: None,
         }
     }
 
-    /// Starts the process; with `log`, its JSON debug log of QUIC ingest goes to that file.
-    fn start(&mut self, log: Option<PathBuf>) {
+    /// Starts the process; with `debug`, it logs QUIC ingest at debug level (see [`log`]).
+    ///
+    /// [`log`]: AggregatorProcess::log
+    fn start(&mut self, debug: bool) {
         let config = self.data.with_extension("yaml");
         std::fs::write(
             &config,
@@ -307,37 +246,30 @@ impl Process {
             ),
         )
         .unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_smolder-aggregator"));
+        let level = if debug {
+            "warn,smolder_aggregator::ingest::quic=debug"
+        } else {
+            "warn"
+        };
+        let mut command = daemon(Path::new(env!("CARGO_BIN_EXE_smolder-aggregator")), level);
         command
             .arg("--data-dir")
             .arg(&self.data)
             .arg("--config")
-            .arg(&config)
-            .stdout(Stdio::null());
-        match &log {
-            Some(path) => {
-                let file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .unwrap();
-                command
-                    .args(["--log-format", "json", "--log-level"])
-                    .arg("warn,smolder_aggregator::ingest::quic=debug")
-                    .stderr(file);
-            }
-            None => {
-                command.args(["--log-level", "warn"]).stderr(Stdio::null());
-            }
-        }
-        self.child = Some(command.spawn().expect("the aggregator binary starts"));
-        self.log = log;
+            .arg(&config);
+        let process = Process::spawn(command);
+        self.http = process.listening("http");
+        self.quic = process.listening("quic");
+        self.process = Some(process);
     }
 
     fn kill(&mut self) {
-        let mut child = self.child.take().expect("running");
-        child.kill().expect("SIGKILL");
-        child.wait().unwrap();
+        self.process.take().expect("running").kill();
+    }
+
+    /// The JSON log of the running process.
+    fn log(&self) -> String {
+        self.process.as_ref().expect("running").log()
     }
 
     fn base(&self) -> String {
@@ -353,21 +285,12 @@ impl Process {
     }
 }
 
-impl Drop for Process {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 #[tokio::test]
 async fn kill_9_mid_stream_stores_every_batch_exactly_once() {
     let root = tempfile::tempdir().unwrap();
     let http = reqwest::Client::new();
-    let mut aggregator = Process::new(root.path().join("data"));
-    aggregator.start(None);
+    let mut aggregator = AggregatorProcess::new(root.path().join("data"));
+    aggregator.start(false);
     aggregator.wait_ready(&http).await;
     let config = agent_config(aggregator.quic, &aggregator.data);
     let agent = agent_app::start_in(config, &root.path().join("agent"))
@@ -399,14 +322,14 @@ async fn kill_9_mid_stream_stores_every_batch_exactly_once() {
         tokio::time::sleep(Duration::from_millis(2_500)).await;
         aggregator.kill();
         tokio::time::sleep(Duration::from_millis(500)).await;
-        aggregator.start(None);
+        aggregator.start(false);
     }
     let produced = producer.await.unwrap();
     aggregator.wait_ready(&http).await;
     let base = aggregator.base();
     eventually(Duration::from_secs(60), "every batch stored", || async {
         let text = agent_metrics(&agent).await;
-        metric(&text, "smolder_agent_spool_batches", "") == 0.0
+        text.value("smolder_agent_spool_batches", &[]) == 0.0
             && ticks(&http, &base, "exactly.cpu").await >= produced
     })
     .await;
@@ -415,13 +338,13 @@ async fn kill_9_mid_stream_stores_every_batch_exactly_once() {
     assert_eq!(ticks(&http, &base, "exactly.cpu").await, produced);
     let text = agent_metrics(&agent).await;
     assert!(
-        metric(&text, "smolder_agent_ship_reconnects_total", "") >= 1.0,
-        "{text}"
+        text.value("smolder_agent_ship_reconnects_total", &[]) >= 1.0,
+        "{text:?}"
     );
     assert_eq!(
-        metric(&text, "smolder_agent_dropped_batches_total", ""),
+        text.value("smolder_agent_dropped_batches_total", &[]),
         0.0,
-        "{text}"
+        "{text:?}"
     );
     agent.stop().await.unwrap();
 }
@@ -430,14 +353,13 @@ async fn kill_9_mid_stream_stores_every_batch_exactly_once() {
 async fn an_aggregator_down_for_minutes_gets_everything_in_order_when_it_returns() {
     let root = tempfile::tempdir().unwrap();
     let http = reqwest::Client::new();
-    let mut aggregator = Process::new(root.path().join("data"));
-    let log = root.path().join("aggregator.log");
-    aggregator.start(Some(log.clone()));
+    let mut aggregator = AggregatorProcess::new(root.path().join("data"));
+    aggregator.start(true);
     aggregator.wait_ready(&http).await;
     let mut config = agent_config(aggregator.quic, &aggregator.data);
     config.window.length = Duration::from_secs(1);
     // One batch at a time, so that the order of acks is the order of storing.
-    config.ship.max_in_flight = 1;
+    config.ship.max_batches_in_flight = 1;
     let agent = agent_app::start_in(config, &root.path().join("agent"))
         .await
         .unwrap();
@@ -466,31 +388,30 @@ async fn an_aggregator_down_for_minutes_gets_everything_in_order_when_it_returns
     // Let the last window close into the spool.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let text = agent_metrics(&agent).await;
-    let spooled = metric(&text, "smolder_agent_spool_batches", "");
+    let spooled = text.value("smolder_agent_spool_batches", &[]);
     assert!(
         spooled >= 100.0,
-        "two minutes of 1 s windows spooled: {text}"
+        "two minutes of 1 s windows spooled: {text:?}"
     );
     assert!(
-        metric(&text, "smolder_agent_spool_oldest_age_seconds", "") >= 100.0,
-        "{text}"
+        text.value("smolder_agent_spool_oldest_age_seconds", &[]) >= 100.0,
+        "{text:?}"
     );
 
-    aggregator.start(Some(log.clone()));
+    aggregator.start(true);
     aggregator.wait_ready(&http).await;
     let base = aggregator.base();
     eventually(Duration::from_secs(90), "the spool drains", || async {
-        metric(
-            &agent_metrics(&agent).await,
-            "smolder_agent_spool_batches",
-            "",
-        ) == 0.0
+        agent_metrics(&agent)
+            .await
+            .value("smolder_agent_spool_batches", &[])
+            == 0.0
     })
     .await;
     assert_eq!(ticks(&http, &base, "outage.cpu").await, produced);
 
     // The acks of the second run, in the order the aggregator stored them, count up.
-    let text = std::fs::read_to_string(&log).unwrap();
+    let text = aggregator.log();
     let acked: Vec<u64> = text
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
@@ -507,7 +428,10 @@ async fn an_aggregator_down_for_minutes_gets_everything_in_order_when_it_returns
 async fn a_full_spool_drops_the_oldest_batches_only() {
     let root = tempfile::tempdir().unwrap();
     let http = reqwest::Client::new();
-    let mut aggregator = Process::new(root.path().join("data"));
+    let mut aggregator = AggregatorProcess::new(root.path().join("data"));
+    // Started once to learn its addresses, then down while the agent spools.
+    aggregator.start(false);
+    aggregator.kill();
     let mut config = agent_config(aggregator.quic, &aggregator.data);
     // Room for a handful of these small batches (about 200 bytes each).
     config.spool.max_bytes = 1_200;
@@ -528,37 +452,31 @@ async fn a_full_spool_drops_the_oldest_batches_only() {
             .unwrap();
         let written = i as f64 + 1.0;
         eventually(Duration::from_secs(10), "window spooled", || async {
-            metric(
-                &agent_metrics(&agent).await,
-                "smolder_agent_spool_batches_written_total",
-                "",
-            ) == written
+            agent_metrics(&agent)
+                .await
+                .value("smolder_agent_spool_batches_written_total", &[])
+                == written
         })
         .await;
     }
     let text = agent_metrics(&agent).await;
-    let dropped = metric(
-        &text,
-        "smolder_agent_dropped_batches_total",
-        "reason=\"full\"",
-    );
-    let kept = metric(&text, "smolder_agent_spool_batches", "");
-    assert!(dropped >= 1.0, "{text}");
-    assert_eq!(dropped + kept, 20.0, "{text}");
+    let dropped = text.value("smolder_agent_dropped_batches_total", &[("reason", "full")]);
+    let kept = text.value("smolder_agent_spool_batches", &[]);
+    assert!(dropped >= 1.0, "{text:?}");
+    assert_eq!(dropped + kept, 20.0, "{text:?}");
     assert!(
-        metric(&text, "smolder_agent_spool_bytes", "") <= 1_200.0,
-        "{text}"
+        text.value("smolder_agent_spool_bytes", &[]) <= 1_200.0,
+        "{text:?}"
     );
 
-    aggregator.start(None);
+    aggregator.start(false);
     aggregator.wait_ready(&http).await;
     let base = aggregator.base();
     eventually(Duration::from_secs(30), "the spool drains", || async {
-        metric(
-            &agent_metrics(&agent).await,
-            "smolder_agent_spool_batches",
-            "",
-        ) == 0.0
+        agent_metrics(&agent)
+            .await
+            .value("smolder_agent_spool_batches", &[])
+            == 0.0
     })
     .await;
     let collapsed = http

@@ -3,7 +3,8 @@
 //!
 //! Whether the binary holds the UI depends on whether `aggregator/ui` was built before cargo
 //! ran (`scripts/test` builds it; a backend-only `cargo test` does not), so each test checks the
-//! answer for the binary at hand. The browser scenarios are in `aggregator/ui/e2e/`.
+//! answer for the binary at hand; with `SMOLDER_REQUIRE_UI` set, as `scripts/test` sets it, a
+//! binary without its UI fails. The browser scenarios are in `aggregator/ui/e2e/`.
 
 use std::io::Read;
 
@@ -29,6 +30,11 @@ async fn the_page_or_how_to_build_it_is_served_at_the_root() {
     assert_eq!(response.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
     let page = response.text().await.expect("body");
     if status == StatusCode::NOT_FOUND {
+        assert!(
+            std::env::var_os("SMOLDER_REQUIRE_UI").is_none(),
+            "SMOLDER_REQUIRE_UI is set but this aggregator was built without its UI: build \
+             aggregator/ui (npm run build) before cargo"
+        );
         assert!(page.contains("UI not built"), "{page}");
         assert!(
             page.contains(

@@ -6,12 +6,14 @@ use std::path::PathBuf;
 
 use reqwest::StatusCode;
 use smolder_common::Tree;
+use smolder_test_support::net::LOOPBACK_ANY_PORT;
 
 use smolder_aggregator::app::{self, Running};
 use smolder_aggregator::config::Config;
 use tempfile::TempDir;
 
-/// A running aggregator on `127.0.0.1:<free port>` with its own temporary data directory.
+/// A running aggregator on loopback, on ports the system chose, with its own temporary data
+/// directory.
 pub(crate) struct Aggregator {
     running: Option<Running>,
     dir: TempDir,
@@ -25,17 +27,11 @@ impl Aggregator {
         Aggregator::with_config(Config::default()).await
     }
 
-    /// Starts an aggregator with `config`, listening on a free loopback port.
+    /// Starts an aggregator with `config`, both listeners on port 0 on loopback.
     pub(crate) async fn with_config(mut config: Config) -> Aggregator {
-        config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        Aggregator::with_fixed_address(config).await
-    }
-
-    /// Starts an aggregator with `config` on the HTTP address it names, for tests whose peers
-    /// must know the address before it starts; QUIC listens on a free loopback port.
-    pub(crate) async fn with_fixed_address(mut config: Config) -> Aggregator {
         let dir = tempfile::tempdir().expect("temp dir");
-        config.ingest.quic.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.http.listen = LOOPBACK_ANY_PORT;
+        config.ingest.quic.listen = LOOPBACK_ANY_PORT;
         let running = app::start(config, dir.path())
             .await
             .expect("aggregator starts");
@@ -56,10 +52,14 @@ impl Aggregator {
         self.dir.path()
     }
 
-    /// The base URL, `http://127.0.0.1:<port>`.
+    /// The HTTP address.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.running.as_ref().expect("running").addr()
+    }
+
+    /// `path` on the HTTP listener: `http://127.0.0.1:<port><path>`.
     pub(crate) fn url(&self, path: &str) -> String {
-        let addr = self.running.as_ref().expect("running").addr();
-        format!("http://{addr}{path}")
+        format!("http://{}{path}", self.addr())
     }
 
     /// Stops the aggregator gracefully, keeping the data directory for inspection.

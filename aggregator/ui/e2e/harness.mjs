@@ -1,10 +1,10 @@
-// The end-to-end harness: a real aggregator process on a free loopback port with its own data
+// The end-to-end harness: a real aggregator process on a loopback port it chose, with its own data
 // directory, seeded through /ingest, and Debian's Chromium driven by playwright-core.
 
 import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
+import { createInterface } from "node:readline";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
@@ -31,13 +31,29 @@ const CHROMIUM_ARGS = [
   "--disable-sync",
 ];
 
-function freePort() {
+/**
+ * Resolves with the address in the aggregator's `listening` log line for `listener` (its JSON
+ * logs on stderr, forwarded to ours), or rejects when it exits or 30 s pass first.
+ * @param {import("node:child_process").ChildProcess} child
+ * @param {string} listener
+ * @returns {Promise<string>}
+ */
+function listening(child, listener) {
   return new Promise((ok, fail) => {
-    const server = createServer();
-    server.once("error", fail);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = /** @type {import("node:net").AddressInfo} */ (server.address());
-      server.close(() => ok(port));
+    const lines = createInterface({ input: /** @type {import("node:stream").Readable} */ (child.stderr) });
+    const timer = setTimeout(() => fail(new Error(`${aggregatorBin}: no ${listener} listener after 30 s`)), 30_000);
+    child.once("exit", (code) => fail(new Error(`${aggregatorBin} exited with ${code}`)));
+    lines.on("line", (line) => {
+      process.stderr.write(`${line}\n`);
+      try {
+        const { fields } = JSON.parse(line);
+        if (fields?.message === "listening" && fields.listener === listener) {
+          clearTimeout(timer);
+          ok(fields.addr);
+        }
+      } catch {
+        // Not a log line of ours.
+      }
     });
   });
 }
@@ -47,19 +63,20 @@ function freePort() {
  * @typedef {{ url: string, stop: () => Promise<void>, ingest: (name: string, at: number, body: string, extra?: Record<string, string>) => Promise<void> }} Aggregator
  */
 
-/** Starts the aggregator binary on a fresh data directory and waits for /healthz. */
+/** Starts the aggregator binary on a fresh data directory, on port 0, and waits for /healthz. */
 export async function startAggregator() {
   const dir = mkdtempSync(join(tmpdir(), "smolder-ui-e2e-"));
-  const port = await freePort();
   const config = join(dir, "config.yaml");
-  // QUIC on a free port too: a second aggregator in the same run (the empty-state scenario)
-  // would otherwise collide on the default 4041.
-  writeFileSync(config, `http:\n  listen: 127.0.0.1:${port}\ningest:\n  quic:\n    listen: 127.0.0.1:0\n`);
-  const child = spawn(aggregatorBin, ["--data-dir", join(dir, "data"), "--config", config, "--log-level", "warn"], {
-    stdio: ["ignore", "ignore", "inherit"],
-  });
+  // Both listeners on port 0: a second aggregator in the same run (the empty-state scenario),
+  // or a Smolder running on this host, would otherwise collide on the default ports.
+  writeFileSync(config, "http:\n  listen: 127.0.0.1:0\ningest:\n  quic:\n    listen: 127.0.0.1:0\n");
+  const child = spawn(
+    aggregatorBin,
+    ["--data-dir", join(dir, "data"), "--config", config, "--log-format", "json", "--log-level", "warn,smolder_daemon=info"],
+    { stdio: ["ignore", "ignore", "pipe"] },
+  );
   const exited = new Promise((ok) => child.once("exit", ok));
-  const url = `http://127.0.0.1:${port}`;
+  const url = `http://${await listening(child, "http")}`;
   const deadline = Date.now() + 30_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`${aggregatorBin} exited with ${child.exitCode}`);

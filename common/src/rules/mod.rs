@@ -76,6 +76,7 @@ use std::sync::Arc;
 use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 use serde::{Deserialize, Serialize};
 
+use crate::prometheus;
 use crate::selector::REGEX_SIZE_LIMIT;
 use crate::{Selector, SelectorError};
 
@@ -216,25 +217,6 @@ pub struct Rule {
     node: NodeFilter,
 }
 
-/// Whether `name` is a Prometheus metric name.
-fn is_metric_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-}
-
-/// Whether `name` is a Prometheus label name that a user may set.
-fn is_label_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    !name.starts_with("__")
-        && chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 impl Rule {
     /// Checks `spec` and compiles it as rule `name`.
     ///
@@ -244,7 +226,7 @@ impl Rule {
     /// node regex or a `group_by` label.
     pub fn new(name: impl Into<String>, spec: RuleSpec) -> Result<Rule, RuleError> {
         let name = name.into();
-        if !is_metric_name(&name) {
+        if !prometheus::is_metric_name(&name) {
             return Err(RuleError::InvalidName { rule: name });
         }
         let selector = match spec.expr.trim() {
@@ -273,7 +255,7 @@ impl Rule {
         };
         let mut seen = HashSet::new();
         for label in &spec.group_by {
-            if !is_label_name(label) {
+            if !prometheus::is_user_label_name(label) {
                 return Err(RuleError::InvalidLabel {
                     rule: name,
                     label: label.clone(),

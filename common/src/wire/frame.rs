@@ -246,7 +246,7 @@ impl FrameHeader {
     /// # Errors
     ///
     /// [`FrameError::UnexpectedKind`] otherwise.
-    pub fn expect(self, kind: FrameKind) -> Result<FrameHeader, FrameError> {
+    pub fn check_kind(self, kind: FrameKind) -> Result<FrameHeader, FrameError> {
         if self.kind == kind {
             Ok(self)
         } else {
@@ -335,7 +335,7 @@ pub fn encode<M: Message>(kind: FrameKind, message: &M) -> Vec<u8> {
 ///
 /// # Errors
 ///
-/// A [`FrameError`] for anything [`FrameHeader::parse`], [`FrameHeader::expect`] or
+/// A [`FrameError`] for anything [`FrameHeader::parse`], [`FrameHeader::check_kind`] or
 /// [`FrameHeader::decode`] refuses, or [`FrameError::Truncated`] for fewer than 16 bytes.
 pub fn decode<M: Message + Default>(
     bytes: &[u8],
@@ -344,7 +344,7 @@ pub fn decode<M: Message + Default>(
 ) -> Result<M, FrameError> {
     let (header, body) = split_header(bytes)?;
     FrameHeader::parse(header, limits)?
-        .expect(kind)?
+        .check_kind(kind)?
         .decode(body)
 }
 

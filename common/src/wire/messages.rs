@@ -28,9 +28,11 @@ pub struct Welcome {
     /// The largest batch body it accepts, uncompressed, in bytes.
     #[prost(uint64, tag = "2")]
     pub max_batch_bytes: u64,
-    /// How many batch streams it serves at once on this connection.
+    /// How many batches it serves at once on this connection (`ingest.quic.max-batches-in-flight`;
+    /// the agent's `ship.max-batches-in-flight` is its own bound). Field 3 was
+    /// `max_concurrent_batches`: renamed, same number, same meaning.
     #[prost(uint32, tag = "3")]
-    pub max_concurrent_batches: u32,
+    pub max_batches_in_flight: u32,
 }
 
 /// One window's trees from one agent.

@@ -7,8 +7,13 @@ mod folded;
 /// JFR: the JDK's own recordings convert with the sample counts `jfr` reports; the parser
 /// never panics on arbitrary bytes.
 mod jfr;
+/// OTLP profiles: generated requests convert to the stacks, labels and spans they hold, in
+/// protobuf and JSON; no input makes the reader panic.
+mod otlp;
 /// pprof: trees round-trip through pprof; the decoder never panics on arbitrary bytes.
 mod pprof;
+/// The query API's codecs: messages round-trip through protobuf and JSON, both spellings.
+mod querier;
 /// Rules: evaluation agrees with the naive definition; arbitrary rule maps never panic.
 mod rules;
 /// FlameQL selectors: print/parse round trips, matching a series by its own labels.

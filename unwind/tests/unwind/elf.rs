@@ -213,3 +213,65 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn layout_maps_file_offsets_to_addresses_and_stripped_files_have_no_symbol_table() {
+    let bytes = std::fs::read("/usr/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+    let elf = Elf::parse(&bytes).unwrap();
+    // Debian strips libc to its dynamic symbols; libc6-dbg's debug file has the rest.
+    assert!(!elf.has_symbol_table());
+    let layout = elf.layout();
+    let file = object::File::parse(&bytes[..]).unwrap();
+    let text = file
+        .dynamic_symbols()
+        .find(|s| s.name() == Ok("qsort"))
+        .unwrap()
+        .address();
+    // A text address's file offset, through the segment that holds it, and back.
+    let segment = layout
+        .segments
+        .iter()
+        .find(|s| text >= s.vaddr && text < s.vaddr + s.file_size)
+        .unwrap();
+    let offset = text - segment.vaddr + segment.offset;
+    assert_eq!(layout.virtual_address(offset), Some(text));
+    // Mapped at 0x7f00_0000_0000 from the segment's page: the bias takes the address back.
+    let start = 0x7f00_0000_0000 + (segment.offset & !4095);
+    let bias = layout.bias(start, segment.offset & !4095).unwrap();
+    assert_eq!(elf.bias(start, segment.offset & !4095), Some(bias));
+    assert_eq!(
+        layout.virtual_address(offset),
+        Some(start + (offset - (segment.offset & !4095)) - bias)
+    );
+    assert_eq!(layout.virtual_address(bytes.len() as u64 + 1), None);
+    let own = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+    assert!(Elf::parse(&own).unwrap().has_symbol_table());
+}
+
+#[test]
+fn a_mapping_belongs_to_the_segment_that_starts_in_its_first_page() {
+    // lld's layout: read-only data and text share a file page, with address deltas 0 and
+    // 0x1000 (a Rust release binary's program headers).
+    let layout = smolder_unwind::Layout {
+        segments: vec![
+            smolder_unwind::LoadSegment {
+                offset: 0,
+                vaddr: 0,
+                file_size: 0x12ab0,
+            },
+            smolder_unwind::LoadSegment {
+                offset: 0x12ab0,
+                vaddr: 0x13ab0,
+                file_size: 0x3e470,
+            },
+        ],
+    };
+    let start = 0x5580_0000_0000 + 0x13000;
+    // The text mapping: file offset 0x12000, the page where the text segment starts.
+    let bias = layout.bias(start, 0x12000).unwrap();
+    assert_eq!(0x14960 + bias, start + 0x1960, "slow_cmp at vaddr 0x14960");
+    // The read-only mapping at offset 0 is the first segment's.
+    assert_eq!(layout.bias(0x5580_0000_0000, 0), Some(0x5580_0000_0000));
+    // A mapping split inside the text segment is still the text segment's.
+    assert_eq!(layout.bias(start + 0x10000, 0x22000), Some(bias));
+}

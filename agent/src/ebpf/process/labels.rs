@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 
+use smolder_common::series;
 use smolder_common::{Labels, Series};
 
 use super::ProcessInfo;
@@ -65,20 +66,13 @@ impl ProcessInfo {
     }
 }
 
-/// Replaces characters outside `[A-Za-z0-9_.-]` with `_`; an empty name becomes `unknown`.
+/// `name` as an app name (the series rule, in `smolder_common::series`); an empty name becomes
+/// `unknown`.
 fn sanitize_app_name(name: &str) -> String {
     if name.is_empty() {
         return "unknown".to_owned();
     }
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    series::sanitize_app_name(name)
 }
 /// Turns process metadata into a process's labels, applying the configured relabel rules.
 #[derive(Clone, Debug)]

@@ -6,17 +6,21 @@
 //! Owns no files or tasks.
 //!
 //! `info.rs` reads a process from `/proc` once, at first sight or after an exec; `labels.rs`
-//! turns what it read into labels through `ebpf.relabel-configs`; [`Processes`] is the table,
-//! the sans-IO core of the source: time and drain numbers come in as arguments.
+//! turns what it read into labels through `ebpf.relabel-configs`; `maps.rs` reads its
+//! executable mappings and opens the files they map, for the symbolizer and the unwinder;
+//! [`Processes`] is the table, the sans-IO core of the source: time and drain numbers come in
+//! as arguments.
 
 mod info;
 mod labels;
+mod maps;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 pub use info::{CgroupInfo, ProcessError, ProcessInfo, parse_cgroup};
 pub use labels::{Labeller, ProcessLabels};
+pub use maps::{FileKey, Mapping, Object, OpenedVia, ProcessMap, open_mapped};
 
 /// A process the source knows of.
 #[derive(Clone, Debug, PartialEq)]

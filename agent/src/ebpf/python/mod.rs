@@ -1,29 +1,30 @@
-//! CPython: which processes run it, and their Python stacks read from their memory.
+//! CPython: which processes run it, and their Python frames read from their memory and mixed
+//! into their native stacks.
 //!
-//! Input: process ids the eBPF source has seen, and the Python stacks the kernel walked
-//! (`agent-ebpf/src/python.h`: code object and instruction pointer per frame). Output: for each
-//! CPython process, the interpreter found in it ([`ProcessInterpreter`]: release, layout,
-//! addresses) and its `python_procs` entry; the drained samples' Python stacks as frame names,
-//! `qualname (path:first_line)`, innermost first. Caller: the eBPF source's `smolder-ebpf`
-//! thread. Owns an open `/proc/PID/mem` per walked process, the names of their code objects,
-//! and the per-binary cache of inspected interpreters ([`Detector`]).
+//! Input: process ids the eBPF source has seen, and the Python frames the kernel walked with each
+//! sample of their threads (`agent-ebpf/src/python.h`: code object, entry mark and instruction
+//! pointer per frame). Output: for each CPython process, the interpreter found in it
+//! ([`ProcessInterpreter`]: release, layout, addresses) and its `python_procs` entry; the drained
+//! samples' Python frames as names, `qualname (path:first_line)`, placed in their native stacks.
+//! Caller: the eBPF source's `smolder-ebpf` thread. Owns an open `/proc/PID/mem` per walked
+//! process, the names of their code objects, and the per-binary cache of inspected interpreters
+//! ([`Detector`]).
 //!
 //! Supported: CPython 3.11, 3.12 and 3.13 on x86-64 with glibc, linked statically or as
 //! `libpython3.X.so`. Everything else that is CPython (older, newer, pre-releases, free-threaded,
 //! musl) is detected, counted and reported as [`Unsupported`], never walked with guessed
-//! offsets: those processes keep their native stacks. Walked processes show Python stacks only
-//! (their native frames are left out); kernel frames stay below.
+//! offsets: those processes keep their native stacks. Walked processes show mixed stacks: each
+//! native frame of the interpreter loop (`_PyEval_EvalFrameDefault`) gives way to the Python
+//! frames that call of the loop ran, so C extensions, the interpreter and Python code appear in
+//! the order they called each other ([`place`]).
 //!
 //! Files: `detect.rs` finds the interpreter and its release in a process's binaries;
 //! `layout.rs` holds the offsets per release (tables for 3.11 and 3.12, 3.13's own
 //! `_Py_DebugOffsets`); `memory.rs` reads `/proc/PID/mem`; `reader.rs` walks interpreters,
 //! threads and frames from user space (the BPF walk's oracle in the tests); `names.rs` reads
-//! code objects and strings and caches names; `maps.rs` is the reader and writer of the Python
-//! kernel objects; `table.rs` ([`Pythons`]) ties them together for the eBPF source; `mixed.rs`
-//! merges a native stack from the BPF unwinder with the Python stack, each interpreter-loop
-//! frame replaced by the Python frames it ran ([`mix`]: mixed stacks, for when the agent's CPU
-//! samples come from the unwinder; the tests run it on the unwinder's stacks of a live
-//! interpreter).
+//! code objects and strings and caches names; `maps.rs` registers processes in the kernel;
+//! `mixed.rs` places Python frames in a native stack; `table.rs` ([`Pythons`]) ties them
+//! together for the eBPF source.
 
 mod detect;
 mod layout;
@@ -43,37 +44,29 @@ pub use detect::{
     Detector, Interpreter, ProcessInterpreter, PythonVersion, Target, Unsupported, inspect,
 };
 pub use layout::{EntryMarker, FrameAnchor, Layout};
-pub use maps::{PythonMaps, StackEvent};
+pub use maps::PythonMaps;
 pub use memory::Memory;
-pub use mixed::{MixError, MixedFrame, groups, mix};
+pub use mixed::{MixError, Placement, Walks, groups, place};
 pub use names::{CodeInfo, CodeName, NameCache, read_code, read_string};
 pub use reader::{
     Frame, MAX_FRAMES, MAX_INTERPRETERS, MAX_THREADS, PythonProcess, RawFrame, ThreadStack,
     ThreadState,
 };
-pub use table::{Pythons, STACK_LOST, TRUNCATED, UNKNOWN_CODE, kernel_entry};
+pub use table::{Pythons, UNKNOWN_CODE, kernel_entry};
 
 /// Python stacks (`ebpf.python:` in the config file).
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct PythonConfig {
     /// Whether the samples of CPython 3.11 to 3.13 processes (x86-64, glibc) carry their Python
-    /// stacks, read from the interpreter by the kernel, instead of the interpreter's native
-    /// frames. Default `true`.
+    /// frames, read from the interpreter by the kernel and mixed into the native stack in place
+    /// of the interpreter loop's frames. Default `true`; `false` leaves native frames only.
     pub enabled: bool,
-    /// Distinct Python stacks each of the two Python stack sets holds per window (about 80
-    /// bytes of kernel memory each). Default `8192`; a sample that finds the set full keeps its
-    /// native stack and is counted in
-    /// `smolder_agent_python_read_failures_total{reason="stacks_map_full"}`.
-    pub stack_map_entries: u32,
 }
 
 impl Default for PythonConfig {
     fn default() -> Self {
-        PythonConfig {
-            enabled: true,
-            stack_map_entries: smolder_agent_ebpf::PYTHON_STACKS_ENTRIES,
-        }
+        PythonConfig { enabled: true }
     }
 }
 

@@ -1,45 +1,38 @@
-//! The eBPF source's CPython processes: which are walked in the kernel, the stacks the kernel
-//! sent, and the names of their frames.
+//! The eBPF source's CPython processes: which are walked in the kernel, the names of their
+//! frames, and where those frames go in the native stacks.
 //!
 //! [`Pythons::learn`] runs at a process's first sight or exec: it detects the interpreter, counts
 //! it by release and support, and for a supported one opens its memory and returns the
-//! `python_procs` entry that has the kernel walk it. [`Pythons::stack_sent`] takes each new stack
-//! the kernel sends during a window and names its frames right away, while the process lives;
-//! [`Pythons::name`] turns the drained samples' Python stacks into frame names (innermost
-//! first), from names checked in this window, read now, or, once the process has exited, the
-//! last ones known. [`Pythons::forget`] drops a process after its exit grace.
+//! `python_procs` entry that has the kernel walk it. [`Pythons::read_names`] takes the Python
+//! frames of each new stack of a window and names them right away, while the process lives;
+//! [`Pythons::mix`] turns the drained samples' Python frames into names placed in their native
+//! stacks (each interpreter-loop frame replaced by the Python frames it ran), from names checked
+//! in this window, read now, or, once the process has exited, the last ones known.
+//! [`Pythons::forget`] drops a process after its exit grace.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use smolder_agent_ebpf::{
-    PYTHON_FRAME_READ, PYTHON_NO_OFFSET, PYTHON_NO_SHIM, PythonFrame, PythonProc, PythonStackKey,
-    PythonStatus,
+    PYTHON_FRAME_READ, PYTHON_NO_OFFSET, PYTHON_NO_SHIM, PythonFrame, PythonProc, PythonStatus,
 };
 use tracing::{debug, warn};
 
 use super::layout::{EntryMarker, FrameAnchor};
-use super::maps::StackEvent;
+use super::mixed::{Walks, place};
 use super::{Detector, PythonError, PythonProcess, Target};
 use crate::ebpf::metrics::PythonMetrics;
-use crate::ebpf::sample::{Stack, StackCount};
+use crate::ebpf::sample::{PythonFrames, Splice, Stack, StackCount};
 
-/// The name of a Python stack the kernel walked but whose frames never reached the agent (its
-/// event was lost).
-pub const STACK_LOST: &str = "[python stack lost]";
 /// The name of a frame whose code object could not be read.
 pub const UNKNOWN_CODE: &str = "[unknown python code]";
-/// The root of a Python stack cut at the kernel's frame limit.
-pub const TRUNCATED: &str = "[python stack truncated]";
 
 /// The CPython processes the eBPF source walks.
 pub struct Pythons {
     proc: PathBuf,
     detector: Detector,
     processes: HashMap<u32, PythonProcess>,
-    /// The stacks the kernel sent, per buffer, until that buffer's drain.
-    sent: [HashMap<PythonStackKey, Arc<[PythonFrame]>>; 2],
     metrics: PythonMetrics,
 }
 
@@ -50,7 +43,6 @@ impl Pythons {
             proc: proc.to_path_buf(),
             detector: Detector::default(),
             processes: HashMap::new(),
-            sent: [HashMap::new(), HashMap::new()],
             metrics,
         }
     }
@@ -107,70 +99,98 @@ impl Pythons {
         }
     }
 
-    /// Forgets `pid` (its exit grace is over).
+    /// Forgets `pid` (its exit grace is over, or it is not profiled).
     pub fn forget(&mut self, pid: u32) {
         if self.processes.remove(&pid).is_some() {
             self.metrics.processes.set(self.processes.len() as i64);
         }
     }
 
-    /// Keeps a stack the kernel sent and names its frames while the process still runs.
-    pub fn stack_sent(&mut self, event: StackEvent) {
-        let Some(sent) = self.sent.get_mut(event.buffer as usize) else {
-            return;
-        };
-        if let Some(process) = self.processes.get_mut(&event.key.tgid) {
-            for frame in &event.frames {
+    /// Names the frames of a new stack of process `pid` while the process still runs, so that
+    /// they stay known after its exit.
+    pub fn read_names(&mut self, pid: u32, frames: &[PythonFrame]) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            for frame in frames {
                 // Failures are counted when the drain names the frame.
                 let _ = process.name(frame.code_object());
             }
         }
-        sent.insert(event.key, Arc::from(event.frames));
     }
 
-    /// Replaces the Python stacks of `samples` (drained from `buffer`) by their frame names and
-    /// counts what the walk found; then starts a new window.
-    pub fn name(&mut self, samples: &mut [StackCount], buffer: usize) {
-        let sent = std::mem::take(&mut self.sent[buffer]);
-        let (mut python, mut native, mut frames) = (0, 0, 0);
-        for sample in samples.iter_mut() {
-            match sample.python {
-                PythonStatus::None => continue,
-                PythonStatus::Ok | PythonStatus::Truncated => python += sample.count,
-                PythonStatus::NoThread | PythonStatus::NoFrames => native += sample.count,
-                status => {
-                    native += sample.count;
-                    self.metrics.failed(status_reason(status), sample.count);
+    /// Names the Python frames of `samples` and places them in their native stacks, counts
+    /// what the kernel's walk found for the window's samples of profiled processes (`statuses`,
+    /// samples per [`PythonStatus`] in code order), then starts a new window.
+    ///
+    /// A sample whose stacks do not mix (see [`place`]) keeps its Python frames alone above its
+    /// kernel frames, counted in `smolder_agent_python_samples_total{stack="python_only"}`.
+    pub fn mix(&mut self, samples: &mut [StackCount], statuses: &[u64; PythonStatus::ALL.len()]) {
+        let mut native = 0;
+        for status in PythonStatus::ALL {
+            let n = statuses[status as usize];
+            match status {
+                PythonStatus::None | PythonStatus::Ok | PythonStatus::Truncated => {}
+                PythonStatus::NoThread | PythonStatus::NoFrames => native += n,
+                failure => {
+                    native += n;
+                    self.metrics.failed(status_reason(failure), n);
                 }
             }
-            let Stack::Python(key) = sample.user else {
+        }
+        let (mut mixed, mut alone, mut frames) = (0, 0, 0);
+        for sample in samples.iter_mut() {
+            let PythonFrames::Walked {
+                frames: walked,
+                truncated,
+                native_complete,
+            } = &sample.python
+            else {
                 continue;
             };
-            let names: Arc<[Arc<str>]> = match sent.get(&key) {
-                Some(raw) => {
-                    frames += raw.len() as u64 * sample.count;
-                    let mut names = self.frame_names(key.tgid, raw, sample.count);
-                    if sample.python == PythonStatus::Truncated {
-                        self.metrics.failed("truncated", sample.count);
-                        names.push(Arc::from(TRUNCATED));
-                    }
-                    names.into()
+            let (walked, truncated, native_complete) =
+                (Arc::clone(walked), *truncated, *native_complete);
+            if truncated {
+                self.metrics.failed("truncated", sample.count);
+            }
+            frames += walked.len() as u64 * sample.count;
+            let names = self.frame_names(sample.pid, &walked, sample.count);
+            let eval_loop = self
+                .processes
+                .get(&sample.pid)
+                .and_then(|process| process.target().eval_loop);
+            let walks = Walks {
+                native_complete,
+                python_complete: !truncated,
+            };
+            let placed = match (&sample.user, eval_loop) {
+                (Stack::Frames(native), Some(eval_loop)) => {
+                    place(native, &walked, eval_loop, walks).ok()
+                }
+                _ => None,
+            };
+            match placed {
+                Some(placements) => {
+                    mixed += sample.count;
+                    sample.python = PythonFrames::Mixed(
+                        placements
+                            .into_iter()
+                            .map(|p| Splice {
+                                depth: p.depth,
+                                names: names[p.frames].into(),
+                            })
+                            .collect(),
+                    );
                 }
                 None => {
-                    self.metrics.failed("stack_lost", sample.count);
-                    Arc::from([Arc::from(STACK_LOST)])
+                    alone += sample.count;
+                    sample.user = Stack::Named(names.into());
+                    sample.truncated = truncated;
+                    sample.python = PythonFrames::None;
                 }
-            };
-            sample.user = Stack::Named(names);
+            }
         }
-        self.metrics
-            .samples
-            .with_label_values(&["python"])
-            .inc_by(python);
-        self.metrics
-            .samples
-            .with_label_values(&["native"])
-            .inc_by(native);
+        for (stack, n) in [("mixed", mixed), ("python_only", alone), ("native", native)] {
+            self.metrics.samples.with_label_values(&[stack]).inc_by(n);
+        }
         self.metrics.frames.inc_by(frames);
         for process in self.processes.values_mut() {
             process.next_window();
@@ -215,7 +235,6 @@ fn status_reason(status: PythonStatus) -> &'static str {
         PythonStatus::ReadThread => "thread_state",
         PythonStatus::ReadFrame => "frame",
         PythonStatus::ThreadLimit => "thread_limit",
-        PythonStatus::StacksFull => "stacks_map_full",
         _ => "other",
     }
 }

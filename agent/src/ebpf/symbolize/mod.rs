@@ -1,52 +1,44 @@
 //! Symbolization: addresses of sampled stacks to function names, on a thread of its own.
 //!
-//! Input: [`StackCount`]s of one drain, of any [`SampleKind`], plus
+//! Input: [`StackCount`]s of one window, of any [`SampleKind`], plus
 //! [`Symbolizer::capture`] calls for processes the sampler sees for the first time (or after an
 //! exec) and [`Symbolizer::forget`] calls once an exited process's grace period is over. Output:
 //! [`SymbolizedSample`]s whose frames are names, root first (user frames, then the kernel frames
 //! below them). Caller: the eBPF source ([`crate::ebpf`]). Owns the `smolder-symbolize` thread,
-//! which owns a blazesym
-//! `Symbolizer` (not `Send`), the captured process maps, the open binaries and the frame cache.
+//! which owns a blazesym `Symbolizer` (not `Send`), the captured process maps, the open
+//! binaries and debug files, the frame cache, and the debuginfod client's thread.
 //!
-//! User frames come from the binaries' symbol tables (`.symtab`, `.dynsym`; no DWARF, so no line
-//! numbers), demangled for Rust and C++; code in anonymous memory from the runtime's perf map
-//! (`/tmp/perf-PID.map`) while the process lives; kernel frames from `/proc/kallsyms`. A frame
-//! that cannot be resolved reads `module+0xoffset` (file offset) or `[unknown]`, never a bare
-//! address. Stacks unwound with frame pointers stop early in code built without them; such
-//! stacks are counted as truncated (see [`TRUNCATION_ROOTS`]).
+//! User frames come from symbol tables (no DWARF, so no line numbers), demangled for Rust and
+//! C++: the binary's own `.symtab`, else its separate debug file's (found the way gdb finds it,
+//! `debuginfo.rs`, or fetched by build id from `symbolize.debuginfod-urls` in the background,
+//! `debuginfod.rs`), else its `.dynsym` (a stripped binary's exported functions). Code in
+//! anonymous memory is named from the runtime's perf map (`/tmp/perf-PID.map`) while the
+//! process lives; kernel frames from `/proc/kallsyms`. A frame that cannot be named reads
+//! `module+0xoffset` (file offset) or `[unknown]`, never a bare address. A user stack cut at
+//! the unwinder's depth limit gets a `[truncated]` root.
 
+mod binaries;
 mod cache;
+mod debuginfo;
+mod debuginfod;
 mod maps;
 mod resolve;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use self::debuginfo::{DebugDirs, DebugSource};
+pub(crate) use self::debuginfod::FETCH_OUTCOMES;
 use super::metrics::SymbolizeMetrics;
 use super::sample::{SampleKind, StackCount};
 
-/// Frames a complete user stack starts from: the entry points of processes and threads in glibc,
-/// musl and Go. A user stack without one of them, and without `main`, was cut short by a frame
-/// without a frame pointer.
-pub const TRUNCATION_ROOTS: &[&str] = &[
-    "_start",
-    "__libc_start_main",
-    "__libc_start_call_main",
-    "start_thread",
-    "clone",
-    "clone3",
-    "__clone",
-    "__clone3",
-    "thread_start",
-    "runtime.goexit",
-    "runtime.goexit.abi0",
-    "runtime.mstart",
-    "runtime.rt0_go",
-    "runtime.rt0_go.abi0",
-];
+/// The root frame of a user stack cut at the unwinder's depth limit (`ebpf.max-frames`).
+pub const TRUNCATED: &str = "[truncated]";
 
 /// The symbolizer's settings (`symbolize:` in the config file).
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -60,6 +52,22 @@ pub struct SymbolizeConfig {
     pub max_cached_frames: usize,
     /// Whether kernel frames are shown below user frames. Default `true`.
     pub kernel_frames: bool,
+    /// Where separate debug files are looked for, by build id (`<dir>/.build-id/xx/….debug`)
+    /// and by `.gnu_debuglink` name, inside a process's root (containers) and on the host:
+    /// gdb's `debug-file-directory`. Default `[/usr/lib/debug]`, where Debian's `-dbgsym`
+    /// packages and `libc6-dbg` install them.
+    pub debug_dirs: Vec<PathBuf>,
+    /// debuginfod servers to fetch missing debug files from by build id, tried in order, as
+    /// `DEBUGINFOD_URLS` lists them (`https://debuginfod.debian.net`, say). Default none: no
+    /// build id leaves the host. Fetches run in the background into `<data dir>/debuginfod/`;
+    /// frames of a binary stay `module+0xoffset` until its file arrives.
+    pub debuginfod_urls: Vec<String>,
+    /// How long one debuginfod request may take, connection and download. Default `60s`.
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
+    pub debuginfod_timeout: Duration,
+    /// Bytes of debug files kept in `<data dir>/debuginfod/`; the least recently used go
+    /// first, and a larger file is not fetched. Default 1 GiB.
+    pub debuginfod_cache_bytes: u64,
 }
 
 impl Default for SymbolizeConfig {
@@ -68,6 +76,10 @@ impl Default for SymbolizeConfig {
             max_open_files: 256,
             max_cached_frames: 65536,
             kernel_frames: true,
+            debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
+            debuginfod_urls: Vec::new(),
+            debuginfod_timeout: Duration::from_secs(60),
+            debuginfod_cache_bytes: 1 << 30,
         }
     }
 }
@@ -83,8 +95,6 @@ pub struct SymbolizedSample {
     pub frames: Vec<Arc<str>>,
     /// How many times the stack was sampled.
     pub count: u64,
-    /// Whether the user stack was cut short (no [`TRUNCATION_ROOTS`] frame, no `main`).
-    pub truncated: bool,
 }
 
 /// Why the symbolizer could not do what was asked.
@@ -132,19 +142,21 @@ pub struct Symbolizer {
 }
 
 impl Symbolizer {
-    /// Starts the symbolizer thread.
+    /// Starts the symbolizer thread, looking for debug files in `debug` (whose `downloaded`
+    /// directory is the debuginfod client's cache; none: no debuginfod).
     ///
     /// # Errors
     ///
     /// [`SymbolizeError::Spawn`] when the thread cannot be created.
     pub fn start(
         config: SymbolizeConfig,
+        debug: DebugDirs,
         metrics: SymbolizeMetrics,
     ) -> Result<Symbolizer, SymbolizeError> {
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("smolder-symbolize".to_owned())
-            .spawn(move || resolve::run(config, metrics, rx))
+            .spawn(move || resolve::run(config, debug, metrics, rx))
             .map_err(SymbolizeError::Spawn)?;
         Ok(Symbolizer {
             tx: Some(tx),

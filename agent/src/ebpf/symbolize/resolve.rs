@@ -9,13 +9,17 @@ use std::time::Instant;
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer as Blaze, evict};
 use blazesym::{MaybeDefault, Pid};
-use tracing::{debug, debug_span};
+use tracing::{debug, debug_span, warn};
 
+use super::binaries::Binaries;
 use super::cache::FrameCache;
-use super::maps::{FileKey, Files, Object, ProcessMap};
-use super::{Request, SymbolizeConfig, SymbolizedSample, TRUNCATION_ROOTS};
+use super::debuginfo::DebugDirs;
+use super::debuginfod::{ClientConfig, Debuginfod};
+use super::maps::Files;
+use super::{Request, SymbolizeConfig, SymbolizedSample, TRUNCATED};
 use crate::ebpf::metrics::SymbolizeMetrics;
-use crate::ebpf::sample::{Stack, StackCount};
+use crate::ebpf::process::{FileKey, Object, ProcessMap};
+use crate::ebpf::sample::{PythonFrames, Splice, Stack, StackCount};
 
 /// What a frame's name is cached under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -32,6 +36,7 @@ struct State {
     blaze: Blaze,
     processes: HashMap<u32, ProcessMap>,
     files: Files,
+    binaries: Binaries,
     frames: FrameCache<FrameKey>,
     /// Counts requests, for least-recently-used file eviction.
     tick: u64,
@@ -40,14 +45,38 @@ struct State {
 /// Serves requests until the handle is dropped. Captures jump the queue: they are taken between
 /// the processes of a symbolization in progress, so a short-lived process started during a drain
 /// is captured before it exits.
-pub(super) fn run(config: SymbolizeConfig, metrics: SymbolizeMetrics, rx: mpsc::Receiver<Request>) {
+pub(super) fn run(
+    config: SymbolizeConfig,
+    debug: DebugDirs,
+    metrics: SymbolizeMetrics,
+    rx: mpsc::Receiver<Request>,
+) {
     let blaze = Blaze::builder()
         .enable_code_info(false)
         .enable_inlined_fns(false)
         .enable_demangling(true)
         .build();
+    let debuginfod = match (&debug.downloaded, config.debuginfod_urls.is_empty()) {
+        (Some(dir), false) => Debuginfod::start(
+            ClientConfig {
+                urls: config.debuginfod_urls.clone(),
+                timeout: config.debuginfod_timeout,
+                max_bytes: config.debuginfod_cache_bytes,
+                dir: dir.clone(),
+            },
+            metrics.clone(),
+        )
+        .map_err(|err| warn!(error = %err, "the debuginfod client cannot start; stripped binaries keep module+offset names"))
+        .ok(),
+        (None, false) => {
+            warn!("symbolize.debuginfod-urls needs a data directory for its cache; not fetching debug files");
+            None
+        }
+        (_, true) => None,
+    };
     let mut state = State {
         files: Files::new(config.max_open_files),
+        binaries: Binaries::new(debug, debuginfod, metrics.clone()),
         frames: FrameCache::new(config.max_cached_frames),
         config,
         metrics,
@@ -96,20 +125,45 @@ pub(super) fn run(config: SymbolizeConfig, metrics: SymbolizeMetrics, rx: mpsc::
 impl State {
     fn capture(&mut self, pid: u32) {
         self.tick += 1;
-        let text = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-            Ok(text) => text,
+        let map = match ProcessMap::read(pid) {
+            Ok(map) => map,
             Err(err) => {
                 debug!(pid, error = %err, "process gone before its memory map was captured");
                 self.metrics.capture_failures.inc();
                 return;
             }
         };
-        let mut evicted = Vec::new();
-        self.files.open_for(pid, &text, self.tick, &mut evicted);
-        self.evict_files(evicted);
-        self.processes.insert(pid, ProcessMap::parse(&text));
+        self.open_files(pid, &map);
+        self.processes.insert(pid, map);
         self.metrics.captures.inc();
         self.update_gauges();
+    }
+
+    /// Opens the files of `map` not open yet and decides where their names come from.
+    fn open_files(&mut self, pid: u32, map: &ProcessMap) {
+        let mut evicted = Vec::new();
+        self.files.open_for(pid, map, self.tick, &mut evicted);
+        self.evict_files(evicted);
+        for mapping in &map.mappings {
+            let Object::File { key, path, .. } = &mapping.object else {
+                continue;
+            };
+            if self.binaries.contains(*key) {
+                continue;
+            }
+            if let Some(open) = self.files.path(*key, self.tick).map(|p| p.to_path_buf()) {
+                self.binaries.analyze(pid, *key, path, &open);
+            }
+        }
+    }
+
+    /// Takes in the debug files debuginfod delivered: names cached from the stripped binaries
+    /// go, to be read again from their debug files.
+    fn poll_debuginfod(&mut self) {
+        for key in self.binaries.poll() {
+            self.frames
+                .retain(|frame| !matches!(frame, FrameKey::File(file, _) if *file == key));
+        }
     }
 
     fn forget(&mut self, pid: u32) {
@@ -122,10 +176,13 @@ impl State {
         self.update_gauges();
     }
 
-    fn evict_files(&mut self, paths: Vec<PathBuf>) {
-        for path in paths {
+    fn evict_files(&mut self, closed: Vec<(FileKey, PathBuf)>) {
+        for (key, path) in closed {
             self.metrics.files_evicted.inc();
             let _ = self.blaze.evict(&evict::Elf::new(path).into());
+            if let Some(debug) = self.binaries.remove(key) {
+                let _ = self.blaze.evict(&evict::Elf::new(debug).into());
+            }
         }
         // A closed file's descriptor number may be reused for another file; frames cached
         // under its key stay right, since keys are device and inode, not paths.
@@ -149,6 +206,7 @@ impl State {
         mut between: impl FnMut() -> Vec<u32>,
     ) -> Vec<SymbolizedSample> {
         self.tick += 1;
+        self.poll_debuginfod();
         let mut order: Vec<usize> = (0..samples.len()).collect();
         order.sort_by_key(|&i| samples[i].pid);
         let mut out: Vec<Option<SymbolizedSample>> = vec![None; samples.len()];
@@ -174,6 +232,21 @@ impl State {
 
     /// Resolves every uncached address of one process's samples, one blazesym call per binary.
     fn resolve_process(&mut self, pid: u32, samples: &[&StackCount]) {
+        // Code mapped since the capture (a library loaded with dlopen): read the map again.
+        let unmapped = |map: &ProcessMap| {
+            samples.iter().any(|sample| match &sample.user {
+                Stack::Frames(frames) => frames
+                    .iter()
+                    .enumerate()
+                    .any(|(depth, &addr)| map.find(call_site(addr, depth)).is_none()),
+                Stack::Named(_) | Stack::None | Stack::Lost => false,
+            })
+        };
+        if self.processes.get(&pid).is_some_and(unmapped)
+            && std::path::Path::new(&format!("/proc/{pid}")).exists()
+        {
+            self.capture(pid);
+        }
         let mut by_file: HashMap<FileKey, Vec<u64>> = HashMap::new();
         let mut live: Vec<u64> = Vec::new();
         let mut kernel: Vec<u64> = Vec::new();
@@ -208,10 +281,8 @@ impl State {
         }
         if by_file.keys().any(|&file| !self.files.is_open(file)) {
             // Closed to stay within max-open-files since capture: reopen from the live process.
-            if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-                let mut evicted = Vec::new();
-                self.files.open_for(pid, &text, self.tick, &mut evicted);
-                self.evict_files(evicted);
+            if let Ok(map) = ProcessMap::read(pid) {
+                self.open_files(pid, &map);
             }
         }
         let mut resolved = 0u64;
@@ -219,29 +290,41 @@ impl State {
         for (file, mut offsets) in by_file {
             offsets.sort_unstable();
             offsets.dedup();
-            let Some(path) = self.files.path(file, self.tick).map(|p| p.to_path_buf()) else {
+            if self.files.path(file, self.tick).is_none() {
+                continue;
+            }
+            let Some(binary) = self.binaries.get(file) else {
                 continue;
             };
-            let mut elf = Elf::new(path);
-            elf.debug_syms = false;
-            let names = self
-                .blaze
-                .symbolize(&Source::Elf(elf), Input::FileOffset(&offsets));
-            match names {
-                Ok(names) => {
-                    for (offset, name) in offsets.iter().zip(names) {
-                        if let Symbolized::Sym(sym) = name {
-                            resolved += 1;
-                            self.frames
-                                .insert(FrameKey::File(file, *offset), Arc::from(&*sym.name));
-                        } else {
-                            unresolved += 1;
-                        }
+            let symbols = binary.symbols.clone();
+            let layout = binary.layout.clone();
+            let names = self.names_in(&symbols, layout.as_ref(), &offsets, pid);
+            // A signal handler returns to the first byte of the trampoline that called it (the
+            // kernel put that address on its stack), so one byte before it lies outside: such
+            // frames are tried at the address itself.
+            let retry: Vec<u64> = offsets
+                .iter()
+                .zip(&names)
+                .filter(|(_, name)| name.is_none())
+                .map(|(offset, _)| offset + 1)
+                .collect();
+            let retried = if retry.is_empty() {
+                Vec::new()
+            } else {
+                self.names_in(&symbols, layout.as_ref(), &retry, pid)
+            };
+            let mut retried = retry.iter().zip(retried);
+            for (offset, name) in offsets.iter().zip(names) {
+                let name = match name {
+                    Some(name) => Some(name),
+                    None => retried.next().and_then(|(_, name)| name),
+                };
+                match name {
+                    Some(name) => {
+                        resolved += 1;
+                        self.frames.insert(FrameKey::File(file, *offset), name);
                     }
-                }
-                Err(err) => {
-                    unresolved += offsets.len() as u64;
-                    debug!(pid, error = %err, "symbolizing a binary failed");
+                    None => unresolved += 1,
                 }
             }
         }
@@ -285,6 +368,44 @@ impl State {
         }
     }
 
+    /// The names of file `offsets` in the ELF file `symbols`, which is the binary itself or,
+    /// with `layout` (the binary's), its debug file, read by virtual address.
+    fn names_in(
+        &self,
+        symbols: &std::path::Path,
+        layout: Option<&smolder_unwind::Layout>,
+        offsets: &[u64],
+        pid: u32,
+    ) -> Vec<Option<Arc<str>>> {
+        let mut elf = Elf::new(symbols);
+        elf.debug_syms = false;
+        let addresses: Vec<u64> = match layout {
+            // Offsets outside every segment stay unnamed.
+            Some(layout) => offsets
+                .iter()
+                .map(|&offset| layout.virtual_address(offset).unwrap_or(u64::MAX))
+                .collect(),
+            None => offsets.to_vec(),
+        };
+        let input = match layout {
+            Some(_) => Input::VirtOffset(addresses.as_slice()),
+            None => Input::FileOffset(addresses.as_slice()),
+        };
+        match self.blaze.symbolize(&Source::Elf(elf), input) {
+            Ok(names) => names
+                .into_iter()
+                .map(|name| match name {
+                    Symbolized::Sym(sym) => Some(Arc::from(&*sym.name)),
+                    Symbolized::Unknown(_) => None,
+                })
+                .collect(),
+            Err(err) => {
+                debug!(pid, error = %err, "symbolizing a binary failed");
+                vec![None; offsets.len()]
+            }
+        }
+    }
+
     /// Names of anonymous-memory (JIT) and vDSO addresses, cached per process under a pseudo
     /// file key holding the pid ([`live_key`]), which [`State::forget`] clears.
     fn resolve_live(&mut self, pid: u32, addrs: &[u64]) {
@@ -322,11 +443,12 @@ impl State {
             return Arc::from("[unknown]");
         };
         match &mapping.object {
-            Object::File { key, name } => {
+            Object::File { key, .. } => {
                 let offset = addr - mapping.start + mapping.offset;
-                let name = Arc::clone(name);
+                let key = *key;
+                let name = mapping.object.file_name().unwrap_or("[unknown]").to_owned();
                 self.frames
-                    .get(&FrameKey::File(*key, offset))
+                    .get(&FrameKey::File(key, offset))
                     .unwrap_or_else(|| Arc::from(format!("{name}+0x{offset:x}")))
             }
             Object::Vdso => self
@@ -342,29 +464,34 @@ impl State {
 
     fn name(&mut self, sample: &StackCount) -> SymbolizedSample {
         let mut frames: Vec<Arc<str>> = Vec::new();
-        let mut truncated = false;
         match &sample.user {
             Stack::Frames(addrs) => {
-                let mut user: Vec<Arc<str>> = addrs
-                    .iter()
-                    .enumerate()
-                    .map(|(depth, &addr)| self.user_frame(sample.pid, call_site(addr, depth)))
-                    .collect();
-                // Leaf first; frames beyond a thread's entry point are unwinding garbage. A
-                // stack that reaches `main` is complete too: only the C runtime's start frames,
-                // unnamed where libc is stripped to its dynamic symbols (Debian), lie above it.
-                match user
-                    .iter()
-                    .position(|name| TRUNCATION_ROOTS.contains(&&**name))
-                {
-                    Some(root) => user.truncate(root + 1),
-                    None => truncated = !user.iter().any(|name| &**name == "main"),
+                if sample.truncated {
+                    frames.push(Arc::from(TRUNCATED));
+                }
+                let splices: &[Splice] = match &sample.python {
+                    PythonFrames::Mixed(splices) => splices,
+                    PythonFrames::None | PythonFrames::Walked { .. } => &[],
+                };
+                let mut splices = splices.iter().peekable();
+                let mut user: Vec<Arc<str>> = Vec::with_capacity(addrs.len());
+                for (depth, &addr) in addrs.iter().enumerate() {
+                    match splices.next_if(|s| s.depth == depth) {
+                        Some(splice) => user.extend(splice.names.iter().cloned()),
+                        None => user.push(self.user_frame(sample.pid, call_site(addr, depth))),
+                    }
+                }
+                if let Some(above) = splices.next_if(|s| s.depth == addrs.len()) {
+                    user.extend(above.names.iter().cloned());
                 }
                 frames.extend(user.into_iter().rev());
             }
-            Stack::Named(names) => frames.extend(names.iter().rev().cloned()),
-            // Named by the eBPF source before symbolization; left unnamed only if it was not.
-            Stack::Python(_) => frames.push(Arc::from(crate::ebpf::python::UNKNOWN_CODE)),
+            Stack::Named(names) => {
+                if sample.truncated {
+                    frames.push(Arc::from(TRUNCATED));
+                }
+                frames.extend(names.iter().rev().cloned());
+            }
             Stack::None => {}
             Stack::Lost => frames.push(Arc::from("[user stack lost]")),
         }
@@ -382,22 +509,18 @@ impl State {
                         .collect();
                     frames.extend(kernel.into_iter().rev());
                 }
-                Stack::Python(_) | Stack::Named(_) | Stack::None => {}
+                Stack::Named(_) | Stack::None => {}
                 Stack::Lost => frames.push(Arc::from("[kernel stack lost]")),
             }
         }
         if frames.is_empty() {
             frames.push(Arc::from("[no stack]"));
         }
-        if truncated {
-            self.metrics.truncated_stacks.inc_by(sample.count);
-        }
         SymbolizedSample {
             kind: sample.kind,
             pid: sample.pid,
             frames,
             count: sample.count,
-            truncated,
         }
     }
 }
@@ -433,7 +556,6 @@ fn call_site(addr: u64, depth: usize) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use smolder_agent_ebpf::PythonStatus;
 
     use super::*;
     use crate::ebpf::SampleKind;
@@ -445,9 +567,11 @@ mod tests {
 ";
 
     fn state() -> State {
+        let metrics = Metrics::new().symbolize.clone();
         let mut state = State {
             config: SymbolizeConfig::default(),
-            metrics: Metrics::new().symbolize.clone(),
+            binaries: Binaries::new(DebugDirs::default(), None, metrics.clone()),
+            metrics,
             blaze: Blaze::new(),
             processes: HashMap::from([(7, ProcessMap::parse(MAPS))]),
             files: Files::new(4),
@@ -476,64 +600,59 @@ mod tests {
         state
     }
 
-    #[test]
-    fn frames_are_root_first_and_cut_at_the_thread_entry() {
-        let mut state = state();
-        let sample = StackCount {
+    fn sample(user: &[u64], truncated: bool, kernel: Stack) -> StackCount {
+        StackCount {
             kind: SampleKind::Cpu,
             pid: 7,
-            user: Stack::Frames(Arc::from(
-                [0x55d0c0a01100, 0x55d0c0a01200, 0x7f0000000010, 0xdead].as_slice(),
-            )),
-            kernel: Stack::None,
-            python: PythonStatus::None,
+            user: Stack::Frames(Arc::from(user)),
+            truncated,
+            kernel,
+            python: PythonFrames::None,
             count: 3,
-        };
-        let named = state.name(&sample);
-        let frames: Vec<&str> = named.frames.iter().map(|f| &**f).collect();
-        assert_eq!(frames, ["__libc_start_call_main", "main", "leaf"]);
-        assert!(!named.truncated);
+        }
+    }
+
+    fn names(named: &SymbolizedSample) -> Vec<&str> {
+        named.frames.iter().map(|f| &**f).collect()
     }
 
     #[test]
-    fn unknown_frames_show_their_module_and_truncation_is_counted() {
+    fn frames_are_root_first_and_unknown_ones_show_their_module() {
         let mut state = state();
-        let sample = StackCount {
-            kind: SampleKind::Cpu,
-            pid: 7,
-            user: Stack::Frames(Arc::from([0x55d0c0a01100, 0x55d0c0a01801, 0x10].as_slice())),
-            kernel: Stack::Lost,
-            python: PythonStatus::None,
-            count: 2,
-        };
-        let named = state.name(&sample);
-        let frames: Vec<&str> = named.frames.iter().map(|f| &**f).collect();
+        let named = state.name(&sample(
+            &[
+                0x55d0c0a01100,
+                0x55d0c0a01200,
+                0x7f0000000010,
+                0x7f0000000501,
+            ],
+            false,
+            Stack::Lost,
+        ));
         assert_eq!(
-            frames,
-            ["[unknown]", "work+0x1800", "leaf", "[kernel stack lost]"]
+            names(&named),
+            [
+                "libc.so.6+0x28500",
+                "__libc_start_call_main",
+                "main",
+                "leaf",
+                "[kernel stack lost]"
+            ]
         );
-        assert!(named.truncated);
-        assert_eq!(state.metrics.truncated_stacks.get(), 2);
+        assert_eq!(named.count, 3);
+        let outside = state.name(&sample(&[0x55d0c0a01100, 0x10], false, Stack::None));
+        assert_eq!(names(&outside), ["[unknown]", "leaf"]);
     }
 
     #[test]
-    fn a_stack_that_reaches_main_is_complete_without_named_libc_frames() {
+    fn a_stack_cut_at_the_depth_limit_gets_a_truncated_root() {
         let mut state = state();
-        let sample = StackCount {
-            kind: SampleKind::Cpu,
-            pid: 7,
-            // leaf, main, then libc's start frame at an offset with no cached name.
-            user: Stack::Frames(Arc::from(
-                [0x55d0c0a01100, 0x55d0c0a01200, 0x7f0000000500].as_slice(),
-            )),
-            kernel: Stack::None,
-            python: PythonStatus::None,
-            count: 1,
-        };
-        let named = state.name(&sample);
-        let frames: Vec<&str> = named.frames.iter().map(|f| &**f).collect();
-        assert_eq!(frames, ["libc.so.6+0x284ff", "main", "leaf"]);
-        assert!(!named.truncated);
+        let named = state.name(&sample(
+            &[0x55d0c0a01100, 0x55d0c0a01200],
+            true,
+            Stack::None,
+        ));
+        assert_eq!(names(&named), [TRUNCATED, "main", "leaf"]);
     }
 
     #[test]
@@ -553,14 +672,13 @@ mod tests {
                 Arc::from("leaf (/srv/app.py:9)"),
                 Arc::from("<module> (/srv/app.py:1)"),
             ])),
+            truncated: false,
             kernel: Stack::Frames(Arc::from([0xffff_1000, 0xffff_0000].as_slice())),
-            python: PythonStatus::Ok,
+            python: PythonFrames::None,
             count: 4,
         };
-        let named = state.name(&sample);
-        let frames: Vec<&str> = named.frames.iter().map(|f| &**f).collect();
         assert_eq!(
-            frames,
+            names(&state.name(&sample)),
             [
                 "<module> (/srv/app.py:1)",
                 "leaf (/srv/app.py:9)",
@@ -568,6 +686,37 @@ mod tests {
                 "ksys_write"
             ]
         );
-        assert!(!named.truncated);
+    }
+
+    #[test]
+    fn splices_stand_for_their_native_frames_and_one_past_the_root_goes_above_it() {
+        let mut state = state();
+        let python =
+            |names: &[&str]| -> Arc<[Arc<str>]> { names.iter().map(|n| Arc::from(*n)).collect() };
+        let mut mixed = sample(
+            &[0x55d0c0a01100, 0x55d0c0a01200, 0x7f0000000010],
+            false,
+            Stack::None,
+        );
+        mixed.python = PythonFrames::Mixed(Arc::from([
+            Splice {
+                depth: 1,
+                names: python(&["cb (/a.py:3)", "<module> (/a.py:1)"]),
+            },
+            Splice {
+                depth: 3,
+                names: python(&["outer (/a.py:9)"]),
+            },
+        ]));
+        assert_eq!(
+            names(&state.name(&mixed)),
+            [
+                "outer (/a.py:9)",
+                "__libc_start_call_main",
+                "<module> (/a.py:1)",
+                "cb (/a.py:3)",
+                "leaf"
+            ]
+        );
     }
 }

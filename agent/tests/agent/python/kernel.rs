@@ -1,6 +1,10 @@
-//! The kernel walk: the real sampler, loaded as root, sampling CPU-bound scripts. Each script
-//! reports its stacks as the interpreter sees them, then spins in the reported frame (an inline
-//! loop: no Python call below it) until its end; every sample of it must carry that stack.
+//! The kernel walk and mixed stacks: the agent's real sampler (`record`, and the daemon), loaded
+//! as root, sampling CPU-bound scripts run by real interpreters. Each script reports its stacks
+//! as the interpreter sees them, then spins in the reported frame (an inline loop: no Python call
+//! below it) until its end; every sample of it must carry those Python frames, in order, in the
+//! native stack of the interpreter that ran them.
+
+use smolder_agent::ebpf::Recording;
 
 use super::*;
 
@@ -124,9 +128,11 @@ impl Spinner {
 }
 
 /// Records `seconds` of the scripts whose file is `smolder-py-*.py`, each under its own
-/// service: the script's name.
-fn record_scripts(seconds: u64) -> Vec<smolder_common::Profile> {
+/// service: the script's name; in windows of 1 s, so that those after a script's unwind tables
+/// went in can be told apart.
+fn record_scripts(seconds: u64) -> Recording {
     let mut config = smolder_agent::config::Config::default();
+    config.window.length = Duration::from_secs(1);
     config.ebpf.relabel_configs = serde_norway::from_str(
         r#"
 - source_labels: [__meta_process_cmdline]
@@ -139,7 +145,27 @@ fn record_scripts(seconds: u64) -> Vec<smolder_common::Profile> {
 "#,
     )
     .unwrap();
-    smolder_agent::ebpf::record(&config, Duration::from_secs(seconds)).unwrap()
+    smolder_agent::ebpf::record(&config, Duration::from_secs(seconds), None).unwrap()
+}
+
+/// The profiles of `recording` whose window began after process `pid`'s unwind tables went in:
+/// their samples were walked with the tables, so their native stacks are whole.
+fn after_tables(recording: &Recording, pid: u32) -> Vec<smolder_common::Profile> {
+    let Some(ready) = recording
+        .ready
+        .iter()
+        .filter(|r| r.pid == pid)
+        .map(|r| r.at)
+        .min()
+    else {
+        return Vec::new();
+    };
+    recording
+        .profiles
+        .iter()
+        .filter(|p| p.from >= ready)
+        .cloned()
+        .collect()
 }
 
 /// Every stack of `service` as `;`-joined names, with its samples.
@@ -164,16 +190,47 @@ fn root_first(report: &Report) -> String {
     names.join(";")
 }
 
-/// Samples of `stacks` whose Python frames are exactly `python` (kernel frames may follow).
+/// Whether `frame` is a Python frame: `qualname (path:first_line)`, the scripts' paths being
+/// absolute.
+fn is_python(frame: &str) -> bool {
+    frame.ends_with(')') && frame.contains(" (/") && frame.contains(".py:")
+}
+
+/// The Python frames of a `;`-joined stack, root first and `;`-joined.
+fn python_part(stack: &str) -> String {
+    stack
+        .split(';')
+        .filter(|f| is_python(f))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// Samples of `stacks` whose Python frames are exactly `python`, in order (native frames of
+/// the interpreter, C code and the kernel may sit around and between them).
 fn carrying(stacks: &[(String, u64)], python: &str) -> u64 {
     stacks
         .iter()
-        .filter(|(stack, _)| {
-            stack == python
-                || stack
-                    .strip_prefix(python)
-                    .is_some_and(|rest| rest.starts_with(';') && !rest.contains(" ("))
-        })
+        .filter(|(stack, _)| python_part(stack) == python)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Whether a `;`-joined stack is mixed: native frames of the interpreter's start below the
+/// first Python frame, and no interpreter-loop frame left (each gave way to its Python frames).
+fn is_mixed(stack: &str) -> bool {
+    let frames: Vec<&str> = stack.split(';').collect();
+    let first = frames.iter().position(|f| is_python(f));
+    first.is_some_and(|i| i > 0)
+        && !frames
+            .iter()
+            .any(|f| f.contains("_PyEval_EvalFrameDefault"))
+}
+
+/// Samples of `stacks` that are mixed ([`is_mixed`]).
+fn mixed(stacks: &[(String, u64)]) -> u64 {
+    stacks
+        .iter()
+        .filter(|(stack, _)| is_mixed(stack))
         .map(|(_, n)| n)
         .sum()
 }
@@ -185,37 +242,63 @@ fn total(stacks: &[(String, u64)]) -> u64 {
 /// Samples a script must have for its share of correct stacks to mean something.
 const ENOUGH: u64 = 50;
 
-/// Records the scripts until each of `services` has [`ENOUGH`] samples, however long a busy
-/// machine takes to give them (recordings of 10 s, at most four), and returns each service's
-/// stacks over all recordings. Each recording loads the sampler afresh, so each starts with the
-/// samples a script has before the agent registers it for the Python walk (its first poll
-/// interval, 50 ms): long recordings keep them a small share, as in the daemon, which registers
-/// a process once.
-fn record_enough(services: &[&str]) -> HashMap<String, Vec<(String, u64)>> {
-    let mut stacks: HashMap<String, Vec<(String, u64)>> = HashMap::new();
+/// A script's stacks over the recordings: all of them, and those of the windows after its
+/// unwind tables went in.
+#[derive(Default)]
+struct Recorded {
+    all: Vec<(String, u64)>,
+    with_tables: Vec<(String, u64)>,
+}
+
+/// Records the scripts (service, pid) until each has [`ENOUGH`] samples in all and [`ENOUGH`]
+/// with its tables in, however long a busy machine takes to give them (recordings of 10 s, at
+/// most four), and returns each service's stacks over all recordings. Each recording loads the
+/// sampler afresh, so each starts with the samples a script has before the agent registers it
+/// for the Python walk (its first poll interval, 50 ms) and loads its tables: long recordings
+/// keep them a small share, as in the daemon, which does both once per process.
+fn record_enough(scripts: &[(&str, u32)]) -> HashMap<String, Recorded> {
+    let mut stacks: HashMap<String, Recorded> = HashMap::new();
     for _ in 0..4 {
-        let profiles = record_scripts(10);
-        for service in services {
-            stacks
-                .entry((*service).to_owned())
-                .or_default()
-                .extend(folded(&profiles, service));
+        let recording = record_scripts(10);
+        for &(service, pid) in scripts {
+            let recorded = stacks.entry(service.to_owned()).or_default();
+            recorded.all.extend(folded(&recording.profiles, service));
+            recorded
+                .with_tables
+                .extend(folded(&after_tables(&recording, pid), service));
         }
-        if services
-            .iter()
-            .all(|service| total(&stacks[*service]) >= ENOUGH)
-        {
+        if scripts.iter().all(|(service, _)| {
+            let recorded = &stacks[*service];
+            total(&recorded.all) >= ENOUGH && total(&recorded.with_tables) >= ENOUGH
+        }) {
             break;
         }
     }
     stacks
 }
 
+/// Checks that the samples walked with the script's tables are mixed (at least 95 %: the rest
+/// fell while the interpreter switched frames).
+fn assert_mixed(label: &str, recorded: &Recorded) {
+    let with_tables = &recorded.with_tables;
+    let (mixed, all) = (mixed(with_tables), total(with_tables));
+    assert!(
+        all >= ENOUGH,
+        "{label}: too few samples with tables ({all})"
+    );
+    assert!(
+        mixed as f64 >= 0.95 * all as f64,
+        "{label}: {mixed} of {all} samples with tables are mixed: {with_tables:#?}"
+    );
+}
+
 #[test]
 fn python_stacks_carry_the_call_tree_with_files_and_first_lines() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
-    let mut spinners: Vec<(String, Spinner)> = interpreters()
+    let mut pythons = interpreters();
+    pythons.push(("venv-3.12".to_owned(), virtualenv(dir.path(), 12)));
+    let mut spinners: Vec<(String, Spinner)> = pythons
         .into_iter()
         .map(|(label, python)| {
             let spinner = Spinner::start(
@@ -233,8 +316,11 @@ fn python_stacks_carry_the_call_tree_with_files_and_first_lines() {
         .iter_mut()
         .map(|(_, s)| s.script.reports(1).pop().unwrap())
         .collect();
-    let services: Vec<&str> = spinners.iter().map(|(_, s)| s.service.as_str()).collect();
-    let recorded = record_enough(&services);
+    let scripts: Vec<(&str, u32)> = spinners
+        .iter()
+        .map(|(_, s)| (s.service.as_str(), s.script.pid()))
+        .collect();
+    let recorded = record_enough(&scripts);
     for ((label, spinner), report) in spinners.iter().zip(&reports) {
         // The user-space reader, the kernel walk's oracle, sees the same stack.
         let (_, mut process) = attach(spinner.script.pid());
@@ -249,7 +335,7 @@ fn python_stacks_carry_the_call_tree_with_files_and_first_lines() {
             expected_names(report),
             "{label}: the oracle"
         );
-        let stacks = &recorded[&spinner.service];
+        let stacks = &recorded[&spinner.service].all;
         let expected = root_first(report);
         let (carried, all) = (carrying(stacks, &expected), total(stacks));
         assert!(
@@ -260,12 +346,15 @@ fn python_stacks_carry_the_call_tree_with_files_and_first_lines() {
             carried as f64 >= 0.95 * all as f64,
             "{label}: {carried} of {all} samples carry {expected}: {stacks:#?}"
         );
+        // Mixed: once the interpreter's unwind tables are in, the native stack runs from the
+        // interpreter's start to the leaf, Python frames in place of the interpreter loop's.
+        assert_mixed(label, &recorded[&spinner.service]);
     }
 }
 
 #[test]
 fn python_threads_each_carry_their_own_function() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let mut spinners: Vec<(String, Spinner)> = interpreters()
         .into_iter()
@@ -279,10 +368,13 @@ fn python_threads_each_carry_their_own_function() {
         .iter_mut()
         .map(|(_, s)| s.script.reports(4))
         .collect();
-    let services: Vec<&str> = spinners.iter().map(|(_, s)| s.service.as_str()).collect();
-    let recorded = record_enough(&services);
+    let scripts: Vec<(&str, u32)> = spinners
+        .iter()
+        .map(|(_, s)| (s.service.as_str(), s.script.pid()))
+        .collect();
+    let recorded = record_enough(&scripts);
     for ((label, spinner), reports) in spinners.iter().zip(&reports) {
-        let stacks = &recorded[&spinner.service];
+        let stacks = &recorded[&spinner.service].all;
         let all = total(stacks);
         let mut carried = 0;
         for report in reports {
@@ -300,12 +392,13 @@ fn python_threads_each_carry_their_own_function() {
             carried as f64 >= 0.95 * all as f64,
             "{label}: {carried} of {all} samples carry their thread's own stack: {stacks:#?}"
         );
+        assert_mixed(label, &recorded[&spinner.service]);
     }
 }
 
 #[test]
 fn a_python_callback_of_a_c_function_follows_its_python_caller() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let mut spinners: Vec<(String, Spinner)> = interpreters()
         .into_iter()
@@ -319,13 +412,14 @@ fn a_python_callback_of_a_c_function_follows_its_python_caller() {
         .iter_mut()
         .map(|(_, s)| s.script.reports(1).pop().unwrap())
         .collect();
-    let services: Vec<&str> = spinners.iter().map(|(_, s)| s.service.as_str()).collect();
-    let recorded = record_enough(&services);
+    let scripts: Vec<(&str, u32)> = spinners
+        .iter()
+        .map(|(_, s)| (s.service.as_str(), s.script.pid()))
+        .collect();
+    let recorded = record_enough(&scripts);
     for ((label, spinner), report) in spinners.iter().zip(&reports) {
-        let stacks = &recorded[&spinner.service];
+        let stacks = &recorded[&spinner.service].all;
         let expected = root_first(report);
-        // Python frames only: sorted()'s native frames between sort_items and key come with
-        // mixed stacks (the DWARF unwinder, issue 14).
         assert!(expected.contains("sort_items ("), "{label}: {expected}");
         assert!(expected.ends_with(&format!(";{}", expected_names(report)[0])));
         let (carried, all) = (carrying(stacks, &expected), total(stacks));
@@ -334,12 +428,45 @@ fn a_python_callback_of_a_c_function_follows_its_python_caller() {
             carried as f64 >= 0.95 * all as f64,
             "{label}: {carried} of {all} samples carry {expected}: {stacks:#?}"
         );
+        // In every mixed stack, sorted()'s native frames sit between sort_items and key, the
+        // interpreter's start below <module>.
+        assert_mixed(label, &recorded[&spinner.service]);
+        let with_tables = &recorded[&spinner.service].with_tables;
+        let mut interleaved = 0;
+        for (stack, n) in with_tables.iter().filter(|(stack, _)| is_mixed(stack)) {
+            let frames: Vec<&str> = stack.split(';').collect();
+            let at = |name: &str| {
+                frames
+                    .iter()
+                    .position(|f| f.starts_with(&format!("{name} (")))
+            };
+            let (Some(module), Some(sort_items), Some(key)) =
+                (at("<module>"), at("sort_items"), at("key"))
+            else {
+                continue;
+            };
+            assert!(module < sort_items && sort_items < key, "{label}: {stack}");
+            assert!(
+                key > sort_items + 1 && frames[sort_items + 1..key].iter().all(|f| !is_python(f)),
+                "{label}: no native frame between sort_items and key: {stack}"
+            );
+            assert!(
+                frames[..module].iter().all(|f| !is_python(f)),
+                "{label}: {stack}"
+            );
+            interleaved += n;
+        }
+        let all = total(with_tables);
+        assert!(
+            interleaved as f64 >= 0.95 * all as f64,
+            "{label}: {interleaved} of {all} samples with tables interleaved: {with_tables:#?}"
+        );
     }
 }
 
 #[test]
 fn a_python_process_that_exits_before_the_drain_keeps_its_names() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let mut spinners: Vec<(String, Spinner)> = interpreters()
         .into_iter()
@@ -354,7 +481,7 @@ fn a_python_process_that_exits_before_the_drain_keeps_its_names() {
         .map(|(_, s)| s.script.reports(1).pop().unwrap())
         .collect();
     // The scripts exit two to three seconds into the recording.
-    let profiles = record_scripts(6);
+    let profiles = record_scripts(6).profiles;
     for ((label, spinner), report) in spinners.iter_mut().zip(&reports) {
         assert!(
             spinner.script.child.try_wait().unwrap().is_some(),
@@ -379,7 +506,7 @@ fn a_python_process_that_exits_before_the_drain_keeps_its_names() {
 
 #[test]
 fn python_stacks_of_a_process_in_its_own_pid_namespace() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let python = pyenv_python(13);
     // A container's view: the interpreter is pid 1 and knows its threads by namespace ids.
@@ -397,8 +524,8 @@ fn python_stacks_of_a_process_in_its_own_pid_namespace() {
         reports.iter().all(|r| r.tid < 100),
         "namespace ids: {reports:?}"
     );
-    let recorded = record_enough(&[spinner.service.as_str()]);
-    let stacks = &recorded[&spinner.service];
+    let recorded = record_enough(&[(spinner.service.as_str(), spinner.script.pid())]);
+    let stacks = &recorded[&spinner.service].all;
     let all = total(stacks);
     let carried: u64 = reports
         .iter()
@@ -429,7 +556,7 @@ fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 
 #[test]
 fn the_daemon_counts_python_processes_by_release_and_the_frames_it_reads() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let older = pyenv_root().join("versions");
     let python310 = std::fs::read_dir(&older)
@@ -507,17 +634,16 @@ fn the_daemon_counts_python_processes_by_release_and_the_frames_it_reads() {
         metric(&text, "smolder_agent_python_frames_total", &[]) > 0.0,
         "{text}"
     );
-    let python = metric(
-        &text,
-        "smolder_agent_python_samples_total",
-        &[("stack", "python")],
-    );
-    let native = metric(
-        &text,
-        "smolder_agent_python_samples_total",
-        &[("stack", "native")],
-    );
-    assert!(python >= 0.95 * (python + native), "{text}");
+    let stack = |stack: &str| {
+        metric(
+            &text,
+            "smolder_agent_python_samples_total",
+            &[("stack", stack)],
+        )
+    };
+    let (mixed, alone, native) = (stack("mixed"), stack("python_only"), stack("native"));
+    assert!(mixed + alone >= 0.95 * (mixed + alone + native), "{text}");
+    assert!(mixed > 0.0, "{text}");
     assert_eq!(
         metric(&text, "smolder_agent_python_read_failures_total", &[]),
         0.0,
@@ -530,10 +656,11 @@ fn the_kernel_walk_reads_the_frames_and_entry_frames_the_reader_reads() {
     use aya::maps::{HashMap as BpfHashMap, RingBuf};
     use aya::programs::PerfEvent;
     use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
-    use smolder_agent::ebpf::python::{StackEvent, kernel_entry};
-    use smolder_agent_ebpf::{self as kernel, PythonProc};
+    use smolder_agent::ebpf::python::kernel_entry;
+    use smolder_agent_ebpf::unwind::{MAP_SAMPLES, parse_sample};
+    use smolder_agent_ebpf::{self as kernel, PythonProc, PythonStatus};
 
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
     for (label, python) in interpreters() {
         let name = format!("oracle-{label}");
@@ -566,10 +693,9 @@ fn the_kernel_walk_reads_the_frames_and_entry_frames_the_reader_reads() {
             BpfHashMap::try_from(ebpf.take_map(kernel::MAP_PYTHON_PROCS).unwrap()).unwrap();
         let entry = kernel_entry(Path::new("/proc"), pid, &target).unwrap();
         procs.insert(pid, entry, 0).unwrap();
-        let mut events =
-            RingBuf::try_from(ebpf.take_map(kernel::MAP_PYTHON_EVENTS).unwrap()).unwrap();
+        let mut samples = RingBuf::try_from(ebpf.take_map(MAP_SAMPLES).unwrap()).unwrap();
         let program: &mut PerfEvent = ebpf
-            .program_mut(kernel::PROGRAM_SAMPLE)
+            .program_mut(kernel::PROGRAM_CPU)
             .unwrap()
             .try_into()
             .unwrap();
@@ -583,22 +709,22 @@ fn the_kernel_walk_reads_the_frames_and_entry_frames_the_reader_reads() {
             )
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
-        let event = 'found: loop {
-            while let Some(item) = events.next() {
-                if let Some(event) = StackEvent::parse(&item)
-                    && event.key.tgid == pid
+        let frames = 'found: loop {
+            while let Some(item) = samples.next() {
+                let sample = parse_sample(&item).unwrap();
+                if sample.header.tgid == pid
+                    && PythonStatus::from_raw(sample.header.python_status) == Some(PythonStatus::Ok)
                 {
-                    break 'found event;
+                    break 'found sample.python().collect::<Vec<_>>();
                 }
             }
             assert!(
                 Instant::now() < deadline,
-                "{label}: no Python stack from the kernel"
+                "{label}: no Python frames from the kernel"
             );
             std::thread::sleep(Duration::from_millis(20));
         };
-        let kernel: Vec<(u64, bool)> = event
-            .frames
+        let kernel: Vec<(u64, bool)> = frames
             .iter()
             .map(|f| (f.code_object(), f.is_entry()))
             .collect();

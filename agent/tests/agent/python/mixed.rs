@@ -1,26 +1,27 @@
-//! Mixed stacks on a live interpreter: the BPF unwinder (issue 14) gives the native stack of
-//! Debian's python3.11 (no frame pointers) at a uprobe on libc's `clock_nanosleep`, reached from
-//! a Python `key` function that `sorted` (C) calls; the reader gives the same thread's Python
-//! frames, which hold still while it loops in `time.sleep`; `mix` puts them together. Each
-//! `_PyEval_EvalFrameDefault` frame must give way to the Python frames it ran, with `sorted`'s
-//! native frames between `sort_items` and `key`.
+//! Mixed stacks at an exact point: the agent's BPF program gives the native stack of Debian's
+//! python3.11 (no frame pointers) and its Python frames at a uprobe on libc's `clock_nanosleep`,
+//! reached from a Python `key` function that `sorted` (C) calls; the reader gives the same
+//! thread's Python frames, which hold still while it loops in `time.sleep`, as the oracle of the
+//! kernel's; `place` puts native and Python frames together. Each `_PyEval_EvalFrameDefault`
+//! frame must give way to the Python frames it ran, with `sorted`'s native frames between
+//! `sort_items` and `key`.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use aya::maps::lpm_trie::{Key, LpmTrie};
-use aya::maps::{Array, HashOfMaps, MapData, RingBuf};
+use aya::maps::{Array, HashMap as BpfHashMap, HashOfMaps, MapData, RingBuf};
 use aya::programs::UProbe;
 use aya::programs::uprobe::UProbeScope;
 use aya::{Ebpf, EbpfLoader};
 use object::{Object as _, ObjectSymbol as _};
-use smolder_agent::ebpf::python::{MixedFrame, mix};
+use smolder_agent::ebpf::python::{Walks, kernel_entry, place};
 use smolder_agent_ebpf::unwind::{
-    self, MAP_MAPPINGS, MAP_SAMPLES, MAP_TABLES, Mapping, MappingKey, SampleHeader, Status,
+    MAP_MAPPINGS, MAP_SAMPLES, MAP_TABLES, Mapping, MappingKey, SampleHeader, Status,
     TABLE_MAP_FLAGS, mapping_prefixes, parse_sample,
 };
-use smolder_agent_ebpf::{PYTHON_ENTRY, PythonFrame};
+use smolder_agent_ebpf::{self as kernel, PythonFrame, PythonProc, PythonStatus};
 use smolder_unwind::{Elf, Limits};
 
 use super::*;
@@ -136,7 +137,7 @@ fn native_name(modules: &[Module], pc: u64) -> String {
 
 #[test]
 fn mixed_stacks_put_the_native_frames_of_a_c_function_between_its_python_caller_and_callback() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let python = Path::new("/usr/bin/python3.11");
     let mut script = Script::start(python, dir.path(), "mixed", SLEEPING_CALLBACK);
@@ -148,10 +149,10 @@ fn mixed_stacks_put_the_native_frames_of_a_c_function_between_its_python_caller_
         .eval_loop
         .expect("python3.11 exports _PyEval_EvalFrameDefault");
 
-    // The Python stack, as the kernel walk would give it: entry frames marked.
+    // The oracle: the reader's Python frames of the thread, once it blocks in key.
     let expected = expected_names(&report);
     let deadline = Instant::now() + Duration::from_secs(10);
-    let python_frames: Vec<PythonFrame> = loop {
+    let oracle: Vec<(u64, bool)> = loop {
         let thread = process
             .threads()
             .unwrap()
@@ -164,13 +165,7 @@ fn mixed_stacks_put_the_native_frames_of_a_c_function_between_its_python_caller_
             .map(|f| process.name(f.code).unwrap().name.to_string())
             .collect();
         if names == expected {
-            break raw
-                .iter()
-                .map(|f| PythonFrame {
-                    code: f.code | if f.entry { PYTHON_ENTRY } else { 0 },
-                    instr: f.instr,
-                })
-                .collect();
+            break raw.iter().map(|f| (f.code, f.entry)).collect();
         }
         assert!(
             Instant::now() < deadline,
@@ -180,10 +175,19 @@ fn mixed_stacks_put_the_native_frames_of_a_c_function_between_its_python_caller_
     };
 
     let mut ebpf = EbpfLoader::new()
-        .override_global(unwind::GLOBAL_SELF_TGID, &std::process::id(), true)
-        .load(unwind::OBJECT)
+        .override_global(kernel::GLOBAL_SELF_TGID, &std::process::id(), true)
+        .load(kernel::OBJECT)
         .expect("loading the unwinder (as root)");
     let modules = load_tables(&mut ebpf, pid);
+    let mut procs: BpfHashMap<_, u32, PythonProc> =
+        BpfHashMap::try_from(ebpf.take_map(kernel::MAP_PYTHON_PROCS).unwrap()).unwrap();
+    procs
+        .insert(
+            pid,
+            kernel_entry(Path::new("/proc"), pid, &target).unwrap(),
+            0,
+        )
+        .unwrap();
     let libc = modules
         .iter()
         .find(|m| m.name.starts_with("libc.so"))
@@ -194,7 +198,7 @@ fn mixed_stacks_put_the_native_frames_of_a_c_function_between_its_python_caller_
     ))
     .unwrap();
     let program: &mut UProbe = ebpf
-        .program_mut(unwind::PROGRAM_UPROBE)
+        .program_mut(kernel::PROGRAM_UPROBE)
         .unwrap()
         .try_into()
         .unwrap();
@@ -207,15 +211,19 @@ fn mixed_stacks_put_the_native_frames_of_a_c_function_between_its_python_caller_
         )
         .expect("a uprobe on libc's clock_nanosleep");
 
-    let mut samples: Vec<(SampleHeader, Vec<u64>)> = Vec::new();
+    let mut samples: Vec<(SampleHeader, Vec<u64>, Vec<PythonFrame>)> = Vec::new();
     {
         let mut ring = RingBuf::try_from(ebpf.map_mut(MAP_SAMPLES).unwrap()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         while samples.len() < 20 && Instant::now() < deadline {
             while let Some(item) = ring.next() {
-                let (header, frames) = parse_sample(&item).unwrap();
-                if header.tgid == pid {
-                    samples.push((header, frames));
+                let sample = parse_sample(&item).unwrap();
+                if sample.header.tgid == pid {
+                    samples.push((
+                        sample.header,
+                        sample.user().collect(),
+                        sample.python().collect(),
+                    ));
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -223,21 +231,44 @@ fn mixed_stacks_put_the_native_frames_of_a_c_function_between_its_python_caller_
     }
     assert!(samples.len() >= 20, "{} samples", samples.len());
 
-    for (header, native) in &samples {
+    for (header, native, python) in &samples {
         assert_eq!(Status::from_raw(header.status), Some(Status::Complete));
-        let mixed = mix(native, &python_frames, eval_loop).unwrap_or_else(|err| {
+        assert_eq!(
+            PythonStatus::from_raw(header.python_status),
+            Some(PythonStatus::Ok)
+        );
+        let kernel: Vec<(u64, bool)> = python
+            .iter()
+            .map(|f| (f.code_object(), f.is_entry()))
+            .collect();
+        assert_eq!(
+            kernel, oracle,
+            "the kernel's Python frames against the reader's"
+        );
+        let walks = Walks {
+            native_complete: true,
+            python_complete: true,
+        };
+        let placements = place(native, python, eval_loop, walks).unwrap_or_else(|err| {
             let names: Vec<String> = native.iter().map(|&pc| native_name(&modules, pc)).collect();
             panic!("{err}: {names:?}")
         });
+        // Leaf first: each placed native frame gives way to its Python frames by name.
+        let mut leaf_first: Vec<String> = Vec::new();
+        let mut next = placements.iter().peekable();
+        for (depth, &pc) in native.iter().enumerate() {
+            match next.next_if(|p| p.depth == depth) {
+                Some(p) => leaf_first.extend(
+                    python[p.frames.clone()]
+                        .iter()
+                        .map(|f| process.name(f.code_object()).unwrap().name.to_string()),
+                ),
+                None => leaf_first.push(native_name(&modules, pc)),
+            }
+        }
+        assert!(next.next().is_none(), "{placements:?}");
         // Root first, Python frames by name, native ones as module:function.
-        let path: Vec<String> = mixed
-            .iter()
-            .rev()
-            .map(|frame| match frame {
-                MixedFrame::Python(f) => process.name(f.code_object()).unwrap().name.to_string(),
-                MixedFrame::Native(pc) => native_name(&modules, *pc),
-            })
-            .collect();
+        let path: Vec<String> = leaf_first.into_iter().rev().collect();
         let at = |name: &str| {
             path.iter()
                 .position(|f| f.starts_with(&format!("{name} (")))

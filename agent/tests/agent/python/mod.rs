@@ -82,6 +82,18 @@ fn pyenv_python(minor: u32) -> PathBuf {
     })
 }
 
+/// A virtualenv made in `dir` from pyenv's CPython 3.`minor`; returns its `bin/python`.
+fn virtualenv(dir: &Path, minor: u32) -> PathBuf {
+    let venv = dir.join(format!("venv-3.{minor}"));
+    let status = Command::new(pyenv_python(minor))
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(status.success(), "creating a virtualenv");
+    venv.join("bin/python")
+}
+
 /// The interpreters every test runs: Debian's static 3.11 and pyenv's shared 3.11 to 3.13.
 fn interpreters() -> Vec<(String, PathBuf)> {
     let debian = PathBuf::from("/usr/bin/python3.11");

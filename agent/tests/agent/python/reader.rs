@@ -66,7 +66,7 @@ sort_items()
 
 #[test]
 fn the_reader_walks_a_known_call_tree_with_files_and_first_lines() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
     for (label, python) in interpreters() {
         let mut script = Script::start(&python, dir.path(), "call_tree", CALL_TREE);
@@ -121,7 +121,7 @@ fn the_reader_walks_a_known_call_tree_with_files_and_first_lines() {
 
 #[test]
 fn the_reader_finds_every_thread_with_its_own_function() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
     for (label, python) in interpreters() {
         let mut script = Script::start(&python, dir.path(), "threads", THREADS);
@@ -154,7 +154,7 @@ fn the_reader_finds_every_thread_with_its_own_function() {
 
 #[test]
 fn the_reader_marks_the_python_callback_of_a_c_function_as_an_entry_frame() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
     for (label, python) in interpreters() {
         let mut script = Script::start(&python, dir.path(), "callback", CALLBACK);
@@ -180,17 +180,10 @@ fn the_reader_marks_the_python_callback_of_a_c_function_as_an_entry_frame() {
 
 #[test]
 fn a_virtualenv_runs_the_interpreter_it_was_made_from() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
-    let python = pyenv_python(12);
-    let venv = dir.path().join("venv");
-    let status = Command::new(&python)
-        .args(["-m", "venv", "--without-pip"])
-        .arg(&venv)
-        .status()
-        .unwrap();
-    assert!(status.success(), "creating a virtualenv");
-    let mut script = Script::start(&venv.join("bin/python"), dir.path(), "venv", CALL_TREE);
+    let venv = virtualenv(dir.path(), 12);
+    let mut script = Script::start(&venv, dir.path(), "venv", CALL_TREE);
     let report = script.reports(1).pop().unwrap();
     let (found, mut process) = attach(script.pid());
     assert!(
@@ -210,7 +203,7 @@ fn a_virtualenv_runs_the_interpreter_it_was_made_from() {
 
 #[test]
 fn older_interpreters_are_detected_and_left_unsupported() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let root = pyenv_root().join("versions");
     let dir = tempfile::tempdir().unwrap();
     let mut seen = Vec::new();
@@ -437,7 +430,7 @@ enter()
 
 #[test]
 fn the_reader_finds_the_threads_of_subinterpreters() {
-    let _host = crate::ebpf::exclusive();
+    let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let sub = format!("{PRELUDE}\ndef sub_leaf():\n    report('sub')\n    block()\n\nsub_leaf()\n");
     let body = format!("SUB = {sub:?}\n{SUBINTERPRETER}");

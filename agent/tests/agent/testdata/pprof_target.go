@@ -1,5 +1,5 @@
 // A pprof target for the scrape tests: net/http/pprof on the address given as the first
-// argument, CPU burnt in burnCPU, memory retained by retainMemory, allocations made on demand by
+// argument (port 0: a free one, said on stderr as `listening <address>`), CPU burnt in burnCPU, memory retained by retainMemory, allocations made on demand by
 // allocateMemory (GET /alloc?mib=N), and lock contention in contend. The CPU burner's samples
 // carry the pprof label worker=burner.
 package main
@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
@@ -83,7 +84,14 @@ func main() {
 		runtime.GC()
 		fmt.Fprintln(w, "ok")
 	})
-	if err := http.ListenAndServe(os.Args[1], nil); err != nil {
+	// Port 0 takes a free port: the line on stderr says which, for the test to read.
+	listener, err := net.Listen("tcp", os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "listening %s\n", listener.Addr())
+	if err := http.Serve(listener, nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -183,7 +183,7 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Result<Hello, S
         Err(_) => Err(StreamError::Timeout),
         Ok(Err(err)) => Err(err),
         Ok(Ok((header, body))) => header
-            .expect(FrameKind::Hello)
+            .check_kind(FrameKind::Hello)
             .and_then(|header| header.decode::<Hello>(&body))
             .map_err(StreamError::Frame),
     };
@@ -201,7 +201,7 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Result<Hello, S
     let welcome = Welcome {
         aggregator_version: env!("CARGO_PKG_VERSION").to_owned(),
         max_batch_bytes: u64::from(shared.config.max_batch_bytes),
-        max_concurrent_batches: shared.config.max_concurrent_streams,
+        max_batches_in_flight: shared.config.max_batches_in_flight,
     };
     reply(send, &frame::encode(FrameKind::Welcome, &welcome)).await;
     Ok(hello)
@@ -430,7 +430,7 @@ async fn receive(
         max_uncompressed: max,
     };
     let (header, body) = read_frame(recv, limits).await?;
-    let header = header.expect(FrameKind::Batch)?;
+    let header = header.check_kind(FrameKind::Batch)?;
     let sent_bytes = HEADER_LEN + body.len();
     let metrics = &shared.metrics;
     metrics.batches_received.inc();

@@ -32,7 +32,7 @@ use quinn::crypto::rustls::QuicServerConfig;
 use serde::{Deserialize, Serialize};
 use smolder_common::wire::code;
 use tokio::task::JoinHandle;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, info_span, warn};
 
 use super::Ingester;
 use crate::metrics::Errors;
@@ -57,9 +57,11 @@ pub struct QuicConfig {
     /// Tokens agents may present in their hello. With none and no `client-ca`, one is generated
     /// into `<data-dir>/tls/agent-token` on first start. Default none.
     pub tokens: Vec<String>,
-    /// Batch streams one connection may have open at once; more wait for QUIC flow control.
-    /// Default 16.
-    pub max_concurrent_streams: u32,
+    /// Batches one connection may have in flight at once, each on its own stream; more wait for
+    /// QUIC flow control. Told to agents in the welcome. Was `max-concurrent-streams`, still
+    /// read (deprecated). Default 16.
+    #[serde(alias = "max-concurrent-streams")]
+    pub max_batches_in_flight: u32,
     /// Largest batch accepted, in bytes, both as sent and decompressed; a larger one is
     /// refused from its header. Default 64 MiB.
     pub max_batch_bytes: u32,
@@ -72,6 +74,19 @@ pub struct QuicConfig {
     pub idle_timeout: Duration,
 }
 
+impl QuicConfig {
+    /// Checks the TLS files the section names (`cert` with `key`, `client-ca`), creating
+    /// nothing; `check-config` runs it.
+    ///
+    /// # Errors
+    ///
+    /// When a file is missing, is not PEM of the right kind, or the key is not the
+    /// certificate's.
+    pub(crate) fn check_files(&self) -> anyhow::Result<()> {
+        tls::check_files(self).context("checking the TLS files of ingest.quic")
+    }
+}
+
 impl Default for QuicConfig {
     fn default() -> Self {
         QuicConfig {
@@ -80,7 +95,7 @@ impl Default for QuicConfig {
             key: None,
             client_ca: None,
             tokens: Vec::new(),
-            max_concurrent_streams: 16,
+            max_batches_in_flight: 16,
             max_batch_bytes: 64 << 20,
             max_batches_per_second: 50,
             idle_timeout: Duration::from_secs(30),
@@ -169,7 +184,7 @@ pub(crate) fn start(
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
     transport
-        .max_concurrent_bidi_streams(config.max_concurrent_streams.into())
+        .max_concurrent_bidi_streams(config.max_batches_in_flight.into())
         .max_concurrent_uni_streams(0u32.into())
         .max_idle_timeout(Some(
             quinn::IdleTimeout::try_from(config.idle_timeout)
@@ -179,7 +194,7 @@ pub(crate) fn start(
     let endpoint = quinn::Endpoint::server(server, config.listen)
         .with_context(|| format!("binding QUIC ingest on {}/udp", config.listen))?;
     let addr = endpoint.local_addr().context("reading the bound address")?;
-    info!(%addr, "QUIC ingest listening");
+    smolder_daemon::listening("quic", addr);
     let shared = Arc::new(connection::Shared {
         ingester,
         credentials,

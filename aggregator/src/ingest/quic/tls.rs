@@ -119,6 +119,30 @@ pub(crate) fn server_config(
     ))
 }
 
+/// Checks the files `config` names as [`server_config`] reads them, creating nothing: the
+/// certificate with its key (and that they belong together) and the client CA.
+pub(crate) fn check_files(config: &QuicConfig) -> Result<(), QuicError> {
+    match (&config.cert, &config.key) {
+        (Some(cert), Some(key_path)) => {
+            let certs = load_certs(cert)?;
+            let key = PrivateKeyDer::from_pem_file(key_path).map_err(|err| pem(key_path, err))?;
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            rustls::ServerConfig::builder_with_provider(provider)
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .map_err(tls)?
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .map_err(tls)?;
+        }
+        (None, None) => {}
+        _ => return Err(QuicError::HalfIdentity),
+    }
+    if let Some(path) = &config.client_ca {
+        load_certs(path)?;
+    }
+    Ok(())
+}
+
 /// The development CA and server certificate, created on first use.
 fn dev_identity(data_dir: &Path) -> Result<(PathBuf, PathBuf), QuicError> {
     let dir = data_dir.join(DEV_DIR);

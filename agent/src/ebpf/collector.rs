@@ -1,0 +1,378 @@
+//! The eBPF source's loop body, driven by the `smolder-ebpf` thread (and by `record`): reads
+//! process events and samples as they come, and at each window boundary turns the window's
+//! samples into profiles.
+//!
+//! Input: the kernel's ring buffers, through the [`Sampler`]. Output: one [`Profile`] per series
+//! per window. Owns the sampler, the unwinder's handle, the symbolizer's handle, the process
+//! table, the CPython processes ([`Pythons`]) and the window's samples.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use prometheus::local::LocalHistogram;
+use smolder_agent_ebpf::unwind::Status;
+use smolder_common::Profile;
+use tracing::{debug, info_span, warn};
+
+use super::process::{Labeller, ProcessInfo, Processes};
+use super::python::Pythons;
+use super::samples::{UnwindCounts, WindowSamples};
+use super::symbolize::{DebugDirs, Symbolizer};
+use super::unwind::{Ready, Unwinder};
+use super::{EbpfMetrics, ProcessEvent, ProcessEventKind, Sampler, metrics, profiles};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::relabel::Relabeler;
+
+/// How often process events and samples are read. It bounds how long a new process can run
+/// before its memory map is captured (a process that lives shorter than this may go
+/// unsymbolized) and how full the samples ring buffer gets (at 99 Hz, 64 CPUs fill 2 MiB of
+/// 300-byte samples in about 3 s), and costs 20 wake-ups a second.
+pub(super) const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The sampler, the unwinder, the symbolizer and what they know, driven by one thread.
+pub(super) struct Collector {
+    sampler: Sampler,
+    window: WindowSamples,
+    /// `None` with `ebpf.unwind.enabled: false`: frame pointers only.
+    unwinder: Option<Unwinder>,
+    symbolizer: Symbolizer,
+    labeller: Labeller,
+    processes: Processes,
+    metrics: EbpfMetrics,
+    /// `ebpf.frequency`, for the profiles' meta.
+    frequency: u64,
+    grace: Duration,
+    /// Drains completed.
+    drained: u64,
+    events: Vec<ProcessEvent>,
+    /// The CPython processes walked; `None` with `ebpf.python.enabled: false`.
+    python: Option<Pythons>,
+    /// Processes learned and not yet looked at for CPython.
+    python_pending: Vec<u32>,
+    /// Processes whose tables went in, for `record`'s report; `None` in the daemon, which
+    /// reports them in metrics only.
+    pub(super) ready: Option<Vec<Ready>>,
+}
+
+/// The processes running now that the relabel rules keep (kernel threads and the agent aside).
+fn running(labeller: &Labeller) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id();
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| {
+            ProcessInfo::read(Path::new("/proc"), pid)
+                .is_ok_and(|info| info.exe.is_some() && labeller.labels(&info).is_some())
+        })
+        .collect()
+}
+
+impl Collector {
+    /// Loads the sampler and starts the unwinder and the symbolizer; `data_dir` holds their disk
+    /// caches (none: nothing is kept across starts).
+    pub(super) fn new(
+        config: &Config,
+        hostname: String,
+        metrics: &Metrics,
+        data_dir: Option<&Path>,
+    ) -> anyhow::Result<Collector> {
+        let relabeler =
+            Relabeler::new(&config.ebpf.relabel_configs).context("ebpf.relabel-configs")?;
+        let mut sampler = super::Sampler::load(&config.ebpf, std::process::id())?;
+        let debuginfod_cache = data_dir.map(|dir| dir.join("debuginfod"));
+        let debug = DebugDirs {
+            dirs: config.symbolize.debug_dirs.clone(),
+            downloaded: debuginfod_cache.clone(),
+        };
+        let unwinder = if config.ebpf.unwind.enabled {
+            let maps = sampler.take_unwind_maps()?;
+            let cache = data_dir.map(|dir| dir.join("unwind"));
+            Some(Unwinder::start(
+                maps,
+                &config.ebpf.unwind,
+                config.ebpf.exit_grace,
+                cache.as_deref(),
+                debug.clone(),
+                metrics.ebpf.unwind.clone(),
+                metrics.ebpf.tier.clone(),
+            )?)
+        } else {
+            None
+        };
+        let labeller = Labeller::new(relabeler, hostname);
+        if let Some(unwinder) = &unwinder
+            && config.ebpf.unwind.load_at_start
+        {
+            unwinder.preload(running(&labeller));
+        }
+        let symbolizer =
+            Symbolizer::start(config.symbolize.clone(), debug, metrics.symbolize.clone())?;
+        Ok(Collector {
+            sampler,
+            window: WindowSamples::default(),
+            unwinder,
+            symbolizer,
+            labeller,
+            processes: Processes::default(),
+            metrics: metrics.ebpf.clone(),
+            frequency: config.ebpf.frequency,
+            grace: config.ebpf.exit_grace,
+            drained: 0,
+            events: Vec::new(),
+            python: config
+                .ebpf
+                .python
+                .enabled
+                .then(|| Pythons::new(Path::new("/proc"), metrics.python.clone())),
+            python_pending: Vec::new(),
+            ready: None,
+        })
+    }
+
+    /// Reads the labels of `pid` and has its memory map captured and its tables loaded; `exec`
+    /// says it exec'd, so that what is known of it is stale.
+    fn learn(&mut self, pid: u32, exec: bool) -> anyhow::Result<()> {
+        match ProcessInfo::read(Path::new("/proc"), pid) {
+            // Sampled again after its exit event, while the kernel tears it down: the same
+            // process (same start time), not a new one reusing the pid, and it can no longer be
+            // read properly (its executable link is gone).
+            Ok(info) if !exec && self.processes.start_time(pid) == Some(info.start_time) => {}
+            Ok(info) => {
+                let labels = self.labeller.labels(&info);
+                if labels.is_some() {
+                    self.symbolizer.capture(pid)?;
+                    if let Some(unwinder) = &self.unwinder {
+                        if exec {
+                            unwinder.exec(pid);
+                        } else {
+                            unwinder.seen(pid);
+                        }
+                    }
+                }
+                if let Some(python) = &mut self.python {
+                    if labels.is_some() {
+                        self.python_pending.push(pid);
+                    } else {
+                        python.forget(pid);
+                        self.sampler.unregister_python(pid);
+                    }
+                }
+                self.processes.seen(pid, labels, info.start_time);
+            }
+            Err(err) => debug!(pid, error = %err, "process gone before it was read"),
+        }
+        Ok(())
+    }
+
+    /// Handles the process events and reads the samples the kernel queued.
+    fn poll(&mut self) -> anyhow::Result<()> {
+        let mut events = std::mem::take(&mut self.events);
+        self.sampler.poll_events(&mut events);
+        let now = Instant::now();
+        for event in events.drain(..) {
+            match event.kind {
+                // Announced again after the kernel's LRU forgot it; a pid that exited and is
+                // announced again has been reused by a new process.
+                ProcessEventKind::FirstSight if self.processes.is_alive(event.pid) => {}
+                ProcessEventKind::FirstSight => self.learn(event.pid, false)?,
+                ProcessEventKind::Exec => self.learn(event.pid, true)?,
+                ProcessEventKind::Exit => {
+                    self.processes.exited(event.pid, now, self.drained);
+                    if let Some(unwinder) = &self.unwinder {
+                        unwinder.exited(event.pid);
+                    }
+                }
+            }
+        }
+        self.events = events;
+        self.detect_python();
+        let window = &mut self.window;
+        let malformed = self.sampler.read_samples(|sample| window.add(sample));
+        if malformed > 0 {
+            self.metrics.tier.error("malformed_sample");
+            warn!(
+                records = malformed,
+                "the samples ring buffer held records shorter than a sample"
+            );
+        }
+        let new_python = self.window.take_new_python();
+        if let Some(python) = &mut self.python {
+            for (pid, frames) in new_python {
+                python.read_names(pid, &frames);
+            }
+        }
+        if let Some(unwinder) = &self.unwinder {
+            unwinder.missed(self.window.take_misses());
+            let ready = unwinder.take_ready();
+            if let Some(kept) = &mut self.ready {
+                kept.extend(ready);
+            }
+        } else {
+            self.window.take_misses();
+        }
+        Ok(())
+    }
+
+    /// Looks for CPython in the processes learned since the last call and registers those it
+    /// walks. After the events are handled, so that every new process's memory map is captured
+    /// first: a short-lived process must not wait for others' detection.
+    fn detect_python(&mut self) {
+        let Some(python) = &mut self.python else {
+            return;
+        };
+        for pid in self.python_pending.drain(..) {
+            let Some(entry) = python.learn(pid) else {
+                continue;
+            };
+            if let Err(err) = self.sampler.register_python(pid, &entry) {
+                self.metrics.tier.error("python_register");
+                warn!(pid, error = %err, "the process keeps native stacks");
+                python.forget(pid);
+            }
+        }
+    }
+
+    /// Sleeps until `deadline`, handling events and samples every poll interval.
+    pub(super) fn poll_until(
+        &mut self,
+        deadline: Instant,
+        stop: &AtomicBool,
+    ) -> anyhow::Result<()> {
+        loop {
+            self.poll()?;
+            let now = Instant::now();
+            if now >= deadline || stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            std::thread::sleep(POLL_INTERVAL.min(deadline - now));
+        }
+    }
+
+    /// Takes the window's samples and returns one profile per series over `[from, until)`.
+    pub(super) fn drain(
+        &mut self,
+        from: SystemTime,
+        until: SystemTime,
+    ) -> anyhow::Result<Vec<Profile>> {
+        let _span = info_span!("drain").entered();
+        self.poll()?;
+        let started = Instant::now();
+        let samples = self.window.take();
+        let counts = self.window.take_counts();
+        self.count_lost();
+        self.metrics
+            .drain_duration
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics.drains.inc();
+
+        let total: u64 = samples.iter().map(|s| s.count).sum();
+        self.metrics.samples.inc_by(total);
+        let mut relabel_dropped = 0;
+        let mut unknown = 0;
+        let mut kept = Vec::with_capacity(samples.len());
+        let mut sampled = HashSet::new();
+        for sample in samples {
+            if !self.processes.contains(sample.pid) {
+                // Its first-sight event was lost or came after the drain began.
+                self.learn(sample.pid, false)?;
+            }
+            match self.processes.labels(sample.pid) {
+                Some(Some(_)) => {
+                    sampled.insert(sample.pid);
+                    kept.push(sample);
+                }
+                Some(None) => relabel_dropped += sample.count,
+                None => unknown += sample.count,
+            }
+        }
+        self.metrics.dropped(metrics::RELABEL, relabel_dropped);
+        self.metrics.dropped(metrics::UNKNOWN_PROCESS, unknown);
+        let mut profiled = UnwindCounts::default();
+        for (pid, counts) in &counts {
+            if sampled.contains(pid) {
+                profiled.add(counts);
+            }
+        }
+        self.count(&profiled);
+        if let Some(unwinder) = &self.unwinder {
+            unwinder.sampled(sampled.into_iter().collect());
+        }
+        if let Some(python) = &mut self.python {
+            python.mix(&mut kept, &profiled.python);
+        }
+
+        let pending = self.symbolizer.submit(kept)?;
+        let symbolized = loop {
+            if let Some(answer) = pending.wait_for(POLL_INTERVAL)? {
+                break answer;
+            }
+            self.poll()?;
+        };
+        self.drained += 1;
+        let profiles =
+            profiles::profiles(&symbolized, &self.processes, self.frequency, from, until);
+        for pid in self
+            .processes
+            .purge(Instant::now(), self.drained, self.grace)
+        {
+            self.symbolizer.forget(pid)?;
+            if let Some(python) = &mut self.python {
+                python.forget(pid);
+            }
+        }
+        self.metrics
+            .processes
+            .set(i64::try_from(self.processes.len()).unwrap_or(i64::MAX));
+        self.metrics
+            .series
+            .set(i64::try_from(profiles.len()).unwrap_or(i64::MAX));
+        Ok(profiles)
+    }
+
+    /// Counts how the window's samples of profiled processes were unwound.
+    fn count(&self, counts: &UnwindCounts) {
+        for status in Status::ALL {
+            self.metrics
+                .unwind_samples
+                .with_label_values(&[status.name()])
+                .inc_by(counts.outcomes[status as usize]);
+        }
+        let frames: LocalHistogram = self.metrics.unwind_frames.local();
+        for (&len, &samples) in &counts.frames {
+            for _ in 0..samples {
+                frames.observe(f64::from(len));
+            }
+        }
+        frames.flush();
+        self.metrics.unwind_fp_frames.inc_by(counts.fp_frames);
+    }
+
+    /// Counts what the kernel lost since the last drain.
+    fn count_lost(&mut self) {
+        match self.sampler.read_lost() {
+            Ok(lost) => {
+                self.metrics
+                    .dropped(metrics::RING_BUFFER_FULL, lost.samples);
+                self.metrics.lost_events.inc_by(lost.events);
+                if lost.samples > 0 {
+                    warn!(
+                        samples = lost.samples,
+                        "the eBPF samples ring buffer was full; samples were lost"
+                    );
+                }
+            }
+            Err(err) => {
+                self.metrics.tier.error("read_counters");
+                warn!(error = %err, "reading the eBPF loss counters failed");
+            }
+        }
+    }
+}

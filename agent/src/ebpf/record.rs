@@ -1,0 +1,203 @@
+//! `smolder-agent record`: the eBPF source run for a while in the foreground, through the same
+//! windows, unwinder and symbolizer as the daemon, and what it prints.
+//!
+//! Input: the config, a duration, the data directory (the unwinder's and debuginfod's caches).
+//! Output: a [`Recording`]: the profiles of every window, and when each process's unwind
+//! tables went in, printed as folded stacks or JSON ([`print_record`]). Caller: the `record`
+//! subcommand and the tests.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use serde::Serialize;
+use smolder_common::Profile;
+
+use super::collector::Collector;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::window::window_start;
+
+/// What [`record`] sampled.
+pub struct Recording {
+    /// One profile per series per window (`window.length`), in window order.
+    pub profiles: Vec<Profile>,
+    /// The processes whose unwind tables went into the kernel during the recording.
+    pub ready: Vec<ProcessReady>,
+}
+
+/// A process whose unwind tables and mappings went into the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessReady {
+    /// The process.
+    pub pid: u32,
+    /// When; samples taken from then on are walked with its tables.
+    pub at: SystemTime,
+    /// How long after its first sample (after the walk that left its mappings, for a
+    /// refresh).
+    pub after: Duration,
+    /// Whether its mappings were read again because walks left them (a `dlopen`).
+    pub refresh: bool,
+}
+
+/// Samples every process for `duration`, in windows of `window.length` as the daemon does, with
+/// the caches in `data_dir`.
+///
+/// # Errors
+///
+/// When the sampler cannot be loaded or a drain fails.
+pub fn record(
+    config: &Config,
+    duration: Duration,
+    data_dir: Option<&Path>,
+) -> anyhow::Result<Recording> {
+    let metrics = Metrics::new();
+    let mut collector = Collector::new(config, config.hostname()?, &metrics, data_dir)?;
+    collector.ready = Some(Vec::new());
+    let never = AtomicBool::new(false);
+    let end = Instant::now() + duration;
+    let length = config.window.length;
+    let mut from = SystemTime::now();
+    let mut profiles = Vec::new();
+    loop {
+        let boundary = window_start(SystemTime::now(), length) + length;
+        let to_boundary = boundary
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        collector.poll_until((Instant::now() + to_boundary).min(end), &never)?;
+        let last = Instant::now() >= end;
+        let until = if last { SystemTime::now() } else { boundary };
+        profiles.extend(collector.drain(from, until)?);
+        if last {
+            break;
+        }
+        from = until;
+    }
+    let (now, instant) = (SystemTime::now(), Instant::now());
+    let ready = collector
+        .ready
+        .unwrap_or_default()
+        .iter()
+        .map(|ready| ProcessReady {
+            pid: ready.pid,
+            at: now - instant.saturating_duration_since(ready.at),
+            after: ready.after,
+            refresh: ready.refresh,
+        })
+        .collect();
+    Ok(Recording { profiles, ready })
+}
+
+/// What `smolder-agent record` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecordFormat {
+    /// One `service_name;frame;...;leaf count` line per stack over the whole recording,
+    /// heaviest first: the input of `flamegraph.pl` and of the aggregator's `/ingest`.
+    Folded,
+    /// One JSON document: every window's series with their stacks (`frame;...;leaf`) and
+    /// counts, and when each process's unwind tables went in (times in Unix milliseconds), so
+    /// that a script can tell the stacks walked with tables from those before.
+    Json,
+}
+
+#[derive(Serialize)]
+struct JsonRecording<'a> {
+    profiles: Vec<JsonProfile>,
+    ready: &'a [JsonReady],
+}
+
+#[derive(Serialize)]
+struct JsonProfile {
+    series: String,
+    from: u128,
+    until: u128,
+    stacks: Vec<(String, u64)>,
+}
+
+#[derive(Serialize)]
+struct JsonReady {
+    pid: u32,
+    at: u128,
+    after_ms: u128,
+    refresh: bool,
+}
+
+fn unix_ms(time: SystemTime) -> u128 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis())
+}
+
+/// A profile's stacks, root first, `;`-joined.
+fn stacks(profile: &Profile) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    profile.tree.for_each_stack(|stack, value| {
+        let frames: Vec<&str> = stack
+            .iter()
+            .map(|&id| profile.tree.frames().name(id))
+            .collect();
+        out.push((frames.join(";"), value));
+    });
+    out
+}
+
+/// Samples for `duration` ([`record`], caches in `data_dir`) and writes the result to `out` in
+/// `format`.
+///
+/// # Errors
+///
+/// When sampling fails or `out` cannot be written.
+pub fn print_record(
+    config: &Config,
+    duration: Duration,
+    data_dir: Option<&Path>,
+    format: RecordFormat,
+    mut out: impl std::io::Write,
+) -> anyhow::Result<()> {
+    let recording = record(config, duration, data_dir)?;
+    match format {
+        RecordFormat::Folded => {
+            let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+            for profile in &recording.profiles {
+                let service = profile.series.service();
+                for (stack, value) in stacks(profile) {
+                    *lines.entry(format!("{service};{stack}")).or_default() += value;
+                }
+            }
+            let mut lines: Vec<(String, u64)> = lines.into_iter().collect();
+            lines.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            for (stack, value) in lines {
+                writeln!(out, "{stack} {value}").context("writing the recording")?;
+            }
+        }
+        RecordFormat::Json => {
+            let ready: Vec<JsonReady> = recording
+                .ready
+                .iter()
+                .map(|ready| JsonReady {
+                    pid: ready.pid,
+                    at: unix_ms(ready.at),
+                    after_ms: ready.after.as_millis(),
+                    refresh: ready.refresh,
+                })
+                .collect();
+            let document = JsonRecording {
+                profiles: recording
+                    .profiles
+                    .iter()
+                    .map(|profile| JsonProfile {
+                        series: profile.series.to_string(),
+                        from: unix_ms(profile.from),
+                        until: unix_ms(profile.until),
+                        stacks: stacks(profile),
+                    })
+                    .collect(),
+                ready: &ready,
+            };
+            serde_json::to_writer(&mut out, &document).context("writing the recording")?;
+            writeln!(out).context("writing the recording")?;
+        }
+    }
+    out.flush().context("writing the recording")
+}

@@ -1,0 +1,391 @@
+//! Reads the `unwind_samples` ring buffer and counts its samples per window: the CPU samples, as
+//! [`StackCount`]s of [`SampleKind::Cpu`], with the Python frames of CPython threads as the
+//! kernel walked them ([`PythonFrames::Walked`]).
+//!
+//! The kernel sends every sample with its whole stack (header, user frames, kernel frames);
+//! [`Sampler::read_samples`] hands each to a closure as it reads the buffer, and
+//! [`WindowSamples`] counts equal stacks once per window, keyed by the record's bytes, so a
+//! repeated stack costs a hash lookup and no allocation. Distinct stacks per window are bounded
+//! by the samples per window (`ebpf.frequency` × CPUs × window length). [`WindowSamples`] is
+//! sans IO: it sees records, never the map.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use smolder_agent_ebpf::unwind::{self as contract, Sample, Status};
+use smolder_agent_ebpf::{PythonFrame, PythonStatus};
+
+use super::{PythonFrames, SampleKind, Sampler, Stack, StackCount};
+
+impl Sampler {
+    /// Hands every sample the kernel queued since the last call to `each`, oldest first;
+    /// returns how many records were not samples (too short for what their header says).
+    pub fn read_samples(&mut self, mut each: impl FnMut(&Sample<'_>)) -> u64 {
+        let mut malformed = 0;
+        while let Some(item) = self.samples.next() {
+            match contract::parse_sample(&item) {
+                Ok(sample) => each(&sample),
+                Err(_) => malformed += 1,
+            }
+        }
+        malformed
+    }
+}
+
+/// One distinct stack of a window.
+struct Counted {
+    kind: SampleKind,
+    pid: u32,
+    user: Stack,
+    truncated: bool,
+    kernel: Stack,
+    python: PythonFrames,
+    count: u64,
+}
+
+/// How one process's samples of a window were unwound, for the metrics: kept per process, so
+/// that only the processes being profiled count (the others, dropped by relabelling, get no
+/// tables).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnwindCounts {
+    /// Samples per [`Status`], in code order.
+    pub outcomes: [u64; Status::ALL.len()],
+    /// Samples per user-frame count.
+    pub frames: BTreeMap<u16, u64>,
+    /// Frames found by frame-pointer steps.
+    pub fp_frames: u64,
+    /// Samples per [`PythonStatus`] of the kernel's Python walk, in code order.
+    pub python: [u64; PythonStatus::ALL.len()],
+}
+
+impl UnwindCounts {
+    /// Adds `other` in.
+    pub fn add(&mut self, other: &UnwindCounts) {
+        for (total, n) in self.outcomes.iter_mut().zip(other.outcomes) {
+            *total += n;
+        }
+        for (&len, &n) in &other.frames {
+            *self.frames.entry(len).or_default() += n;
+        }
+        self.fp_frames += other.fp_frames;
+        for (total, n) in self.python.iter_mut().zip(other.python) {
+            *total += n;
+        }
+    }
+}
+
+/// A process whose walk left the tables: its user frames, for the unwinder to check against
+/// the mappings it loaded (a library `dlopen`ed since, say).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Miss {
+    /// The process.
+    pub pid: u32,
+    /// The sample's user frames, leaf first.
+    pub frames: Vec<u64>,
+}
+
+/// The samples of one window, counted per distinct stack.
+#[derive(Default)]
+pub struct WindowSamples {
+    stacks: HashMap<Box<[u8]>, Counted>,
+    /// Reused for each sample's key.
+    key: Vec<u8>,
+    counts: HashMap<u32, UnwindCounts>,
+    misses: Vec<Miss>,
+    /// The Python frames of each new stack since the last call of
+    /// [`WindowSamples::take_new_python`].
+    new_python: Vec<(u32, Arc<[PythonFrame]>)>,
+}
+
+/// Flags of a key: the header fields that change how a stack reads.
+const TRUNCATED: u8 = 1;
+const NO_USER_STACK: u8 = 2;
+const KERNEL_LOST: u8 = 4;
+const PYTHON_TRUNCATED: u8 = 8;
+
+impl WindowSamples {
+    /// Counts one sample. Samples of a kind the agent does not profile (uprobe hits, which
+    /// only the tests' point check attaches) are left out.
+    pub fn add(&mut self, sample: &Sample<'_>) {
+        let header = &sample.header;
+        let kind = match contract::SampleKind::from_raw(header.kind) {
+            Some(contract::SampleKind::Cpu) => SampleKind::Cpu,
+            Some(contract::SampleKind::Uprobe) | None => return,
+        };
+        let status = Status::from_raw(header.status);
+        let counts = self.counts.entry(header.tgid).or_default();
+        if let Some(status) = status {
+            counts.outcomes[status as usize] += 1;
+        }
+        *counts.frames.entry(header.len).or_default() += 1;
+        counts.fp_frames += u64::from(header.fp_frames);
+        let python_status = PythonStatus::from_raw(header.python_status);
+        if let Some(python) = python_status {
+            counts.python[python as usize] += 1;
+        }
+
+        let mut flags = 0;
+        if status == Some(Status::Truncated) {
+            flags |= TRUNCATED;
+        }
+        if status == Some(Status::NoUserStack) {
+            flags |= NO_USER_STACK;
+        }
+        if header.kernel_error != 0 {
+            flags |= KERNEL_LOST;
+        }
+        if python_status == Some(PythonStatus::Truncated) {
+            flags |= PYTHON_TRUNCATED;
+        }
+        self.key.clear();
+        self.key.extend_from_slice(&header.kind.to_le_bytes());
+        self.key.extend_from_slice(&header.tgid.to_le_bytes());
+        self.key.extend_from_slice(&header.len.to_le_bytes());
+        self.key.push(flags);
+        self.key.extend_from_slice(sample.frame_bytes());
+        // Python frames by code object and entry mark: their instruction pointers move with
+        // every bytecode instruction, and a frame is named per function, not per line.
+        for frame in sample.python() {
+            self.key.extend_from_slice(&frame.code.to_le_bytes());
+        }
+        if let Some(counted) = self.stacks.get_mut(&self.key[..]) {
+            counted.count += header.value;
+            return;
+        }
+        let user: Arc<[u64]> = sample.user().collect();
+        if status == Some(Status::NoTable) || header.fp_frames > 0 {
+            self.misses.push(Miss {
+                pid: header.tgid,
+                frames: user.to_vec(),
+            });
+        }
+        let python: Arc<[PythonFrame]> = sample.python().collect();
+        let python = if python.is_empty() {
+            PythonFrames::None
+        } else {
+            self.new_python.push((header.tgid, Arc::clone(&python)));
+            PythonFrames::Walked {
+                frames: python,
+                truncated: flags & PYTHON_TRUNCATED != 0,
+                native_complete: status == Some(Status::Complete),
+            }
+        };
+        let kernel: Arc<[u64]> = sample.kernel().collect();
+        let counted = Counted {
+            kind,
+            pid: header.tgid,
+            user: if flags & NO_USER_STACK != 0 {
+                Stack::None
+            } else {
+                Stack::Frames(user)
+            },
+            truncated: flags & TRUNCATED != 0,
+            kernel: if flags & KERNEL_LOST != 0 {
+                Stack::Lost
+            } else if kernel.is_empty() {
+                Stack::None
+            } else {
+                Stack::Frames(kernel)
+            },
+            python,
+            count: header.value,
+        };
+        self.stacks.insert(self.key.as_slice().into(), counted);
+    }
+
+    /// The walks that left the tables since the last call: one per new distinct stack.
+    pub fn take_misses(&mut self) -> Vec<Miss> {
+        std::mem::take(&mut self.misses)
+    }
+
+    /// The Python frames of each new stack since the last call, by process: to be named while
+    /// the process lives.
+    pub fn take_new_python(&mut self) -> Vec<(u32, Arc<[PythonFrame]>)> {
+        std::mem::take(&mut self.new_python)
+    }
+
+    /// How each process's samples since the last call were unwound.
+    pub fn take_counts(&mut self) -> HashMap<u32, UnwindCounts> {
+        std::mem::take(&mut self.counts)
+    }
+
+    /// The window's stacks and their counts, emptying it.
+    pub fn take(&mut self) -> Vec<StackCount> {
+        self.stacks
+            .drain()
+            .map(|(_, counted)| StackCount {
+                kind: counted.kind,
+                pid: counted.pid,
+                user: counted.user,
+                truncated: counted.truncated,
+                kernel: counted.kernel,
+                python: counted.python,
+                count: counted.count,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring-buffer record as the kernel writes it.
+    fn record(tgid: u32, status: Status, fp_frames: u16, user: &[u64], kernel: &[u64]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for word in [1u32, tgid, tgid, 0] {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        for half in [
+            kernel.len() as u16,
+            0,
+            status as u16,
+            user.len() as u16,
+            fp_frames,
+            0,
+        ] {
+            bytes.extend_from_slice(&half.to_le_bytes());
+        }
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+        for frame in user.iter().chain(kernel) {
+            bytes.extend_from_slice(&frame.to_le_bytes());
+        }
+        bytes
+    }
+
+    fn add(window: &mut WindowSamples, bytes: &[u8]) {
+        window.add(&contract::parse_sample(bytes).unwrap());
+    }
+
+    /// A record of a CPython thread: `python` as (code, instr) pairs after the native frames.
+    fn python_record(status: PythonStatus, user: &[u64], python: &[(u64, u64)]) -> Vec<u8> {
+        let mut bytes = record(5, Status::Complete, 0, user, &[]);
+        bytes[28..30].copy_from_slice(&(status as u16).to_le_bytes());
+        bytes[30..32].copy_from_slice(&(python.len() as u16).to_le_bytes());
+        for &(code, instr) in python {
+            bytes.extend_from_slice(&code.to_le_bytes());
+            bytes.extend_from_slice(&instr.to_le_bytes());
+        }
+        bytes
+    }
+
+    #[test]
+    fn python_frames_count_per_code_object_not_per_instruction() {
+        let mut window = WindowSamples::default();
+        add(
+            &mut window,
+            &python_record(PythonStatus::Ok, &[1, 2], &[(0x101, 0x150), (0x200, 0x260)]),
+        );
+        add(
+            &mut window,
+            &python_record(PythonStatus::Ok, &[1, 2], &[(0x101, 0x158), (0x200, 0x260)]),
+        );
+        add(
+            &mut window,
+            &python_record(PythonStatus::NoFrames, &[1, 2], &[]),
+        );
+        let new = window.take_new_python();
+        assert_eq!(new.len(), 1);
+        assert_eq!(new[0].0, 5);
+        let counts = &window.take_counts()[&5];
+        assert_eq!(counts.python[PythonStatus::Ok as usize], 2);
+        assert_eq!(counts.python[PythonStatus::NoFrames as usize], 1);
+        let stacks = window.take();
+        assert_eq!(stacks.len(), 2);
+        let walked = stacks.iter().find(|s| s.count == 2).unwrap();
+        match &walked.python {
+            PythonFrames::Walked {
+                frames,
+                truncated,
+                native_complete,
+            } => {
+                assert_eq!(frames.len(), 2);
+                assert!(frames[0].is_entry());
+                assert!(!truncated && *native_complete);
+            }
+            other => panic!("{other:?}"),
+        }
+        let native = stacks.iter().find(|s| s.count == 1).unwrap();
+        assert_eq!(native.python, PythonFrames::None);
+    }
+
+    #[test]
+    fn equal_stacks_count_once_and_kernel_frames_are_kept_apart() {
+        let mut window = WindowSamples::default();
+        let a = record(7, Status::Complete, 0, &[1, 2, 3], &[]);
+        let b = record(7, Status::Complete, 0, &[1, 2], &[3]);
+        for _ in 0..3 {
+            add(&mut window, &a);
+        }
+        add(&mut window, &b);
+        add(
+            &mut window,
+            &record(7, Status::Truncated, 0, &[1, 2, 3], &[]),
+        );
+        let counts = &window.take_counts()[&7];
+        assert_eq!(counts.outcomes[Status::Complete as usize], 4);
+        assert_eq!(counts.outcomes[Status::Truncated as usize], 1);
+        assert_eq!((counts.frames[&3], counts.frames[&2]), (4, 1));
+        let mut stacks = window.take();
+        stacks.sort_by_key(|s| std::cmp::Reverse(s.count));
+        assert_eq!(stacks.len(), 3);
+        assert_eq!(stacks[0].count, 3);
+        assert_eq!(
+            stacks[0].user,
+            Stack::Frames(Arc::from([1u64, 2, 3].as_slice()))
+        );
+        assert_eq!(stacks[0].kernel, Stack::None);
+        let split = stacks.iter().find(|s| s.kernel != Stack::None).unwrap();
+        assert_eq!(split.user, Stack::Frames(Arc::from([1u64, 2].as_slice())));
+        assert_eq!(split.kernel, Stack::Frames(Arc::from([3u64].as_slice())));
+        assert!(stacks.iter().any(|s| s.truncated));
+        assert!(window.take().is_empty());
+    }
+
+    #[test]
+    fn walks_off_the_tables_are_misses_once_per_stack() {
+        let mut window = WindowSamples::default();
+        let off = record(9, Status::Complete, 2, &[5, 6, 7], &[]);
+        add(&mut window, &off);
+        add(&mut window, &off);
+        add(&mut window, &record(9, Status::NoTable, 0, &[8], &[]));
+        add(&mut window, &record(9, Status::Complete, 0, &[1], &[]));
+        let misses = window.take_misses();
+        assert_eq!(
+            misses,
+            [
+                Miss {
+                    pid: 9,
+                    frames: vec![5, 6, 7]
+                },
+                Miss {
+                    pid: 9,
+                    frames: vec![8]
+                }
+            ]
+        );
+        assert_eq!(window.take_counts()[&9].fp_frames, 4);
+    }
+
+    #[test]
+    fn kernel_threads_and_failed_kernel_stacks_read_as_such() {
+        let mut window = WindowSamples::default();
+        add(
+            &mut window,
+            &record(2, Status::NoUserStack, 0, &[], &[0xffff_ffff_8100_0000]),
+        );
+        let mut lost = record(3, Status::Complete, 0, &[1], &[]);
+        lost[18] = 14; // kernel_error = EFAULT
+        add(&mut window, &lost);
+        let stacks = window.take();
+        let kthread = stacks.iter().find(|s| s.pid == 2).unwrap();
+        assert_eq!(kthread.user, Stack::None);
+        assert_eq!(
+            kthread.kernel,
+            Stack::Frames(Arc::from([0xffff_ffff_8100_0000_u64].as_slice()))
+        );
+        let failed = stacks.iter().find(|s| s.pid == 3).unwrap();
+        assert_eq!(failed.kernel, Stack::Lost);
+    }
+}

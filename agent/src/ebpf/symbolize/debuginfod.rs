@@ -1,0 +1,434 @@
+//! A debuginfod client: fetches debug files by build id (`GET <url>/buildid/<hex>/debuginfo`,
+//! the protocol of elfutils' `debuginfod` and of `debuginfod.debian.net`) into a bounded disk
+//! cache, on a thread of its own, so that symbolization never waits for the network.
+//!
+//! Input: build ids of stripped binaries with no local debug file
+//! ([`Debuginfod::request`]). Output: their debug files, `<build id>.debug` in the cache
+//! directory, checked to carry the build id asked for; the ids fetched
+//! ([`Debuginfod::take_fetched`]). Caller: the symbolizer thread. Owns the
+//! `smolder-debuginfod` thread and the cache directory `<data dir>/debuginfod/`, bounded by
+//! `symbolize.debuginfod-cache-bytes` (least recently used first out).
+//!
+//! Servers are asked in `symbolize.debuginfod-urls` order; the first to have the file wins. A
+//! build id no server has is not asked again for [`NOT_FOUND_RETRY`], one that failed (server
+//! down, timeout) not for [`FAILED_RETRY`].
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use smolder_unwind::Elf;
+use tracing::{debug, info, warn};
+
+use super::debuginfo::{downloaded_name, hex};
+use crate::ebpf::metrics::SymbolizeMetrics;
+use crate::ebpf::unwind::{MappedFile, Stamp};
+
+/// How long a build id no server has is not asked for again.
+pub(crate) const NOT_FOUND_RETRY: Duration = Duration::from_secs(3600);
+/// How long a build id whose fetch failed is not asked for again.
+pub(crate) const FAILED_RETRY: Duration = Duration::from_secs(300);
+
+/// The outcomes of `smolder_agent_symbolize_debuginfod_fetches_total{outcome}`.
+pub(crate) const FETCH_OUTCOMES: [&str; 6] = [
+    "fetched",
+    "not_found",
+    "failed",
+    "timeout",
+    "too_large",
+    "mismatch",
+];
+
+/// What the client needs to know.
+pub(crate) struct ClientConfig {
+    pub(crate) urls: Vec<String>,
+    pub(crate) timeout: Duration,
+    pub(crate) max_bytes: u64,
+    pub(crate) dir: PathBuf,
+}
+
+/// The handle to the `smolder-debuginfod` thread; dropping it stops the thread (a fetch in
+/// progress ends at its timeout).
+pub(crate) struct Debuginfod {
+    tx: Option<mpsc::Sender<Vec<u8>>>,
+    /// Build ids answered, and whether their file is in the cache.
+    answers: mpsc::Receiver<(Vec<u8>, bool)>,
+    thread: Option<JoinHandle<()>>,
+    /// Build ids asked for and not answered yet: each is asked once at a time.
+    pending: HashSet<Vec<u8>>,
+}
+
+impl Debuginfod {
+    /// Starts the client thread.
+    ///
+    /// # Errors
+    ///
+    /// When the cache directory cannot be created or the thread cannot start.
+    pub(crate) fn start(
+        config: ClientConfig,
+        metrics: SymbolizeMetrics,
+    ) -> std::io::Result<Debuginfod> {
+        std::fs::create_dir_all(&config.dir)?;
+        info!(urls = %config.urls.join(" "), dir = %config.dir.display(), "debuginfod client started");
+        let (tx, rx) = mpsc::channel();
+        let (done, answers) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("smolder-debuginfod".to_owned())
+            .spawn(move || {
+                let _span = tracing::info_span!("debuginfod").entered();
+                run(config, metrics, rx, done);
+            })?;
+        Ok(Debuginfod {
+            tx: Some(tx),
+            answers,
+            thread: Some(thread),
+            pending: HashSet::new(),
+        })
+    }
+
+    /// Asks for the debug file of `build_id`, unless it is being asked for already. The thread
+    /// skips build ids in their retry wait, so asking again is cheap.
+    pub(crate) fn request(&mut self, build_id: &[u8]) {
+        if self.pending.insert(build_id.to_vec())
+            && let Some(tx) = &self.tx
+        {
+            let _ = tx.send(build_id.to_vec());
+        }
+    }
+
+    /// The build ids whose debug files arrived since the last call.
+    pub(crate) fn take_fetched(&mut self) -> Vec<Vec<u8>> {
+        let mut fetched = Vec::new();
+        for (id, arrived) in self.answers.try_iter() {
+            self.pending.remove(&id);
+            if arrived {
+                fetched.push(id);
+            }
+        }
+        fetched
+    }
+}
+
+impl Drop for Debuginfod {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Why one fetch did not bring a file.
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    #[error("no server has it")]
+    NotFound,
+    #[error("the request timed out")]
+    Timeout,
+    #[error("larger than the cache ({limit} bytes)")]
+    TooLarge { limit: u64 },
+    #[error("the file does not carry the build id asked for")]
+    Mismatch,
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl FetchError {
+    fn outcome(&self) -> &'static str {
+        match self {
+            FetchError::NotFound => "not_found",
+            FetchError::Timeout => "timeout",
+            FetchError::TooLarge { .. } => "too_large",
+            FetchError::Mismatch => "mismatch",
+            FetchError::Failed(_) => "failed",
+        }
+    }
+}
+
+fn run(
+    config: ClientConfig,
+    metrics: SymbolizeMetrics,
+    rx: mpsc::Receiver<Vec<u8>>,
+    done: mpsc::Sender<(Vec<u8>, bool)>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            warn!(error = %err, "the debuginfod client cannot start its runtime; debug files will not be fetched");
+            return;
+        }
+    };
+    let client = match reqwest::Client::builder()
+        .connect_timeout(config.timeout.min(Duration::from_secs(10)))
+        .timeout(config.timeout)
+        .user_agent(concat!("smolder-agent/", env!("CARGO_PKG_VERSION")))
+        .build()
+    {
+        Ok(client) => client,
+        Err(err) => {
+            warn!(error = %err, "the debuginfod client cannot be built; debug files will not be fetched");
+            return;
+        }
+    };
+    let mut cache = CacheDir::open(&config.dir, config.max_bytes);
+    metrics
+        .debuginfod_cache_bytes
+        .set(i64::try_from(cache.used).unwrap_or(i64::MAX));
+    let mut retry_after: HashMap<Vec<u8>, Instant> = HashMap::new();
+    while let Ok(id) = rx.recv() {
+        let name = downloaded_name(&id);
+        if cache.touch(&name) {
+            let _ = done.send((id, true));
+            continue;
+        }
+        let now = Instant::now();
+        if retry_after.get(&id).is_some_and(|at| now < *at) {
+            let _ = done.send((id, false));
+            continue;
+        }
+        let started = Instant::now();
+        let result = runtime.block_on(fetch(&client, &config, &id, &name));
+        metrics
+            .debuginfod_duration
+            .observe(started.elapsed().as_secs_f64());
+        match result {
+            Ok(bytes) => {
+                metrics
+                    .debuginfod_fetches
+                    .with_label_values(&["fetched"])
+                    .inc();
+                metrics.debuginfod_bytes.inc_by(bytes);
+                cache.added(&name, bytes);
+                retry_after.remove(&id);
+                debug!(build_id = %hex(&id), bytes, "debug file fetched");
+                let _ = done.send((id, true));
+            }
+            Err(err) => {
+                metrics
+                    .debuginfod_fetches
+                    .with_label_values(&[err.outcome()])
+                    .inc();
+                let wait = match err {
+                    FetchError::NotFound | FetchError::TooLarge { .. } | FetchError::Mismatch => {
+                        NOT_FOUND_RETRY
+                    }
+                    FetchError::Timeout | FetchError::Failed(_) => FAILED_RETRY,
+                };
+                debug!(build_id = %hex(&id), error = %err, "no debug file from debuginfod");
+                retry_after.insert(id.clone(), now + wait);
+                let _ = done.send((id, false));
+            }
+        }
+        metrics
+            .debuginfod_cache_bytes
+            .set(i64::try_from(cache.used).unwrap_or(i64::MAX));
+    }
+}
+
+/// Asks every server in turn; writes the first answer to `<dir>/<name>` and returns its size.
+async fn fetch(
+    client: &reqwest::Client,
+    config: &ClientConfig,
+    id: &[u8],
+    name: &str,
+) -> Result<u64, FetchError> {
+    let mut last = FetchError::NotFound;
+    for url in &config.urls {
+        let url = format!(
+            "{}/buildid/{}/debuginfo",
+            url.trim_end_matches('/'),
+            hex(id)
+        );
+        match fetch_one(client, &url, config, id, name).await {
+            Ok(bytes) => return Ok(bytes),
+            Err(FetchError::NotFound) => {}
+            Err(err) => last = err,
+        }
+    }
+    Err(last)
+}
+
+async fn fetch_one(
+    client: &reqwest::Client,
+    url: &str,
+    config: &ClientConfig,
+    id: &[u8],
+    name: &str,
+) -> Result<u64, FetchError> {
+    let failed = |err: reqwest::Error| {
+        if err.is_timeout() {
+            FetchError::Timeout
+        } else {
+            FetchError::Failed(format!("{url}: {err}"))
+        }
+    };
+    let mut response = client.get(url).send().await.map_err(failed)?;
+    match response.status() {
+        reqwest::StatusCode::OK => {}
+        reqwest::StatusCode::NOT_FOUND => return Err(FetchError::NotFound),
+        status => return Err(FetchError::Failed(format!("{url}: HTTP {status}"))),
+    }
+    let limit = config.max_bytes;
+    if response.content_length().is_some_and(|len| len > limit) {
+        return Err(FetchError::TooLarge { limit });
+    }
+    let tmp = config.dir.join(format!(".{name}.tmp"));
+    let mut file = std::fs::File::create(&tmp)
+        .map_err(|err| FetchError::Failed(format!("{}: {err}", tmp.display())))?;
+    let mut written = 0u64;
+    let result = async {
+        while let Some(chunk) = response.chunk().await.map_err(failed)? {
+            written += chunk.len() as u64;
+            if written > limit {
+                return Err(FetchError::TooLarge { limit });
+            }
+            file.write_all(&chunk)
+                .map_err(|err| FetchError::Failed(format!("{}: {err}", tmp.display())))?;
+        }
+        drop(file);
+        if !carries(&tmp, id) {
+            return Err(FetchError::Mismatch);
+        }
+        std::fs::rename(&tmp, config.dir.join(name))
+            .map_err(|err| FetchError::Failed(format!("{}: {err}", tmp.display())))
+    }
+    .await;
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map(|()| written)
+}
+
+/// Whether the file at `path` is an ELF file with build id `id`.
+fn carries(path: &Path, id: &[u8]) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let Ok(stamp) = Stamp::of(&file) else {
+        return false;
+    };
+    let Ok(mapped) = MappedFile::new(&file, stamp.size) else {
+        return false;
+    };
+    Elf::parse(mapped.bytes()).is_ok_and(|elf| elf.build_id() == Some(id))
+}
+
+/// The cache directory: `<build id>.debug` files, least recently used deleted past the bound.
+struct CacheDir {
+    dir: PathBuf,
+    max_bytes: u64,
+    files: HashMap<String, (u64, SystemTime)>,
+    used: u64,
+}
+
+impl CacheDir {
+    fn open(dir: &Path, max_bytes: u64) -> CacheDir {
+        let mut cache = CacheDir {
+            dir: dir.to_path_buf(),
+            max_bytes,
+            files: HashMap::new(),
+            used: 0,
+        };
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if name.starts_with('.') {
+                let _ = std::fs::remove_file(entry.path());
+                continue;
+            }
+            if let Ok(meta) = entry.metadata() {
+                let at = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                cache.used += meta.len();
+                cache.files.insert(name, (meta.len(), at));
+            }
+        }
+        cache.trim();
+        cache
+    }
+
+    /// Whether `name` is cached; marks it used.
+    fn touch(&mut self, name: &str) -> bool {
+        let Some(entry) = self.files.get_mut(name) else {
+            return false;
+        };
+        entry.1 = SystemTime::now();
+        if let Ok(file) = std::fs::File::options()
+            .write(true)
+            .open(self.dir.join(name))
+        {
+            let _ = file.set_modified(entry.1);
+        }
+        true
+    }
+
+    fn added(&mut self, name: &str, bytes: u64) {
+        if let Some((old, _)) = self
+            .files
+            .insert(name.to_owned(), (bytes, SystemTime::now()))
+        {
+            self.used -= old;
+        }
+        self.used += bytes;
+        self.trim();
+    }
+
+    fn trim(&mut self) {
+        while self.used > self.max_bytes {
+            let Some(oldest) = self
+                .files
+                .iter()
+                .min_by_key(|(_, (_, at))| *at)
+                .map(|(name, _)| name.clone())
+            else {
+                return;
+            };
+            let _ = std::fs::remove_file(self.dir.join(&oldest));
+            if let Some((size, _)) = self.files.remove(&oldest) {
+                self.used -= size;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_directory_keeps_the_most_recently_used_within_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("aa.debug"), [0u8; 100]).unwrap();
+        std::fs::write(dir.path().join(".bb.debug.tmp"), [0u8; 10]).unwrap();
+        let mut cache = CacheDir::open(dir.path(), 250);
+        assert_eq!(cache.used, 100);
+        assert!(!dir.path().join(".bb.debug.tmp").exists(), "leftovers go");
+        std::fs::write(dir.path().join("cc.debug"), [0u8; 100]).unwrap();
+        cache.added("cc.debug", 100);
+        assert!(cache.touch("aa.debug"));
+        std::fs::write(dir.path().join("dd.debug"), [0u8; 100]).unwrap();
+        cache.added("dd.debug", 100);
+        // 300 > 250: cc, the least recently used, goes.
+        assert!(!dir.path().join("cc.debug").exists());
+        assert!(cache.touch("aa.debug") && cache.touch("dd.debug") && !cache.touch("cc.debug"));
+        assert_eq!(cache.used, 200);
+    }
+
+    #[test]
+    fn only_an_elf_file_with_the_build_id_is_kept() {
+        let libc = Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let bytes = std::fs::read(libc).unwrap();
+        let id = Elf::parse(&bytes).unwrap().build_id().unwrap().to_vec();
+        assert!(carries(libc, &id));
+        assert!(!carries(libc, &[1, 2, 3]));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("junk"), b"not an elf").unwrap();
+        assert!(!carries(&dir.path().join("junk"), &id));
+    }
+}

@@ -1,0 +1,141 @@
+//! The table lifecycle's metrics, `smolder_agent_ebpf_unwind_*`, updated by the `smolder-unwind`
+//! thread per table and per process loaded, never per sample.
+
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Registry};
+
+use crate::metrics::{counter, counter_vec, gauge, histogram, register};
+
+/// Reasons a binary gets no table (`smolder_agent_ebpf_unwind_table_failures_total{reason}`).
+pub(crate) const FAILURE_REASONS: [&str; 6] = [
+    "unreadable",
+    "not_elf",
+    "no_cfi",
+    "too_large",
+    "malformed",
+    "over_budget",
+];
+
+/// The table lifecycle's metrics.
+#[derive(Clone)]
+pub struct UnwindMetrics {
+    /// `smolder_agent_ebpf_unwind_tables`: tables in the kernel.
+    pub tables: IntGauge,
+    /// `smolder_agent_ebpf_unwind_table_bytes`: kernel memory of the tables in the kernel
+    /// (`memlock` of their maps).
+    pub table_bytes: IntGauge,
+    /// `smolder_agent_ebpf_unwind_tables_loaded_total{origin}`: tables put into the kernel, by
+    /// where they came from (`cache`, `built`, `built_with_debug_file`).
+    pub tables_loaded: IntCounterVec,
+    /// `smolder_agent_ebpf_unwind_tables_evicted_total`: tables taken out of the kernel to stay
+    /// within `ebpf.unwind.max-table-bytes`.
+    pub tables_evicted: IntCounter,
+    /// `smolder_agent_ebpf_unwind_table_failures_total{reason}`: binaries left without a table
+    /// (their frames are walked with frame pointers).
+    pub table_failures: IntCounterVec,
+    /// `smolder_agent_ebpf_unwind_unsupported_rows_total{reason}`: rows of loaded tables the
+    /// unwinder does not compute (a walk stops there).
+    pub unsupported_rows: IntCounterVec,
+    /// `smolder_agent_ebpf_unwind_table_build_duration_seconds`: building one table.
+    pub build_duration: Histogram,
+    /// `smolder_agent_ebpf_unwind_table_load_duration_seconds`: putting one table into the
+    /// kernel (creating, filling and inserting its map).
+    pub load_duration: Histogram,
+    /// `smolder_agent_ebpf_unwind_process_ready_seconds`: from a process's first sample to its
+    /// tables and mappings in the kernel (for one loaded at the agent's start,
+    /// `ebpf.unwind.load-at-start`, from when its load began).
+    pub ready_duration: Histogram,
+    /// `smolder_agent_ebpf_unwind_mappings`: LPM entries of the mappings in the kernel.
+    pub mappings: IntGauge,
+    /// `smolder_agent_ebpf_unwind_refreshes_total`: processes' mappings read again after walks
+    /// left them (a library loaded with `dlopen`).
+    pub refreshes: IntCounter,
+    /// `smolder_agent_ebpf_unwind_cache_bytes`: the disk cache's size.
+    pub cache_bytes: IntGauge,
+}
+
+impl UnwindMetrics {
+    /// Creates the metrics in `registry`.
+    pub(crate) fn new(registry: &Registry) -> Self {
+        let metrics = UnwindMetrics {
+            tables: gauge(
+                registry,
+                "smolder_agent_ebpf_unwind_tables",
+                "Unwind tables in the kernel.",
+            ),
+            table_bytes: gauge(
+                registry,
+                "smolder_agent_ebpf_unwind_table_bytes",
+                "Kernel memory of the unwind tables in the kernel (memlock of their maps).",
+            ),
+            tables_loaded: counter_vec(
+                registry,
+                "smolder_agent_ebpf_unwind_tables_loaded_total",
+                "Unwind tables put into the kernel, by origin (cache, built, built_with_debug_file).",
+                &["origin"],
+            ),
+            tables_evicted: counter(
+                registry,
+                "smolder_agent_ebpf_unwind_tables_evicted_total",
+                "Unwind tables taken out of the kernel to stay within ebpf.unwind.max-table-bytes.",
+            ),
+            table_failures: counter_vec(
+                registry,
+                "smolder_agent_ebpf_unwind_table_failures_total",
+                "Binaries left without an unwind table (walked with frame pointers), by reason.",
+                &["reason"],
+            ),
+            unsupported_rows: counter_vec(
+                registry,
+                "smolder_agent_ebpf_unwind_unsupported_rows_total",
+                "Rows of loaded unwind tables the unwinder does not compute, by reason.",
+                &["reason"],
+            ),
+            build_duration: histogram(
+                registry,
+                "smolder_agent_ebpf_unwind_table_build_duration_seconds",
+                "Time to build one unwind table from a binary.",
+            ),
+            load_duration: histogram(
+                registry,
+                "smolder_agent_ebpf_unwind_table_load_duration_seconds",
+                "Time to put one unwind table into the kernel.",
+            ),
+            ready_duration: register(
+                registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "smolder_agent_ebpf_unwind_process_ready_seconds",
+                        "Time from a process's first sample (or the start of its load, for those running at the agent's start) to its unwind tables and mappings in the kernel.",
+                    )
+                    .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0]),
+                )
+                .expect("a valid histogram"),
+            ),
+            mappings: gauge(
+                registry,
+                "smolder_agent_ebpf_unwind_mappings",
+                "LPM entries of process mappings in the kernel.",
+            ),
+            refreshes: counter(
+                registry,
+                "smolder_agent_ebpf_unwind_refreshes_total",
+                "Process mappings read again after walks left them (dlopen).",
+            ),
+            cache_bytes: gauge(
+                registry,
+                "smolder_agent_ebpf_unwind_cache_bytes",
+                "Bytes of unwind tables in the disk cache.",
+            ),
+        };
+        for origin in ["cache", "built", "built_with_debug_file"] {
+            metrics.tables_loaded.with_label_values(&[origin]);
+        }
+        for reason in FAILURE_REASONS {
+            metrics.table_failures.with_label_values(&[reason]);
+        }
+        for reason in smolder_unwind::Unsupported::ALL {
+            metrics.unsupported_rows.with_label_values(&[reason.name()]);
+        }
+        metrics
+    }
+}

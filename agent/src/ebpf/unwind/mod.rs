@@ -1,0 +1,254 @@
+//! The unwind tables' lifecycle, off the sampling path: whole stacks for code without frame
+//! pointers.
+//!
+//! Input: process events (first sight, exec, exit), the processes sampled each window and the
+//! walks that left a process's known mappings ([`Miss`]), from the eBPF source's thread.
+//! Output: one table per executable in the kernel's `unwind_tables` and each process's
+//! executable mappings in `unwind_mappings`, which the BPF unwinder reads; [`Ready`] reports
+//! when a process's tables are in. Caller: the eBPF source ([`crate::ebpf`]). Owns the
+//! `smolder-unwind` thread, the two maps, the disk cache `<data dir>/unwind/` and the mapped
+//! files while it reads them.
+//!
+//! At a process's first sight (and after an exec, and when a walk leaves its known mappings,
+//! as after a `dlopen`; and, with `ebpf.unwind.load-at-start`, for every process running when
+//! the agent starts, after the ones being sampled), the thread reads `/proc/PID/maps`, opens
+//! each mapped binary (`/proc/PID/map_files`, else `/proc/PID/root`, see
+//! [`crate::ebpf::process`]), names it by build id, has its table (`source.rs`: the disk cache,
+//! else built with `smolder-unwind`, with the separate debug file's `.debug_frame` where
+//! `.eh_frame` is missing), and puts it into the kernel (`kernel.rs`: an exactly sized array filled through a mapping of its fd). The
+//! vDSO's table is built from the agent's own copy (`vdso.rs`). Only then do the process's
+//! mappings go into the LPM trie, so the BPF side never finds a mapping without its table;
+//! until then, and wherever no table applies, it steps with frame pointers. Tables stay within
+//! `ebpf.unwind.max-table-bytes` of kernel memory: those no live process maps go first, then
+//! those of the least recently sampled processes (`state.rs`, the sans-IO core). An exited
+//! process's mappings leave after `ebpf.exit-grace`.
+
+mod file;
+mod kernel;
+pub mod metrics;
+mod source;
+mod state;
+mod vdso;
+mod worker;
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tracing::info;
+
+pub(crate) use self::file::{MappedFile, Stamp};
+use self::kernel::Kernel;
+pub use self::kernel::KernelError;
+pub use self::metrics::UnwindMetrics;
+use self::source::DiskCache;
+use self::state::Tables;
+use self::worker::Worker;
+use super::loader::UnwindMaps;
+use super::samples::Miss;
+use super::symbolize::DebugDirs;
+use crate::metrics::StageCounters;
+
+/// The unwind tables' settings (`ebpf.unwind:` in the config file).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct UnwindConfig {
+    /// Whether unwind tables are loaded. Default `true`; `false` walks every stack with frame
+    /// pointers, which stops after a frame or two in code built without them (most of Debian,
+    /// `gcc -O2`, Rust release builds).
+    pub enabled: bool,
+    /// Kernel memory for tables, in bytes. Default 64 MiB, about 8 million rows: every ELF file
+    /// of a full Debian development host at once, many times a service host's (libc and
+    /// python3.11 take 0.75 MiB together). Past it, the tables of the least recently sampled
+    /// processes are evicted.
+    pub max_table_bytes: u64,
+    /// Bytes of tables kept on disk under `<data dir>/unwind/`, so that a restart does not
+    /// build them again. Default 256 MiB; the least recently used go first.
+    pub max_cache_bytes: u64,
+    /// Whether the processes running when the agent starts get their tables right away, after
+    /// those being sampled, rather than at their first sample. Default `true`: on a busy host
+    /// the sampler can take tens of seconds to land on every process once, and each one's first
+    /// samples would be walked with frame pointers. It costs the tables of processes that are
+    /// never sampled (idle daemons): preloading stops at the first eviction (the budget,
+    /// `max-table-bytes`, is full), and unsampled tables are the first evicted.
+    pub load_at_start: bool,
+}
+
+impl Default for UnwindConfig {
+    fn default() -> Self {
+        UnwindConfig {
+            enabled: true,
+            max_table_bytes: 64 << 20,
+            max_cache_bytes: 256 << 20,
+            load_at_start: true,
+        }
+    }
+}
+
+/// A process whose tables and mappings are in the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ready {
+    /// The process.
+    pub pid: u32,
+    /// How long after its first sight: its first sample (seen at the poll that read it), or,
+    /// for a process preloaded at the agent's start, the start of its load; for a refresh, how
+    /// long the refresh took.
+    pub after: Duration,
+    /// When.
+    pub at: Instant,
+    /// Whether its mappings were read again (a walk left them) and changed, rather than read
+    /// for the first time.
+    pub refresh: bool,
+}
+
+enum Request {
+    Preload(Vec<u32>),
+    Seen(u32),
+    Exec(u32),
+    Exited(u32),
+    Sampled(Vec<u32>),
+    Missed(Vec<Miss>),
+}
+
+/// Why the unwinder could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum UnwinderError {
+    /// The disk cache directory cannot be created or read.
+    #[error("opening the unwind table cache in {path} failed")]
+    Cache {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The thread cannot be started.
+    #[error("starting the unwinder thread failed")]
+    Spawn(#[source] std::io::Error),
+}
+
+/// The handle to the `smolder-unwind` thread; dropping it stops the thread.
+pub struct Unwinder {
+    tx: Option<mpsc::Sender<Request>>,
+    ready: mpsc::Receiver<Ready>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Unwinder {
+    /// Starts the thread over the unwinder's `maps`. `cache_dir` holds the disk cache (none:
+    /// tables are built at every start); `debug` says where separate debug files are; an exited
+    /// process's mappings stay for `grace`.
+    ///
+    /// # Errors
+    ///
+    /// [`UnwinderError::Cache`] when the cache directory cannot be opened, [`UnwinderError::Spawn`]
+    /// when the thread cannot start.
+    pub fn start(
+        maps: UnwindMaps,
+        config: &UnwindConfig,
+        grace: Duration,
+        cache_dir: Option<&Path>,
+        debug: DebugDirs,
+        metrics: UnwindMetrics,
+        errors: StageCounters,
+    ) -> Result<Unwinder, UnwinderError> {
+        let cache = cache_dir
+            .map(|dir| {
+                DiskCache::open(dir, config.max_cache_bytes).map_err(|source| {
+                    UnwinderError::Cache {
+                        path: dir.to_path_buf(),
+                        source,
+                    }
+                })
+            })
+            .transpose()?;
+        info!(
+            cached_bytes = cache.as_ref().map_or(0, DiskCache::used_bytes),
+            max_table_bytes = config.max_table_bytes,
+            "unwinder starting"
+        );
+        let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready) = mpsc::channel();
+        let tables = Tables::new(config.max_table_bytes);
+        let thread = std::thread::Builder::new()
+            .name("smolder-unwind".to_owned())
+            .spawn(move || {
+                let _span = tracing::info_span!("unwind").entered();
+                Worker::new(
+                    Kernel::new(maps),
+                    tables,
+                    cache,
+                    debug,
+                    grace,
+                    metrics,
+                    errors,
+                    ready_tx,
+                )
+                .run(rx);
+            })
+            .map_err(UnwinderError::Spawn)?;
+        Ok(Unwinder {
+            tx: Some(tx),
+            ready,
+            thread: Some(thread),
+        })
+    }
+
+    fn send(&self, request: Request) {
+        // A stopped thread (it panicked) leaves stacks walked with frame pointers: sampling goes
+        // on.
+        let _ = self
+            .tx
+            .as_ref()
+            .expect("the sender lives until drop")
+            .send(request);
+    }
+
+    /// `pids` were running when the agent started: load their tables when nothing more urgent
+    /// waits.
+    pub fn preload(&self, pids: Vec<u32>) {
+        self.send(Request::Preload(pids));
+    }
+
+    /// `pid` was sampled for the first time: load its tables.
+    pub fn seen(&self, pid: u32) {
+        self.send(Request::Seen(pid));
+    }
+
+    /// `pid` exec'd: its address space is new.
+    pub fn exec(&self, pid: u32) {
+        self.send(Request::Exec(pid));
+    }
+
+    /// `pid` exited: its mappings leave after the grace period.
+    pub fn exited(&self, pid: u32) {
+        self.send(Request::Exited(pid));
+    }
+
+    /// `pids` were sampled in the window just drained: their tables are in use.
+    pub fn sampled(&self, pids: Vec<u32>) {
+        self.send(Request::Sampled(pids));
+    }
+
+    /// Walks that left the tables: their processes may have mapped code since.
+    pub fn missed(&self, misses: Vec<Miss>) {
+        if !misses.is_empty() {
+            self.send(Request::Missed(misses));
+        }
+    }
+
+    /// The processes whose tables went in since the last call.
+    pub fn take_ready(&self) -> Vec<Ready> {
+        self.ready.try_iter().collect()
+    }
+}
+
+impl Drop for Unwinder {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,615 @@
+//! The sans-IO core of the table lifecycle: which executables have a table in the kernel, which
+//! processes map them, what to evict to stay within the budget, when a process's mappings are
+//! stale, when an exited process is forgotten.
+//!
+//! Input: processes' resolved mappings, loads and evictions done, samples and misses, exits,
+//! the processes running at the agent's start, all with the time passed in. Output: decisions
+//! (what to evict, which LPM keys to delete and insert, whether to re-read a process's
+//! mappings, which running process to load next) that the worker carries out on the kernel.
+//! Owns no file, map or clock.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use smolder_agent_ebpf::unwind::{Mapping, MappingKey, mapping_prefixes};
+use smolder_unwind::ExeId;
+
+/// The shortest time between two re-reads of a process's mappings after walks left its
+/// known mappings; it doubles up to [`MAX_REFRESH_INTERVAL`] while re-reads find nothing new
+/// (code in anonymous memory, or frame-pointer garbage, never has a mapping to find).
+pub(crate) const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// The longest time between two such re-reads.
+pub(crate) const MAX_REFRESH_INTERVAL: Duration = Duration::from_secs(64);
+
+/// The shape of a table: what a mapping's LPM value repeats of its header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) first_page: u32,
+    pub(crate) n_pages: u32,
+    pub(crate) n_entries: u32,
+}
+
+/// An executable the agent has seen.
+#[derive(Debug)]
+struct Exe {
+    /// Its id in the kernel's `unwind_tables`, never 0.
+    key: u64,
+    /// Its table's shape; `None` while it has no table (not built yet, or it cannot have one).
+    shape: Option<Shape>,
+    /// Kernel memory of its table while it is loaded.
+    loaded: Option<u64>,
+    /// Whether building its table failed: it is not tried again.
+    failed: bool,
+    /// Mappings of live or grace-period processes that map it.
+    refs: u32,
+    /// When a process mapping it was last sampled (or it was loaded).
+    last_used: Instant,
+}
+
+/// One executable mapping of a process, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Resolved {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    /// The executable and the mapping's load bias; `None` for anonymous memory and files that
+    /// could not be read.
+    pub(crate) exe: Option<(ExeId, u64)>,
+}
+
+#[derive(Debug)]
+struct Process {
+    first_sight: Instant,
+    mappings: Vec<Resolved>,
+    /// LPM keys inserted for it: (prefix length, key).
+    keys: Vec<(u32, MappingKey)>,
+    ready: Option<Instant>,
+    exited: Option<Instant>,
+    last_refresh: Instant,
+    refresh_interval: Duration,
+}
+
+/// What the kernel's LPM trie must do for a process's new mappings: insert (or update) the new
+/// keys, then delete the old keys that are not among them, so that no address of a mapping
+/// that stays is ever without its entry. Their tables are loaded before.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct MappingChanges {
+    pub(crate) insert: Vec<(u32, MappingKey, Mapping)>,
+    pub(crate) delete: Vec<(u32, MappingKey)>,
+}
+
+/// The lifecycle state.
+#[derive(Debug)]
+pub(crate) struct Tables {
+    exes: HashMap<ExeId, Exe>,
+    processes: HashMap<u32, Process>,
+    next_key: u64,
+    max_bytes: u64,
+    used_bytes: u64,
+    /// Processes running at the agent's start, not loaded yet (`ebpf.unwind.load-at-start`).
+    preload: VecDeque<u32>,
+}
+
+impl Tables {
+    /// An empty state with a budget of `max_bytes` of kernel memory for tables.
+    pub(crate) fn new(max_bytes: u64) -> Tables {
+        Tables {
+            exes: HashMap::new(),
+            processes: HashMap::new(),
+            next_key: 1,
+            max_bytes,
+            used_bytes: 0,
+            preload: VecDeque::new(),
+        }
+    }
+
+    /// Starts tracking `pid`, first seen at `now`, forgetting what was known under its pid
+    /// (a pid reused, or an exec). Returns the LPM keys of the old process to delete.
+    pub(crate) fn start(&mut self, pid: u32, now: Instant) -> Vec<(u32, MappingKey)> {
+        let old = self.forget(pid);
+        self.processes.insert(
+            pid,
+            Process {
+                first_sight: now,
+                mappings: Vec::new(),
+                keys: Vec::new(),
+                ready: None,
+                exited: None,
+                last_refresh: now,
+                refresh_interval: REFRESH_INTERVAL,
+            },
+        );
+        old
+    }
+
+    /// Queues `pids`, running at the agent's start, to be loaded when no request waits.
+    pub(crate) fn preload(&mut self, pids: impl IntoIterator<Item = u32>) {
+        self.preload.extend(pids);
+    }
+
+    /// Whether processes wait to be preloaded.
+    pub(crate) fn preloading(&self) -> bool {
+        !self.preload.is_empty()
+    }
+
+    /// The next process to preload: queued and not tracked yet (a sample may have got to it
+    /// first). `None` once the queue is empty.
+    pub(crate) fn next_preload(&mut self) -> Option<u32> {
+        while let Some(pid) = self.preload.pop_front() {
+            if !self.processes.contains_key(&pid) {
+                return Some(pid);
+            }
+        }
+        None
+    }
+
+    /// Whether `pid` is tracked and alive.
+    pub(crate) fn is_alive(&self, pid: u32) -> bool {
+        self.processes.get(&pid).is_some_and(|p| p.exited.is_none())
+    }
+
+    /// The executable's kernel key, assigning one the first time it is seen.
+    pub(crate) fn key(&mut self, id: &ExeId, now: Instant) -> u64 {
+        if let Some(exe) = self.exes.get(id) {
+            return exe.key;
+        }
+        let key = self.next_key;
+        self.next_key += 1;
+        self.exes.insert(
+            id.clone(),
+            Exe {
+                key,
+                shape: None,
+                loaded: None,
+                failed: false,
+                refs: 0,
+                last_used: now,
+            },
+        );
+        key
+    }
+
+    /// Whether the executable needs its table loaded: it has none in the kernel and has not
+    /// failed.
+    pub(crate) fn needs_table(&self, id: &ExeId) -> bool {
+        self.exes
+            .get(id)
+            .is_none_or(|exe| exe.loaded.is_none() && !exe.failed)
+    }
+
+    /// Records that the executable cannot have a table.
+    pub(crate) fn failed(&mut self, id: &ExeId) {
+        if let Some(exe) = self.exes.get_mut(id) {
+            exe.failed = true;
+        }
+    }
+
+    /// The executables to evict so that a table of `bytes` fits, least valuable first: tables
+    /// no live process maps, then those of the least recently sampled processes. Those in
+    /// `keep` (the ones the process being loaded needs) stay. `None` when it cannot fit.
+    pub(crate) fn make_room(&self, bytes: u64, keep: &HashSet<ExeId>) -> Option<Vec<ExeId>> {
+        if bytes > self.max_bytes {
+            return None;
+        }
+        let mut free = self.max_bytes - self.used_bytes.min(self.max_bytes);
+        if bytes <= free {
+            return Some(Vec::new());
+        }
+        let mut candidates: Vec<(&ExeId, &Exe)> = self
+            .exes
+            .iter()
+            .filter(|(id, exe)| exe.loaded.is_some() && !keep.contains(*id))
+            .collect();
+        candidates.sort_by_key(|(_, exe)| (exe.refs > 0, exe.last_used));
+        let mut evict = Vec::new();
+        for (id, exe) in candidates {
+            if bytes <= free {
+                break;
+            }
+            free += exe.loaded.unwrap_or(0);
+            evict.push(id.clone());
+        }
+        (bytes <= free).then_some(evict)
+    }
+
+    /// Records that the executable's table is in the kernel, taking `bytes` of it; returns its
+    /// key.
+    pub(crate) fn loaded(&mut self, id: &ExeId, shape: Shape, bytes: u64, now: Instant) -> u64 {
+        let key = self.key(id, now);
+        let exe = self.exes.get_mut(id).expect("key() inserted it");
+        exe.shape = Some(shape);
+        if let Some(old) = exe.loaded.replace(bytes) {
+            self.used_bytes -= old;
+        }
+        exe.last_used = now;
+        self.used_bytes += bytes;
+        key
+    }
+
+    /// Records that the executable's table left the kernel; returns its key. The budget is
+    /// full: preloading stops, so that the tables of processes never sampled do not push out
+    /// those of processes sampled (the rest are loaded at their first sample).
+    pub(crate) fn evicted(&mut self, id: &ExeId) -> Option<u64> {
+        let exe = self.exes.get_mut(id)?;
+        let bytes = exe.loaded.take()?;
+        self.preload.clear();
+        self.used_bytes -= bytes;
+        Some(exe.key)
+    }
+
+    /// Kernel memory the loaded tables take.
+    pub(crate) fn used_bytes(&self) -> u64 {
+        self.used_bytes
+    }
+
+    /// Tables in the kernel.
+    pub(crate) fn loaded_count(&self) -> usize {
+        self.exes.values().filter(|e| e.loaded.is_some()).count()
+    }
+
+    /// Sets `pid`'s mappings, now resolved; counts references and returns the LPM changes: one
+    /// entry per prefix of every mapping whose executable has a table (a table evicted since
+    /// keeps its key: its mappings walk with frame pointers until it is back), and the old keys
+    /// that are gone. `None` when `pid` is not tracked.
+    pub(crate) fn set_mappings(
+        &mut self,
+        pid: u32,
+        mappings: Vec<Resolved>,
+        now: Instant,
+    ) -> Option<MappingChanges> {
+        let process = self.processes.get_mut(&pid)?;
+        let old = std::mem::replace(&mut process.mappings, mappings);
+        let old_keys = std::mem::take(&mut process.keys);
+        for mapping in &old {
+            if let Some((id, _)) = &mapping.exe
+                && let Some(exe) = self.exes.get_mut(id)
+            {
+                exe.refs = exe.refs.saturating_sub(1);
+            }
+        }
+        let mut insert = Vec::new();
+        let process = self.processes.get_mut(&pid).expect("looked up above");
+        for mapping in &process.mappings {
+            let Some((id, bias)) = &mapping.exe else {
+                continue;
+            };
+            let Some(exe) = self.exes.get_mut(id) else {
+                continue;
+            };
+            exe.refs += 1;
+            exe.last_used = now;
+            let Some(shape) = exe.shape else { continue };
+            let value = Mapping {
+                exe_id: exe.key,
+                bias: *bias,
+                first_page: shape.first_page,
+                n_pages: shape.n_pages,
+                n_entries: shape.n_entries,
+                flags: 0,
+            };
+            for (len, key) in mapping_prefixes(pid, mapping.start, mapping.end) {
+                process.keys.push((len, key));
+                insert.push((len, key, value));
+            }
+        }
+        let kept: HashSet<&(u32, MappingKey)> = process.keys.iter().collect();
+        let delete = old_keys
+            .iter()
+            .filter(|key| !kept.contains(key))
+            .copied()
+            .collect();
+        Some(MappingChanges { insert, delete })
+    }
+
+    /// Records that `pid`'s tables and mappings are in the kernel at `now`; returns how long
+    /// after its first sight, the first time.
+    pub(crate) fn ready(&mut self, pid: u32, now: Instant) -> Option<Duration> {
+        let process = self.processes.get_mut(&pid)?;
+        if process.ready.is_some() {
+            return None;
+        }
+        process.ready = Some(now);
+        Some(now.saturating_duration_since(process.first_sight))
+    }
+
+    /// The LPM keys held by every tracked process.
+    pub(crate) fn mapping_keys(&self) -> usize {
+        self.processes.values().map(|p| p.keys.len()).sum()
+    }
+
+    /// Marks the executables of `pids` as sampled at `now`.
+    pub(crate) fn sampled(&mut self, pids: &[u32], now: Instant) {
+        for pid in pids {
+            let Some(process) = self.processes.get(pid) else {
+                continue;
+            };
+            for mapping in &process.mappings {
+                if let Some((id, _)) = &mapping.exe
+                    && let Some(exe) = self.exes.get_mut(id)
+                {
+                    exe.last_used = now;
+                }
+            }
+        }
+    }
+
+    /// Whether a walk of `pid` through `frames` left its known mappings and they are due to be
+    /// read again: a library loaded since (`dlopen`). Rate limited per process; a re-read
+    /// that finds nothing new ([`Tables::refreshed`]) doubles the wait.
+    pub(crate) fn needs_refresh(&mut self, pid: u32, frames: &[u64], now: Instant) -> bool {
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return false;
+        };
+        if process.ready.is_none()
+            || process.exited.is_some()
+            || now.saturating_duration_since(process.last_refresh) < process.refresh_interval
+        {
+            return false;
+        }
+        let known = |addr: u64| {
+            process
+                .mappings
+                .iter()
+                .any(|m| addr >= m.start && addr < m.end)
+        };
+        if frames.iter().all(|&addr| known(addr)) {
+            return false;
+        }
+        process.last_refresh = now;
+        true
+    }
+
+    /// Records what a re-read found: `changed` resets the refresh interval, else it doubles.
+    pub(crate) fn refreshed(&mut self, pid: u32, changed: bool) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.refresh_interval = if changed {
+                REFRESH_INTERVAL
+            } else {
+                (process.refresh_interval * 2).min(MAX_REFRESH_INTERVAL)
+            };
+        }
+    }
+
+    /// The resolved mappings of `pid`.
+    pub(crate) fn mappings(&self, pid: u32) -> Option<&[Resolved]> {
+        self.processes.get(&pid).map(|p| p.mappings.as_slice())
+    }
+
+    /// Forgets the executables no process maps and with no table in the kernel that were last
+    /// used more than `after` before `now`; returns them.
+    pub(crate) fn prune(&mut self, now: Instant, after: Duration) -> HashSet<ExeId> {
+        let mut gone = HashSet::new();
+        self.exes.retain(|id, exe| {
+            let keep = exe.refs > 0
+                || exe.loaded.is_some()
+                || now.saturating_duration_since(exe.last_used) < after;
+            if !keep {
+                gone.insert(id.clone());
+            }
+            keep
+        });
+        gone
+    }
+
+    /// Records that `pid` exited at `now`.
+    pub(crate) fn exited(&mut self, pid: u32, now: Instant) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.exited.get_or_insert(now);
+        }
+    }
+
+    /// Forgets the processes that exited at least `grace` before `now`; returns their LPM keys
+    /// to delete.
+    pub(crate) fn purge(&mut self, now: Instant, grace: Duration) -> Vec<(u32, MappingKey)> {
+        let gone: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| p.exited.is_some_and(|at| now >= at + grace))
+            .map(|(pid, _)| *pid)
+            .collect();
+        gone.into_iter().flat_map(|pid| self.forget(pid)).collect()
+    }
+
+    /// Stops tracking `pid`, dropping its references; returns its LPM keys.
+    fn forget(&mut self, pid: u32) -> Vec<(u32, MappingKey)> {
+        let Some(process) = self.processes.remove(&pid) else {
+            return Vec::new();
+        };
+        for mapping in &process.mappings {
+            if let Some((id, _)) = &mapping.exe
+                && let Some(exe) = self.exes.get_mut(id)
+            {
+                exe.refs = exe.refs.saturating_sub(1);
+            }
+        }
+        process.keys
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> ExeId {
+        ExeId::BuildId(vec![n; 20])
+    }
+
+    fn shape() -> Shape {
+        Shape {
+            first_page: 0,
+            n_pages: 1,
+            n_entries: 10,
+        }
+    }
+
+    fn mapping(start: u64, exe: Option<u8>) -> Resolved {
+        Resolved {
+            start,
+            end: start + 0x1000,
+            exe: exe.map(|n| (id(n), start)),
+        }
+    }
+
+    #[test]
+    fn mappings_get_keys_once_their_tables_are_loaded_and_give_them_back() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(1 << 20);
+        assert!(tables.start(10, t0).is_empty());
+        let key = tables.key(&id(1), t0);
+        assert_eq!(key, 1);
+        assert!(tables.needs_table(&id(1)));
+        tables.loaded(&id(1), shape(), 4096, t0);
+        assert!(!tables.needs_table(&id(1)));
+        tables.key(&id(2), t0);
+        tables.failed(&id(2));
+        assert!(!tables.needs_table(&id(2)));
+        let changes = tables
+            .set_mappings(
+                10,
+                vec![
+                    mapping(0x1000, Some(1)),
+                    mapping(0x4000, Some(2)),
+                    mapping(0x8000, None),
+                ],
+                t0,
+            )
+            .unwrap();
+        assert!(changes.delete.is_empty());
+        // The same again: everything is updated in place, nothing deleted.
+        let again = tables
+            .set_mappings(
+                10,
+                vec![mapping(0x1000, Some(1)), mapping(0x4000, Some(2))],
+                t0,
+            )
+            .unwrap();
+        assert_eq!((again.insert.len(), again.delete.len()), (1, 0));
+        // Only the mapping with a table: one 4 KiB-aligned block.
+        assert_eq!(changes.insert.len(), 1);
+        let (len, _, value) = changes.insert[0];
+        assert_eq!((len, value.exe_id, value.bias), (96 - 12, 1, 0x1000));
+        assert_eq!(
+            tables.ready(10, t0 + Duration::from_millis(30)),
+            Some(Duration::from_millis(30))
+        );
+        assert_eq!(tables.ready(10, t0 + Duration::from_secs(1)), None);
+        assert_eq!(tables.mapping_keys(), 1);
+        // Exit, grace, purge: the keys go back.
+        tables.exited(10, t0 + Duration::from_secs(1));
+        assert!(!tables.is_alive(10));
+        assert!(
+            tables
+                .purge(t0 + Duration::from_secs(2), Duration::from_secs(5))
+                .is_empty()
+        );
+        assert_eq!(
+            tables
+                .purge(t0 + Duration::from_secs(6), Duration::from_secs(5))
+                .len(),
+            1
+        );
+        assert_eq!(tables.mapping_keys(), 0);
+    }
+
+    #[test]
+    fn eviction_prefers_unmapped_then_least_recently_sampled_tables() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(10);
+        let mut tables = Tables::new(3 * 4096);
+        for n in 1..=3 {
+            tables.key(&id(n), t0);
+            tables.loaded(&id(n), shape(), 4096, t0);
+        }
+        tables.start(1, t0);
+        tables.set_mappings(1, vec![mapping(0x1000, Some(1))], t0);
+        tables.start(2, t0);
+        tables.set_mappings(2, vec![mapping(0x1000, Some(2))], t0);
+        tables.sampled(&[1], later);
+        let keep = HashSet::new();
+        assert_eq!(tables.make_room(4096, &keep), Some(vec![id(3)]));
+        // Two pages: the unmapped one, then process 2's, sampled longest ago.
+        assert_eq!(tables.make_room(2 * 4096, &keep), Some(vec![id(3), id(2)]));
+        assert_eq!(
+            tables.make_room(3 * 4096, &HashSet::from([id(1)])),
+            None,
+            "a kept table stays"
+        );
+        assert_eq!(tables.make_room(4 * 4096, &keep), None, "over the budget");
+        assert_eq!(tables.evicted(&id(3)), Some(3));
+        assert_eq!(tables.used_bytes(), 2 * 4096);
+        assert_eq!(tables.make_room(4096, &keep), Some(vec![]));
+        assert!(tables.needs_table(&id(3)), "an evicted table can come back");
+        // Unmapped and unloaded: forgotten once old enough; mapped or loaded ones stay.
+        assert!(tables.prune(later, Duration::from_secs(60)).is_empty());
+        let gone = tables.prune(later + Duration::from_secs(60), Duration::from_secs(60));
+        assert_eq!(gone, HashSet::from([id(3)]));
+    }
+
+    #[test]
+    fn misses_outside_the_known_mappings_refresh_with_a_backoff() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(1 << 20);
+        tables.start(5, t0);
+        tables.set_mappings(5, vec![mapping(0x1000, None)], t0);
+        assert!(!tables.needs_refresh(5, &[0x9000], t0), "not ready yet");
+        tables.ready(5, t0);
+        let t1 = t0 + REFRESH_INTERVAL;
+        assert!(!tables.needs_refresh(5, &[0x1010, 0x1020], t1), "all known");
+        assert!(tables.needs_refresh(5, &[0x1010, 0x9000], t1));
+        assert!(!tables.needs_refresh(5, &[0x9000], t1), "rate limited");
+        tables.refreshed(5, false);
+        assert!(!tables.needs_refresh(5, &[0x9000], t1 + REFRESH_INTERVAL));
+        assert!(tables.needs_refresh(5, &[0x9000], t1 + 2 * REFRESH_INTERVAL));
+        // A new start (exec) forgets the process's keys and starts over.
+        tables.start(5, t1);
+        assert!(!tables.needs_refresh(5, &[0x9000], t1 + 10 * REFRESH_INTERVAL));
+    }
+
+    #[test]
+    fn running_processes_preload_in_order_skipping_those_sampled_first() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(2 * 4096);
+        assert!(!tables.preloading());
+        assert_eq!(tables.next_preload(), None);
+        tables.preload([1, 2, 3, 4]);
+        assert!(tables.preloading());
+        assert_eq!(tables.next_preload(), Some(1));
+        tables.start(1, t0);
+        // Process 2 was sampled before its turn: it is loaded already.
+        tables.start(2, t0);
+        assert_eq!(tables.next_preload(), Some(3));
+        tables.start(3, t0);
+        assert_eq!(tables.next_preload(), Some(4));
+        assert_eq!(tables.next_preload(), None);
+        assert!(!tables.preloading());
+
+        // A process that exited while queued is tracked until its grace ends: skipped too.
+        tables.exited(3, t0);
+        tables.preload([3, 5]);
+        assert_eq!(tables.next_preload(), Some(5));
+    }
+
+    #[test]
+    fn preloading_stops_once_the_budget_is_full() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(2 * 4096);
+        tables.preload([1, 2, 3, 4]);
+        for n in 1..=2 {
+            assert_eq!(tables.next_preload(), Some(u32::from(n)));
+            tables.start(u32::from(n), t0);
+            tables.key(&id(n), t0);
+            assert_eq!(tables.make_room(4096, &HashSet::new()), Some(vec![]));
+            tables.loaded(&id(n), shape(), 4096, t0);
+            tables.set_mappings(u32::from(n), vec![mapping(0x1000, Some(n))], t0);
+        }
+        assert_eq!(tables.next_preload(), Some(3));
+        tables.start(3, t0);
+        tables.key(&id(3), t0);
+        let keep = HashSet::from([id(3)]);
+        let evict = tables.make_room(4096, &keep).unwrap();
+        assert_eq!(evict.len(), 1);
+        tables.evicted(&evict[0]);
+        tables.loaded(&id(3), shape(), 4096, t0);
+        assert!(!tables.preloading(), "the rest wait for their first sample");
+        assert_eq!(tables.next_preload(), None);
+    }
+}

@@ -1,0 +1,478 @@
+//! The query API Grafana speaks, over real HTTP: Connect `querier.v1` in binary protobuf and in
+//! JSON, answered from profiles pushed through `/ingest`, with values exact against `/render`
+//! of the same data (40 CPU samples at 100 Hz are 4×10^8 ns).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prost::Message;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use smolder_common::pprof;
+use smolder_common::querier::*;
+
+use crate::util::{Aggregator, gzip};
+
+const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
+
+/// A 10 s-aligned unix time half an hour ago.
+fn base() -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    (now - 1800) / 10 * 10
+}
+
+async fn ingest(agg: &Aggregator, name: &str, at: u64, body: &str, rate: &str) {
+    let (from, until) = (at.to_string(), (at + 10).to_string());
+    let response = agg
+        .http
+        .post(agg.url("/ingest"))
+        .query(&[
+            ("name", name),
+            ("from", &from),
+            ("until", &until),
+            ("sampleRate", rate),
+        ])
+        .body(body.to_owned())
+        .send()
+        .await
+        .expect("ingest request");
+    assert_eq!(response.status(), StatusCode::OK, "ingest {name}");
+}
+
+/// Calls `method` of `service` in binary protobuf, as Grafana's datasource does.
+async fn call<Req: Message, Resp: Message + Default>(
+    agg: &Aggregator,
+    method: &str,
+    request: &Req,
+) -> Resp {
+    let response = agg
+        .http
+        .post(agg.url(&format!("/querier.v1.QuerierService/{method}")))
+        .header("content-type", "application/proto")
+        .header("connect-protocol-version", "1")
+        .body(request.encode_to_vec())
+        .send()
+        .await
+        .expect("connect request");
+    assert_eq!(response.status(), StatusCode::OK, "{method}");
+    assert_eq!(response.headers()["content-type"], "application/proto");
+    Resp::decode(response.bytes().await.expect("body")).expect("answer decodes")
+}
+
+/// Calls `method` in JSON, as the Profiles Drilldown app does; the status and the JSON answer.
+async fn call_json(agg: &Aggregator, path: &str, request: Value) -> (StatusCode, Value) {
+    let response = agg
+        .http
+        .post(agg.url(path))
+        .header("content-type", "application/json")
+        .body(request.to_string())
+        .send()
+        .await
+        .expect("connect request");
+    let status = response.status();
+    let body = response.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}")),
+    )
+}
+
+#[tokio::test]
+async fn grafana_calls_answer_in_nanoseconds() {
+    let agg = Aggregator::start().await;
+    let at = base();
+    ingest(
+        &agg,
+        "checkout.cpu{region=eu}",
+        at,
+        "main;work 30\nmain;idle 10\n",
+        "100",
+    )
+    .await;
+    ingest(
+        &agg,
+        "checkout.cpu{region=us}",
+        at + 10,
+        "main;work 4\n",
+        "100",
+    )
+    .await;
+    ingest(
+        &agg,
+        "billing.alloc_space{region=eu}",
+        at,
+        "main;alloc 512\n",
+        "100",
+    )
+    .await;
+    let (start, end) = ((at as i64 - 60) * 1000, (at as i64 + 60) * 1000);
+
+    let types: ProfileTypesResponse =
+        call(&agg, "ProfileTypes", &ProfileTypesRequest { start, end }).await;
+    let ids: Vec<&str> = types.profile_types.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["memory:alloc_space:bytes:space:bytes", CPU]);
+    assert_eq!(types.profile_types[1].name, "process_cpu");
+
+    let selector = r#"{service_name="checkout"}"#;
+    let names: LabelNamesResponse = call(
+        &agg,
+        "LabelNames",
+        &LabelNamesRequest {
+            matchers: vec![selector.into()],
+            start,
+            end,
+        },
+    )
+    .await;
+    assert_eq!(
+        names.names,
+        ["__name__", "__profile_type__", "region", "service_name"]
+    );
+    let values: LabelValuesResponse = call(
+        &agg,
+        "LabelValues",
+        &LabelValuesRequest {
+            name: "service_name".into(),
+            matchers: vec![],
+            start,
+            end,
+        },
+    )
+    .await;
+    assert_eq!(values.names, ["billing", "checkout"]);
+
+    // 40 samples at 100 Hz in region eu, 4 in us: 4.4e8 ns in all.
+    let merged: SelectMergeStacktracesResponse = call(
+        &agg,
+        "SelectMergeStacktraces",
+        &SelectMergeStacktracesRequest {
+            profile_type_id: CPU.into(),
+            label_selector: selector.into(),
+            start,
+            end,
+            max_nodes: Some(16),
+            ..Default::default()
+        },
+    )
+    .await;
+    let flamegraph = merged.flamegraph.expect("a flame graph");
+    assert_eq!(flamegraph.total, 440_000_000);
+    assert_eq!(flamegraph.names[0], "total");
+    let render: Value = agg
+        .http
+        .get(agg.url("/render"))
+        .query(&[
+            ("query", "checkout.cpu{}"),
+            ("from", &(at - 60).to_string()),
+            ("until", &(at + 60).to_string()),
+        ])
+        .send()
+        .await
+        .expect("render")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(render["flamebearer"]["numTicks"], 44);
+    let ticks = render["flamebearer"]["numTicks"].as_i64().expect("ticks");
+    let rate = render["metadata"]["sampleRate"].as_i64().expect("rate");
+    assert_eq!(
+        flamegraph.total,
+        ticks * 1_000_000_000 / rate,
+        "exact against /render"
+    );
+
+    let eu = r#"{service_name="checkout", region="eu"}"#;
+    let series: SelectSeriesResponse = call(
+        &agg,
+        "SelectSeries",
+        &SelectSeriesRequest {
+            profile_type_id: CPU.into(),
+            label_selector: selector.into(),
+            start,
+            end,
+            group_by: vec!["region".into()],
+            step: 10.0,
+            ..Default::default()
+        },
+    )
+    .await;
+    let by_region: Vec<(String, Vec<(i64, f64)>)> = series
+        .series
+        .iter()
+        .map(|s| {
+            (
+                s.labels[0].value.clone(),
+                s.points.iter().map(|p| (p.timestamp, p.value)).collect(),
+            )
+        })
+        .collect();
+    let ms = |t: u64| (t * 1000) as i64;
+    assert_eq!(
+        by_region,
+        [
+            ("eu".to_owned(), vec![(ms(at), 4e8)]),
+            ("us".to_owned(), vec![(ms(at + 10), 4e7)])
+        ]
+    );
+
+    let profile: pprof::Profile = call(
+        &agg,
+        "SelectMergeProfile",
+        &SelectMergeProfileRequest {
+            profile_type_id: CPU.into(),
+            label_selector: eu.into(),
+            start,
+            end,
+            ..Default::default()
+        },
+    )
+    .await;
+    let total: i64 = profile.sample.iter().map(|s| s.value[0]).sum();
+    assert_eq!(total, 400_000_000);
+    let strings: Vec<String> = profile
+        .string_table
+        .iter()
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    assert_eq!(strings[profile.sample_type[0].r#type as usize], "cpu");
+    assert_eq!(profile.period, 10_000_000);
+
+    let diff: DiffResponse = call(
+        &agg,
+        "Diff",
+        &DiffRequest {
+            left: Some(SelectMergeStacktracesRequest {
+                profile_type_id: CPU.into(),
+                label_selector: eu.into(),
+                start,
+                end,
+                ..Default::default()
+            }),
+            right: Some(SelectMergeStacktracesRequest {
+                profile_type_id: CPU.into(),
+                label_selector: r#"{service_name="checkout", region="us"}"#.into(),
+                start,
+                end,
+                ..Default::default()
+            }),
+        },
+    )
+    .await;
+    let diff = diff.flamegraph.expect("diff");
+    assert_eq!(
+        (diff.left_ticks, diff.right_ticks),
+        (400_000_000, 40_000_000)
+    );
+
+    let stats: GetProfileStatsResponse =
+        call(&agg, "GetProfileStats", &GetProfileStatsRequest {}).await;
+    assert!(stats.data_ingested);
+    assert_eq!(stats.oldest_profile_time, ms(at));
+}
+
+#[tokio::test]
+async fn drilldown_json_calls_read_both_spellings() {
+    let agg = Aggregator::start().await;
+    let at = base();
+    ingest(&agg, "ride.cpu{vehicle=car}", at, "main;drive 40\n", "100").await;
+    let (start, end) = (
+        ((at - 60) * 1000).to_string(),
+        ((at + 60) * 1000).to_string(),
+    );
+    let path = "/querier.v1.QuerierService/SelectMergeStacktraces";
+    for request in [
+        json!({"profileTypeID": CPU, "labelSelector": "{service_name=\"ride\"}", "start": start, "end": end, "maxNodes": "100"}),
+        json!({"profile_typeID": CPU, "label_selector": "{service_name=\"ride\"}", "start": at * 1000 - 60_000, "end": end, "format": "PROFILE_FORMAT_FLAMEGRAPH"}),
+    ] {
+        let (status, answer) = call_json(&agg, path, request).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(answer["flamegraph"]["total"], "400000000");
+        assert_eq!(
+            answer["flamegraph"]["names"],
+            json!(["total", "main", "drive"])
+        );
+        assert_eq!(
+            answer["flamegraph"]["levels"][2]["values"],
+            json!(["0", "400000000", "400000000", "2"])
+        );
+    }
+    let (status, answer) = call_json(
+        &agg,
+        "/querier.v1.QuerierService/Series",
+        json!({"matchers": ["{service_name=\"ride\"}"], "labelNames": ["service_name", "vehicle"], "start": start, "end": end}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        answer,
+        json!({"labelsSet": [{"labels": [{"name": "service_name", "value": "ride"}, {"name": "vehicle", "value": "car"}]}]})
+    );
+    let (status, answer) = call_json(&agg, "/settings.v1.SettingsService/Get", json!({})).await;
+    assert_eq!((status, answer), (StatusCode::OK, json!({"settings": []})));
+
+    // The JSON request gzipped, as Connect clients may send it.
+    let response = agg
+        .http
+        .post(agg.url("/querier.v1.QuerierService/LabelValues"))
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(gzip(br#"{"name": "vehicle"}"#))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.json::<Value>().await.expect("json"),
+        json!({"names": ["car"]})
+    );
+}
+
+#[tokio::test]
+async fn errors_have_connects_shape() {
+    let agg = Aggregator::start().await;
+    for (path, request, status, code, words) in [
+        (
+            "SelectMergeStacktraces",
+            json!({"profileTypeID": "cpu", "labelSelector": "{}"}),
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+            "invalid profile type",
+        ),
+        (
+            "SelectMergeStacktraces",
+            json!({"profileTypeID": CPU, "labelSelector": "{service_name=api}"}),
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+            "label_selector",
+        ),
+        (
+            "SelectHeatmap",
+            json!({}),
+            StatusCode::NOT_IMPLEMENTED,
+            "unimplemented",
+            "heatmaps",
+        ),
+        (
+            "AnalyzeQuery",
+            json!({}),
+            StatusCode::NOT_IMPLEMENTED,
+            "unimplemented",
+            "query analysis",
+        ),
+        (
+            "SelectMergeSpanProfile",
+            json!({"profileTypeID": CPU, "spanSelector": ["9a517183f26a089d"]}),
+            StatusCode::NOT_IMPLEMENTED,
+            "unimplemented",
+            "span",
+        ),
+        (
+            "LabelNames",
+            json!({"start": "x"}),
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+            "invalid json request",
+        ),
+    ] {
+        let (got, answer) =
+            call_json(&agg, &format!("/querier.v1.QuerierService/{path}"), request).await;
+        assert_eq!(got, status, "{path}: {answer}");
+        assert_eq!(answer["code"], code, "{path}");
+        let message = answer["message"].as_str().expect("message");
+        assert!(message.contains(words), "{path}: {message}");
+    }
+    let response = agg
+        .http
+        .post(agg.url("/querier.v1.QuerierService/ProfileTypes"))
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        response.json::<Value>().await.expect("json")["code"],
+        "invalid_argument"
+    );
+}
+
+#[tokio::test]
+async fn pyroscope_render_reads_v1_queries() {
+    let agg = Aggregator::start().await;
+    let at = base();
+    ingest(&agg, "ride.cpu{vehicle=car}", at, "main;drive 40\n", "100").await;
+    ingest(&agg, "ride.cpu{vehicle=bike}", at, "main;pedal 4\n", "100").await;
+    let answer: Value = agg
+        .http
+        .get(agg.url("/pyroscope/render"))
+        .query(&[
+            (
+                "query",
+                format!(r#"{CPU}{{service_name="ride", vehicle="car"}}"#),
+            ),
+            ("from", (at - 60).to_string()),
+            ("until", (at + 60).to_string()),
+            ("max-nodes", "100".to_owned()),
+        ])
+        .send()
+        .await
+        .expect("render")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(answer["flamebearer"]["numTicks"], 400_000_000, "{answer}");
+    assert_eq!(
+        answer["flamebearer"]["names"],
+        json!(["total", "main", "drive"])
+    );
+    assert_eq!(answer["metadata"]["units"], "samples");
+    assert_eq!(answer["metadata"]["sampleRate"], 1_000_000_000);
+    let samples = answer["timeline"]["samples"].as_array().expect("timeline");
+    let sum: u64 = samples.iter().map(|v| v.as_u64().expect("number")).sum();
+    assert_eq!(sum, 400_000_000);
+    assert_eq!(
+        answer["groups"]["*"]["samples"],
+        answer["timeline"]["samples"]
+    );
+    let bad = agg
+        .http
+        .get(agg.url("/pyroscope/render"))
+        .query(&[("query", "process_cpu:cpu{}")])
+        .send()
+        .await
+        .expect("render");
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn pyroscope_render_diff_reads_v1_queries() {
+    let agg = Aggregator::start().await;
+    let at = base();
+    ingest(&agg, "ride.cpu{vehicle=car}", at, "main;drive 40\n", "100").await;
+    ingest(&agg, "ride.cpu{vehicle=bike}", at, "main;pedal 4\n", "100").await;
+    let side = |vehicle: &str| format!(r#"{CPU}{{service_name="ride", vehicle="{vehicle}"}}"#);
+    let (from, until) = ((at - 60).to_string(), (at + 60).to_string());
+    let answer: Value = agg
+        .http
+        .get(agg.url("/pyroscope/render-diff"))
+        .query(&[
+            ("leftQuery", side("car")),
+            ("leftFrom", from.clone()),
+            ("leftUntil", until.clone()),
+            ("rightQuery", side("bike")),
+            ("rightFrom", from),
+            ("rightUntil", until),
+        ])
+        .send()
+        .await
+        .expect("render-diff")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(answer["leftTicks"], 400_000_000, "{answer}");
+    assert_eq!(answer["rightTicks"], 40_000_000, "{answer}");
+    assert_eq!(answer["metadata"]["format"], "double");
+    assert_eq!(answer["metadata"]["sampleRate"], 1_000_000_000);
+}
