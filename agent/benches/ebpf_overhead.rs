@@ -487,7 +487,7 @@ fn footprint() {
 /// From `data`'s state: starts the agent (1 s windows), follows the share of the profiled
 /// processes' samples whose walk is complete, window by window, until `count` processes have
 /// their tables loaded. Returns (seconds until then, the per-window timeline, the agent's
-/// first-sample-to-loaded histogram).
+/// `_process_ready_seconds` histogram: each process's load, from its preload or first sample).
 fn until_ready(dir: &Path, data: &Path, count: usize) -> (f64, Vec<String>, String) {
     let started = Instant::now();
     let config = format!("window:\n  length: 1s\n{}", keep("smolder-busy-"));
@@ -571,7 +571,9 @@ fn startup() {
     for (name, (took, timeline, histogram)) in runs {
         println!("  {name}: all 300 processes' tables loaded {took:.1} s after the agent started");
         println!("    per window: {}", timeline.join("; "));
-        println!("    first sample -> tables loaded: {histogram}");
+        println!(
+            "    tables loaded after first sight (preload start or first sample): {histogram}"
+        );
     }
     std::fs::remove_dir_all(&dir).ok();
 }
