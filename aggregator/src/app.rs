@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::query::{self, Querier, QueryMetrics};
 use crate::rules::{self, Rules, RulesMetrics};
 use crate::store::{SledStore, Store, StoreMetrics};
-use crate::tenant::Tenant;
+use crate::tenant::{self, Tenant};
 use crate::{admin, ui};
 
 /// Runs the aggregator until SIGTERM or SIGINT, then flushes and returns.
@@ -139,6 +139,7 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
             query::routes(querier),
             rules::routes(rules),
             admin::routes(shared, metrics.errors.clone()),
+            tenant::routes(),
             ui::routes(),
         ],
         Arc::clone(&metrics),

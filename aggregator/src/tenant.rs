@@ -8,6 +8,10 @@
 //! A leaf: it depends on no other module of the crate. The id rules are Mimir's and Pyroscope's
 //! (`tenant.ValidTenantID`), so that an id valid there is valid here and can name a directory or
 //! an object-store prefix as it is.
+//!
+//! It also answers `GET /api/tenant` ([`routes`], mounted by `app`): the tenant a request is
+//! served as, `{"tenant": "anonymous"}` today, so that the web UI shows whose data it shows and
+//! shows the right one once tenants exist, through the same extractor as every other route.
 
 use std::convert::Infallible;
 use std::fmt;
@@ -15,6 +19,9 @@ use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
 
 /// The longest tenant id, in bytes, as Mimir and Pyroscope allow.
 pub(crate) const MAX_TENANT_BYTES: usize = 150;
@@ -111,6 +118,24 @@ impl<S: Send + Sync> FromRequestParts<S> for Tenant {
     async fn from_request_parts(_parts: &mut Parts, _state: &S) -> Result<Tenant, Infallible> {
         Ok(Tenant::anonymous())
     }
+}
+
+/// The answer of `GET /api/tenant`.
+#[derive(Debug, PartialEq, Eq, Serialize)]
+struct TenantAnswer {
+    /// The tenant the request was served as.
+    tenant: String,
+}
+
+/// `GET /api/tenant`: who the aggregator serves the caller as.
+pub(crate) fn routes() -> Router {
+    Router::new().route("/api/tenant", get(tenant))
+}
+
+async fn tenant(tenant: Tenant) -> Json<TenantAnswer> {
+    Json(TenantAnswer {
+        tenant: tenant.as_str().to_owned(),
+    })
 }
 
 fn allowed(c: char) -> bool {

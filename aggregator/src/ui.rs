@@ -6,7 +6,8 @@
 //! copy); nothing at run time.
 //!
 //! The page talks to the aggregator only through its public HTTP API (`/render`,
-//! `/render-diff`, `/labels`, `/label-values`, `/api/apps`, `/api/recording-rules`). Its views
+//! `/render-diff`, `/labels`, `/label-values`, `/api/apps`, `/api/recording-rules`,
+//! `/api/tenant`). Its views
 //! keep their state in the query string of `/`, so the API's paths stay the API's.
 //!
 //! A binary built without the UI (no `npm run build` before `cargo build`, as backend-only

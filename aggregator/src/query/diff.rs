@@ -118,7 +118,8 @@ async fn typed_diff(
     let (right_id, right) = side("rightQuery")?;
     let left_range = params.range(("leftFrom", "leftUntil"), now, an_hour_before(now))?;
     let right_range = params.range(("rightFrom", "rightUntil"), now, an_hour_before(now))?;
-    let max_nodes = params.max_nodes(&querier.config)?;
+    let budget = params.node_budget(&querier.config)?;
+    let max_nodes = budget.nodes;
     let profile = blocking(&querier.store, move |store| {
         let (l, _) = typed::merge(store, &tenant, &left_id, &left, left_range)?;
         let (r, _) = typed::merge(store, &tenant, &right_id, &right, right_range)?;
@@ -130,7 +131,10 @@ async fn typed_diff(
         ))
     })
     .await?;
-    Ok((Json(profile).into_response(), "json"))
+    Ok((
+        with_warning(Json(profile).into_response(), budget.warning),
+        "json",
+    ))
 }
 
 /// The metadata of the diff: the left side's, or the right's when the left is empty; an error

@@ -232,7 +232,8 @@ async fn typed_json(
             });
         }
     }
-    let max_nodes = params.max_nodes(&querier.config)?;
+    let budget = params.node_budget(&querier.config)?;
+    let max_nodes = budget.nodes;
     let metrics = querier.metrics.clone();
     let profile = blocking(&querier.store, move |store| {
         let (tree, series) = typed::merge(store, &tenant, &id, &labels, range)?;
@@ -262,7 +263,10 @@ async fn typed_json(
         Ok(profile)
     })
     .await?;
-    Ok((Json(profile).into_response(), "json"))
+    Ok((
+        with_warning(Json(profile).into_response(), budget.warning),
+        "json",
+    ))
 }
 
 /// The flamebearer JSON of a request.

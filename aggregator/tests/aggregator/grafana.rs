@@ -1,7 +1,10 @@
 //! The query API Grafana speaks, over real HTTP: Connect `querier.v1` in binary protobuf and in
 //! JSON, answered from profiles pushed through `/ingest`, with values exact against `/render`
-//! of the same data (40 CPU samples at 100 Hz are 4×10^8 ns).
+//! of the same data (40 CPU samples at 100 Hz are 4×10^8 ns). Grafana's calls are made twice:
+//! with Smolder's own message types, and by clients that are not Smolder's (connect-python and
+//! Google's protobuf runtime over `tests/clients/querier.proto`, compiled by grpcio-tools).
 
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prost::Message;
@@ -475,4 +478,270 @@ async fn pyroscope_render_diff_reads_v1_queries() {
     assert_eq!(answer["rightTicks"], 40_000_000, "{answer}");
     assert_eq!(answer["metadata"]["format"], "double");
     assert_eq!(answer["metadata"]["sampleRate"], 1_000_000_000);
+}
+
+/// Runs the Connect client written by others (`tests/clients/querier_connect.py`) against `agg`
+/// over `start..end` ms; its report, one object per mode (proto, proto-gzip, json, json-gzip).
+async fn connect_python(agg: &Aggregator, start: i64, end: i64) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/querier_connect.py");
+    let url = agg.url("");
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(script)
+            .arg(url)
+            .arg(start.to_string())
+            .arg(end.to_string())
+            .output()
+            .expect("python3 runs (scripts/test installs grpcio-tools and connect-python)")
+    })
+    .await
+    .expect("joined");
+    assert!(
+        output.status.success(),
+        "the client failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the client prints json")
+}
+
+/// `/render` of `query` over `at - 60 .. at + 60` with `extra` parameters, as JSON.
+async fn render(agg: &Aggregator, query: &str, at: u64, extra: &[(&str, &str)]) -> Value {
+    agg.http
+        .get(agg.url("/render"))
+        .query(&[
+            ("query", query),
+            ("from", &(at - 60).to_string()),
+            ("until", &(at + 60).to_string()),
+        ])
+        .query(extra)
+        .send()
+        .await
+        .expect("render")
+        .json()
+        .await
+        .expect("json")
+}
+
+/// A flamebearer's levels in nanoseconds: every value but the name index times `ns`.
+fn levels_in_ns(flamebearer: &Value, ns: i64) -> Value {
+    let levels = flamebearer["levels"].as_array().expect("levels");
+    Value::from(
+        levels
+            .iter()
+            .map(|level| {
+                let values = level.as_array().expect("a level");
+                values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let v = v.as_i64().expect("an integer");
+                        if i % 4 == 3 { v } else { v * ns }
+                    })
+                    .collect::<Vec<i64>>()
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+#[tokio::test]
+async fn connect_clients_not_ours_read_what_render_reads() {
+    let agg = Aggregator::start().await;
+    let at = base();
+    ingest(
+        &agg,
+        "checkout.cpu{region=eu}",
+        at,
+        "main;work 30\nmain;idle 10\n",
+        "100",
+    )
+    .await;
+    ingest(
+        &agg,
+        "checkout.cpu{region=us}",
+        at + 10,
+        "main;work 4\n",
+        "100",
+    )
+    .await;
+    ingest(
+        &agg,
+        "billing.alloc_space{region=eu}",
+        at,
+        "main;alloc 512\n",
+        "100",
+    )
+    .await;
+    let (start, end) = ((at as i64 - 60) * 1000, (at as i64 + 60) * 1000);
+    let report = connect_python(&agg, start, end).await;
+    let answers = &report["proto"];
+    for mode in ["proto-gzip", "json", "json-gzip"] {
+        assert_eq!(
+            report[mode], *answers,
+            "{mode} answers as binary protobuf does"
+        );
+    }
+
+    // The health check, and the pickers' listings.
+    assert_eq!(
+        answers["ProfileTypes"],
+        json!([
+            {"ID": "memory:alloc_space:bytes:space:bytes", "name": "memory", "sampleType": "alloc_space",
+             "sampleUnit": "bytes", "periodType": "space", "periodUnit": "bytes"},
+            {"ID": CPU, "name": "process_cpu", "sampleType": "cpu", "sampleUnit": "nanoseconds",
+             "periodType": "cpu", "periodUnit": "nanoseconds"},
+        ])
+    );
+    assert_eq!(
+        answers["LabelNames"],
+        json!(["__name__", "__profile_type__", "region", "service_name"])
+    );
+    assert_eq!(
+        answers["LabelValues service_name"],
+        json!(["billing", "checkout"])
+    );
+    assert_eq!(answers["LabelValues region"], json!(["eu", "us"]));
+    assert_eq!(
+        answers["Series"],
+        json!([
+            {"service_name": "checkout", "region": "eu"},
+            {"service_name": "checkout", "region": "us"},
+        ])
+    );
+
+    // Flame graphs: /render's levels, in nanoseconds at the series' rate (40 + 4 samples at
+    // 100 Hz are 4.4e8 ns), with and without truncation.
+    for max_nodes in ["16", "2"] {
+        let rendered = render(&agg, "checkout.cpu{}", at, &[("maxNodes", max_nodes)]).await;
+        let rate = rendered["metadata"]["sampleRate"].as_i64().expect("rate");
+        let ns = 1_000_000_000 / rate;
+        let fb = &rendered["flamebearer"];
+        let got = &answers[format!("SelectMergeStacktraces max_nodes={max_nodes}")];
+        assert_eq!(got["names"], fb["names"], "max_nodes={max_nodes}");
+        assert_eq!(got["levels"], levels_in_ns(fb, ns), "max_nodes={max_nodes}");
+        assert_eq!(got["total"], fb["numTicks"].as_i64().expect("ticks") * ns);
+        assert_eq!(got["total"], 440_000_000);
+        assert_eq!(
+            got["maxSelf"],
+            fb["maxSelf"].as_i64().expect("max self") * ns
+        );
+    }
+
+    // The series per region, point for point against each region's /render timeline.
+    let mut expected = Vec::new();
+    for region in ["eu", "us"] {
+        let rendered = render(
+            &agg,
+            &format!("checkout.cpu{{region=\"{region}\"}}"),
+            at,
+            &[],
+        )
+        .await;
+        let ns = 1_000_000_000 / rendered["metadata"]["sampleRate"].as_i64().expect("rate");
+        let timeline = &rendered["timeline"];
+        let (first, step) = (
+            timeline["startTime"].as_i64().expect("start"),
+            timeline["durationDelta"].as_i64().expect("step"),
+        );
+        let points: Vec<Value> = timeline["samples"]
+            .as_array()
+            .expect("samples")
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.as_i64() != Some(0))
+            .map(|(i, v)| {
+                json!([
+                    (first + i as i64 * step) * 1000,
+                    (v.as_i64().expect("count") * ns) as f64
+                ])
+            })
+            .collect();
+        expected.push(json!({"labels": {"region": region}, "points": points}));
+    }
+    assert_eq!(answers["SelectSeries"], Value::from(expected));
+    assert_eq!(
+        answers["SelectSeries"][0]["points"],
+        json!([[(at * 1000) as i64, 4e8]])
+    );
+
+    // The pprof profile: /render's folded stacks in nanoseconds.
+    let collapsed = agg.collapsed("checkout.cpu{}").await;
+    let folded: serde_json::Map<String, Value> = collapsed
+        .lines()
+        .map(|line| {
+            let (stack, count) = line.rsplit_once(' ').expect("stack and count");
+            let count: i64 = count.parse().expect("a count");
+            (stack.to_owned(), Value::from(count * 10_000_000))
+        })
+        .collect();
+    assert_eq!(
+        answers["SelectMergeProfile"],
+        json!({
+            "sampleType": [["cpu", "nanoseconds"]],
+            "periodType": ["cpu", "nanoseconds"],
+            "period": 10_000_000,
+            "folded": folded,
+        })
+    );
+    assert_eq!(
+        answers["SelectMergeProfile"]["folded"],
+        json!({"main;idle": 100_000_000, "main;work": 340_000_000})
+    );
+
+    // The diff: /render-diff's levels of the two regions, in nanoseconds.
+    let side = |region: &str| format!("checkout.cpu{{region=\"{region}\"}}");
+    let (from, until) = ((at - 60).to_string(), (at + 60).to_string());
+    let rendered: Value = agg
+        .http
+        .get(agg.url("/render-diff"))
+        .query(&[
+            ("leftQuery", side("eu")),
+            ("leftFrom", from.clone()),
+            ("leftUntil", until.clone()),
+            ("rightQuery", side("us")),
+            ("rightFrom", from),
+            ("rightUntil", until),
+        ])
+        .send()
+        .await
+        .expect("render-diff")
+        .json()
+        .await
+        .expect("json");
+    let ns = 1_000_000_000 / rendered["metadata"]["sampleRate"].as_i64().expect("rate");
+    let scaled: Vec<Vec<i64>> = rendered["flamebearer"]["levels"]
+        .as_array()
+        .expect("levels")
+        .iter()
+        .map(|level| {
+            level
+                .as_array()
+                .expect("a level")
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let v = v.as_i64().expect("an integer");
+                    if i % 7 == 6 { v } else { v * ns }
+                })
+                .collect()
+        })
+        .collect();
+    let diff = &answers["Diff"];
+    assert_eq!(diff["names"], rendered["flamebearer"]["names"], "{diff}");
+    assert_eq!(diff["levels"], json!(scaled), "{diff}");
+    assert_eq!(
+        (&diff["leftTicks"], &diff["rightTicks"]),
+        (&json!(400_000_000), &json!(40_000_000))
+    );
+    assert_eq!(
+        diff["leftTicks"],
+        rendered["leftTicks"].as_i64().expect("left") * ns
+    );
+
+    // Span profiles are answered `unimplemented` until span data is stored (issue 19).
+    let span = &answers["SelectMergeSpanProfile"];
+    assert_eq!(span["code"], "unimplemented", "{span}");
+    assert!(
+        span["message"].as_str().expect("message").contains("span"),
+        "{span}"
+    );
 }

@@ -113,3 +113,20 @@ async fn unknown_assets_are_404_and_the_api_is_untouched() {
     let render = agg.http.get(agg.url("/render")).send().await.expect("GET");
     assert_eq!(render.status(), StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test]
+async fn the_tenant_the_page_shows_is_anonymous_without_multitenancy() {
+    let agg = Aggregator::start().await;
+    let response = agg
+        .http
+        .get(agg.url("/api/tenant"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()[CONTENT_TYPE], "application/json");
+    assert_eq!(
+        response.json::<serde_json::Value>().await.expect("json"),
+        serde_json::json!({"tenant": "anonymous"})
+    );
+}

@@ -133,10 +133,10 @@ export async function launchBrowser(viewport = { width: 1280, height: 800 }) {
   };
 }
 
-/** Saves a full-page screenshot as `<outDir>/<name>.png`. */
-export async function screenshot(page, name) {
+/** Saves a screenshot, of the full page unless `fullPage` is false, as `<outDir>/<name>.png`. */
+export async function screenshot(page, name, { fullPage = true } = {}) {
   mkdirSync(outDir, { recursive: true });
   const path = join(outDir, `${name}.png`);
-  await page.screenshot({ path, fullPage: true });
+  await page.screenshot({ path, fullPage });
   return path;
 }

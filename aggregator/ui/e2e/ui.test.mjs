@@ -538,6 +538,62 @@ describe("web UI", () => {
     await row.waitFor({ state: "detached" });
     await done(page);
   });
+
+  test("the header shows the tenant the aggregator serves the page as", async () => {
+    const page = await open(single());
+    const tenant = page.getByTestId("tenant");
+    await tenant.waitFor();
+    assert.equal(await tenant.innerText(), "Tenant anonymous");
+    await done(page);
+  });
+
+  test("a deep graph draws only the rows on screen and follows the scroll", async () => {
+    const deep = await startAggregator();
+    try {
+      // 300 frames deep: 5.4k px of graph in an 800 px window.
+      const frames = ["main"];
+      for (let d = 0; d < 300; d++) frames.push(`deep.f${d}`);
+      const at = ago(300);
+      await deep.ingest("deep.cpu", at, `${frames.join(";")} 100\nmain;other.g 100`, { sampleRate: "100" });
+      const page = await browser.context.newPage();
+      const errors = [];
+      page.on("pageerror", (err) => errors.push(err));
+      await page.goto(`${deep.url}/?query=deep.cpu%7B%7D&from=${at - 60}&until=${at + 60}&tab=flame`);
+      const canvas = page.getByTestId("flamegraph").locator("canvas");
+      await canvas.waitFor();
+      const graph = page.getByTestId("flamegraph").locator(".flamegraph-canvas");
+      assert.equal((await graph.boundingBox()).height, 302 * ROW, "the box is as tall as the graph");
+      assert.ok((await canvas.boundingBox()).height <= 800 + ROW, "the canvas is at most a window and a row tall");
+      const rows = Number(await canvas.getAttribute("data-rows"));
+      assert.ok(rows > 10 && rows <= Math.ceil(800 / ROW), `${rows} rows drawn`);
+      // Scroll 200 rows down: the rows now on screen are drawn, and hit-testing follows.
+      const top = (await graph.boundingBox()).y;
+      await page.mouse.wheel(0, top + 200 * ROW);
+      await page.waitForFunction(
+        () => parseFloat(document.querySelector("[data-testid=flamegraph] canvas")?.getAttribute("style")?.match(/top: ([\d.]+)px/)?.[1] ?? "0") > 0,
+      );
+      const box = await graph.boundingBox();
+      const level = Math.ceil(-box.y / ROW) + 5;
+      await page.mouse.move(box.x + box.width * 0.25, box.y + level * ROW + ROW / 2);
+      const tooltip = page.getByTestId("flamegraph").getByTestId("tooltip");
+      await tooltip.waitFor();
+      assert.equal(await tooltip.locator(".tooltip-name").innerText(), `deep.f${level - 2}`);
+      const drawn = await canvas.evaluate((c, [l, row]) => {
+        const ctx = c.getContext("2d");
+        const ratio = c.width / c.clientWidth;
+        const y = (l * row + 3 - parseFloat(/** @type {HTMLCanvasElement} */ (c).style.top)) * ratio;
+        return [...ctx.getImageData(Math.floor(c.width * 0.25), Math.floor(y), 1, 1).data];
+      }, [level, ROW]);
+      assert.notDeepEqual(drawn.slice(0, 3), [0, 0, 0], "the row under the pointer is drawn");
+      assert.notEqual(drawn[3], 0, "the row under the pointer is drawn");
+      // The window as a person sees it (a full-page capture would show rows never scrolled to).
+      await screenshot(page, "19-deep-scrolled", { fullPage: false });
+      assert.deepEqual(errors, [], "uncaught errors in the page");
+      await page.close();
+    } finally {
+      await deep.stop();
+    }
+  });
 });
 
 async function expectRootTotal(page, pattern) {

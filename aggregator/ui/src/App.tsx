@@ -42,6 +42,7 @@ export function App() {
   const params = useUrl();
   const [refresh, setRefresh] = useState(0);
   const apps = useLoad(JSON.stringify([refresh]), () => api.apps());
+  const tenant = useLoad(JSON.stringify([refresh]), () => api.tenant());
   const view = (VIEWS.some((v) => v.id === params.view) ? params.view : "single") as ViewId;
 
   useEffect(() => {
@@ -105,6 +106,11 @@ export function App() {
             </a>
           ))}
         </nav>
+        {tenant.data && (
+          <span class="tenant" data-testid="tenant" title="The tenant whose profiles this page shows">
+            Tenant <strong>{tenant.data.tenant}</strong>
+          </span>
+        )}
         <button type="button" class="refresh" onClick={() => setRefresh((r) => r + 1)} title="Reload from the aggregator" data-testid="refresh">
           Refresh
         </button>

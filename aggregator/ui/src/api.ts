@@ -66,6 +66,12 @@ export class ApiError extends Error {
   }
 }
 
+/** Who the aggregator serves this page as: `GET /api/tenant`. */
+export interface TenantInfo {
+  /** The tenant whose data every answer holds; `anonymous` without multitenancy. */
+  tenant: string;
+}
+
 async function request(path: string, init?: RequestInit): Promise<Response> {
   let response: Response;
   try {
@@ -125,6 +131,7 @@ export const api = {
     },
     signal?: AbortSignal,
   ) => json<RenderResponse>(`render-diff?${qs(params)}`, { signal }),
+  tenant: () => json<TenantInfo>("api/tenant"),
   rules: () => json<{ rules: Rule[] }>("api/recording-rules"),
   createRule: (rule: Rule) =>
     json<Rule>("api/recording-rules", {

@@ -331,13 +331,20 @@ pub struct Line {
         deserialize_with = "protojson::integer"
     )]
     pub line: i64,
-    /// The source column number.
+    /// The source column number. Left out of JSON when 0, as proto3's JSON mapping leaves out
+    /// default values: Pyroscope's `google.v1.Line` has no column, and a strict protojson
+    /// client (Google's runtime, connect-python) rejects a field its schema lacks.
     #[prost(int64, tag = "3")]
     #[serde(
+        skip_serializing_if = "is_zero",
         serialize_with = "protojson::as_string",
         deserialize_with = "protojson::integer"
     )]
     pub column: i64,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
 }
 
 /// A function.

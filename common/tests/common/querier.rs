@@ -264,3 +264,29 @@ fn grafana_json_reads_as_sent() {
     );
     assert!(types.contains(r#""sampleType":"cpu""#), "{types}");
 }
+
+/// `SelectMergeProfile` in JSON: a line's zero column is left out, as Pyroscope's
+/// `google.v1.Line` has no column and strict protojson clients reject fields they lack.
+#[test]
+fn pprof_json_leaves_out_a_zero_column() {
+    use smolder_common::pprof::Profile;
+    let line = |profile: &Profile| {
+        serde_json::to_value(profile).expect("serializes")["location"][0]["line"].clone()
+    };
+    let plain: Profile = serde_json::from_str(
+        r#"{"location": [{"id": "1", "line": [{"functionId": "1", "line": "12"}]}]}"#,
+    )
+    .expect("reads");
+    assert_eq!(
+        line(&plain),
+        serde_json::json!([{"functionId": "1", "line": "12"}])
+    );
+    let with_column: Profile = serde_json::from_str(
+        r#"{"location": [{"id": "1", "line": [{"functionId": "1", "line": "12", "column": "7"}]}]}"#,
+    )
+    .expect("reads");
+    assert_eq!(
+        line(&with_column),
+        serde_json::json!([{"functionId": "1", "line": "12", "column": "7"}])
+    );
+}

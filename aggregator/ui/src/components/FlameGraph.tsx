@@ -1,10 +1,25 @@
 // A flame graph on a canvas: click a bar to zoom into it, hover for a tooltip, move with the
 // arrow keys, Enter to zoom, Escape to reset. The selected bar's details and actions show
 // below the toolbar.
+//
+// The canvas is at most a window tall and sits over the part of the graph on screen: a deep
+// graph is a tall box whose canvas moves and redraws as the page scrolls (once per row), so a
+// draw costs what is visible, not what the graph holds.
 
 import type { ComponentChildren } from "preact";
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
-import { type DiffColor, ROW, type View, diffPercent, draw, height, hit } from "../flamegraph";
+import {
+  type DiffColor,
+  ROW,
+  type View,
+  type Viewport,
+  diffPercent,
+  draw,
+  height,
+  hit,
+  viewportOf,
+  visibleRows,
+} from "../flamegraph";
 import { type Units, formatPercent, formatValue } from "../format";
 import { type FlameModel, findStack, stackOf } from "../model";
 
@@ -36,6 +51,7 @@ export function FlameGraph(props: FlameGraphProps) {
   const [width, setWidth] = useState(800);
   const [hover, setHover] = useState<{ node: number; x: number; y: number } | null>(null);
   const [selected, setSelected] = useState(-1);
+  const drawn = useRef<Viewport | null>(null);
   const focus = useMemo(() => {
     const node = props.focus.length ? findStack(model, props.focus) : 0;
     return node < 0 ? 0 : node;
@@ -62,30 +78,74 @@ export function FlameGraph(props: FlameGraphProps) {
     return () => observer.disconnect();
   }, []);
 
-  useLayoutEffect(() => {
+  // Draws what is on screen; `force` redraws even when the visible rows did not change.
+  const paint = (force: boolean) => {
     const c = canvas.current;
-    if (!c) return;
+    const element = box.current;
+    if (!c || !element) return;
     const h = height(model);
-    // Browsers refuse canvases taller than about 32k device pixels: trade sharpness for depth.
-    const ratio = Math.min(window.devicePixelRatio || 1, MAX_CANVAS_PIXELS / Math.max(h, 1));
-    c.width = Math.floor(width * ratio);
-    c.height = Math.floor(h * ratio);
+    const viewport = viewportOf(element.getBoundingClientRect().top, h, window.innerHeight || h);
+    const last = drawn.current;
+    if (!force && last && sameRows(model, last, viewport)) return;
+    // Browsers refuse canvases taller than about 32k device pixels: trade sharpness for size.
+    const ratio = Math.min(window.devicePixelRatio || 1, MAX_CANVAS_PIXELS / Math.max(viewport.canvasHeight, 1));
+    const w = Math.floor(width * ratio);
+    const ch = Math.floor(viewport.canvasHeight * ratio);
+    // Assigning a canvas's size reallocates it, even to the same size: only on a change.
+    if (c.width !== w) c.width = w;
+    if (c.height !== ch) c.height = ch;
     c.style.width = `${width}px`;
-    c.style.height = `${h}px`;
+    c.style.height = `${viewport.canvasHeight}px`;
+    c.style.top = `${viewport.canvasTop}px`;
     const ctx = c.getContext("2d");
     if (!ctx) return;
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
     performance.mark("smolder-flamegraph-draw-start");
-    draw(ctx, model, view);
+    const stats = draw(ctx, model, view, viewport);
     performance.measure("smolder-flamegraph-draw", {
       start: "smolder-flamegraph-draw-start",
-      detail: { nodes: model.count },
+      detail: { nodes: model.count, ...stats },
     });
-  }, [model, width, focus, props.search, props.highlight, selected, props.inverted, props.diffColor]);
+    c.dataset.rows = String(stats.rows);
+    drawn.current = viewport;
+  };
+  const painter = useRef(paint);
+  painter.current = paint;
 
+  useLayoutEffect(
+    () => paint(true),
+    [model, width, focus, props.search, props.highlight, selected, props.inverted, props.diffColor],
+  );
+  // After any other render (a bar above the graph that grew, say): draw what newly shows.
+  useLayoutEffect(() => paint(false));
+
+  useEffect(() => {
+    let frame = 0;
+    const schedule = () => {
+      if (frame === 0)
+        frame = requestAnimationFrame(() => {
+          frame = 0;
+          painter.current(false);
+        });
+    };
+    // Capture: a scroll of any scrolling ancestor moves the graph too.
+    window.addEventListener("scroll", schedule, { passive: true, capture: true });
+    window.addEventListener("resize", schedule);
+    return () => {
+      window.removeEventListener("scroll", schedule, { capture: true });
+      window.removeEventListener("resize", schedule);
+      cancelAnimationFrame(frame);
+    };
+  }, []);
+
+  /** The graph coordinates (CSS pixels from its top-left corner) of a pointer event. */
+  const point = (event: MouseEvent) => {
+    const rect = box.current!.getBoundingClientRect();
+    return { x: event.clientX - rect.left, y: event.clientY - rect.top };
+  };
   const at = (event: MouseEvent) => {
-    const rect = canvas.current!.getBoundingClientRect();
-    return hit(model, view, event.clientX - rect.left, event.clientY - rect.top);
+    const { x, y } = point(event);
+    return hit(model, view, x, y);
   };
 
   const zoom = (node: number) => {
@@ -153,7 +213,7 @@ export function FlameGraph(props: FlameGraphProps) {
           </span>
         )}
       </div>
-      <div class="flamegraph-canvas" ref={box}>
+      <div class="flamegraph-canvas" ref={box} style={{ height: model.numTicks === 0 ? undefined : `${height(model)}px` }}>
         {model.numTicks === 0 ? (
           <p class="muted">No samples in this range.</p>
         ) : (
@@ -166,7 +226,7 @@ export function FlameGraph(props: FlameGraphProps) {
             data-focus={props.focus.join(";")}
             onMouseMove={(e) => {
               const node = at(e);
-              setHover(node >= 0 ? { node, x: e.offsetX, y: e.offsetY } : null);
+              setHover(node >= 0 ? { node, ...point(e) } : null);
             }}
             onMouseLeave={() => setHover(null)}
             onClick={(e) => {
@@ -266,4 +326,12 @@ function Details(props: { model: FlameModel; node: number; units: Units; diffCol
       </tbody>
     </table>
   );
+}
+
+/** Whether two viewports draw the same: the canvas in the same place, the same rows on it. */
+function sameRows(model: FlameModel, a: Viewport, b: Viewport): boolean {
+  if (a.canvasTop !== b.canvasTop || a.canvasHeight !== b.canvasHeight) return false;
+  const [af, al] = visibleRows(model, a);
+  const [bf, bl] = visibleRows(model, b);
+  return af === bf && al === bl;
 }

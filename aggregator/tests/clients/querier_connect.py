@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""The query API Grafana speaks, called by real clients that are not Smolder's: the messages of
+querier.proto (beside this file) compiled at run time by grpcio-tools, carried by Google's
+protobuf runtime and connect-python's Connect client, over binary protobuf and JSON, with and
+without gzip.
+
+Usage: querier_connect.py <base url> <start ms> <end ms>
+
+Makes the calls of Grafana's Pyroscope datasource against data the test pushed: ProfileTypes
+(its health check), LabelNames and LabelValues with matchers, Series, SelectSeries with a step
+and group_by, SelectMergeStacktraces with max_nodes, SelectMergeProfile, Diff, and
+SelectMergeSpanProfile. Prints one JSON object: for each mode (proto, proto-gzip, json,
+json-gzip) the answers, reduced to plain values (a flame graph's names and levels, a pprof
+profile's folded stacks) so that the test can compare them with /render of the same data; a
+call that fails is reported as its Connect code and message.
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def compile_proto():
+    """Generates querier_pb2 and querier_connect from querier.proto into a temporary directory
+    and imports them."""
+    from grpc_tools import protoc
+
+    plugin = shutil.which("protoc-gen-connect-python")
+    if plugin is None:
+        sys.exit("protoc-gen-connect-python is not installed (scripts/test installs it)")
+    out = tempfile.mkdtemp(prefix="smolder-querier-")
+    status = protoc.main([
+        "grpc_tools.protoc",
+        f"-I{HERE}",
+        f"--python_out={out}",
+        f"--plugin=protoc-gen-connect-python={plugin}",
+        f"--connect-python_out={out}",
+        os.path.join(HERE, "querier.proto"),
+    ])
+    if status != 0:
+        sys.exit(f"protoc failed on querier.proto with status {status}")
+    sys.path.insert(0, out)
+    import querier_connect
+    import querier_pb2
+
+    return querier_pb2, querier_connect
+
+
+def flamegraph(fg):
+    return {
+        "names": list(fg.names),
+        "levels": [list(level.values) for level in fg.levels],
+        "total": fg.total,
+        "maxSelf": fg.max_self,
+    }
+
+
+def diff(fg):
+    return {**flamegraph(fg), "leftTicks": fg.leftTicks, "rightTicks": fg.rightTicks}
+
+
+def folded(profile):
+    """A pprof profile's first sample type as folded stacks (root first) and their values."""
+    strings = list(profile.string_table)
+    functions = {f.id: strings[f.name] for f in profile.function}
+    locations = {}
+    for location in profile.location:
+        # A location's lines run from the inlined callee out to its caller.
+        locations[location.id] = [functions[line.function_id] for line in reversed(location.line)]
+    stacks = {}
+    for sample in profile.sample:
+        frames = []
+        for location_id in reversed(sample.location_id):
+            frames.extend(locations[location_id])
+        key = ";".join(frames)
+        stacks[key] = stacks.get(key, 0) + sample.value[0]
+    return {
+        "sampleType": [[strings[t.type], strings[t.unit]] for t in profile.sample_type],
+        "periodType": [strings[profile.period_type.type], strings[profile.period_type.unit]],
+        "period": profile.period,
+        "folded": dict(sorted(stacks.items())),
+    }
+
+
+def calls(pb, client, start, end):
+    """Grafana's calls, in the order its datasource makes them."""
+    from connectrpc.errors import ConnectError
+
+    checkout = '{service_name="checkout"}'
+    out = {}
+
+    def record(name, call):
+        try:
+            out[name] = call()
+        except ConnectError as error:
+            out[name] = {"code": error.code.value, "message": error.message}
+
+    record("ProfileTypes", lambda: [
+        {"ID": t.ID, "name": t.name, "sampleType": t.sample_type, "sampleUnit": t.sample_unit,
+         "periodType": t.period_type, "periodUnit": t.period_unit}
+        for t in client.profile_types(pb.ProfileTypesRequest(start=start, end=end)).profile_types
+    ])
+    record("LabelNames", lambda: list(client.label_names(
+        pb.LabelNamesRequest(matchers=[checkout], start=start, end=end)).names))
+    record("LabelValues service_name", lambda: list(client.label_values(
+        pb.LabelValuesRequest(name="service_name", start=start, end=end)).names))
+    record("LabelValues region", lambda: list(client.label_values(
+        pb.LabelValuesRequest(name="region", matchers=[checkout], start=start, end=end)).names))
+    record("Series", lambda: [
+        {pair.name: pair.value for pair in labels.labels}
+        for labels in client.series(pb.SeriesRequest(
+            matchers=[checkout], label_names=["service_name", "region"], start=start, end=end)).labels_set
+    ])
+    record("SelectSeries", lambda: [
+        {"labels": {pair.name: pair.value for pair in series.labels},
+         "points": [[point.timestamp, point.value] for point in series.points]}
+        for series in client.select_series(pb.SelectSeriesRequest(
+            profile_typeID=CPU, label_selector=checkout, start=start, end=end,
+            group_by=["region"], step=10.0)).series
+    ])
+    for max_nodes in (16, 2):
+        record(f"SelectMergeStacktraces max_nodes={max_nodes}", lambda: flamegraph(
+            client.select_merge_stacktraces(pb.SelectMergeStacktracesRequest(
+                profile_typeID=CPU, label_selector=checkout, start=start, end=end,
+                max_nodes=max_nodes, format=pb.PROFILE_FORMAT_FLAMEGRAPH)).flamegraph))
+    record("SelectMergeProfile", lambda: folded(client.select_merge_profile(
+        pb.SelectMergeProfileRequest(profile_typeID=CPU, label_selector=checkout, start=start, end=end))))
+    record("Diff", lambda: diff(client.diff(pb.DiffRequest(
+        left=pb.SelectMergeStacktracesRequest(
+            profile_typeID=CPU, label_selector='{service_name="checkout", region="eu"}',
+            start=start, end=end),
+        right=pb.SelectMergeStacktracesRequest(
+            profile_typeID=CPU, label_selector='{service_name="checkout", region="us"}',
+            start=start, end=end))).flamegraph))
+    record("SelectMergeSpanProfile", lambda: flamegraph(client.select_merge_span_profile(
+        pb.SelectMergeSpanProfileRequest(
+            profile_typeID=CPU, label_selector=checkout, span_selector=["9a517183f26a089d"],
+            start=start, end=end, format=pb.PROFILE_FORMAT_FLAMEGRAPH)).flamegraph))
+    return out
+
+
+def main():
+    base, start, end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    pb, connect = compile_proto()
+    from connectrpc.compression.gzip import GzipCompression
+
+    report = {}
+    for mode, proto_json, gzip in [
+        ("proto", False, False),
+        ("proto-gzip", False, True),
+        ("json", True, False),
+        ("json-gzip", True, True),
+    ]:
+        with connect.QuerierServiceClientSync(
+            base,
+            proto_json=proto_json,
+            send_compression=GzipCompression() if gzip else None,
+            timeout_ms=30_000,
+        ) as client:
+            report[mode] = calls(pb, client, start, end)
+    json.dump(report, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
