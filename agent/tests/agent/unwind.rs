@@ -24,7 +24,7 @@ use regex::Regex;
 use serde::Deserialize;
 use smolder_agent::config::{Config, SymbolizeConfig};
 use smolder_agent::ebpf::symbolize::{DebugDirs, Symbolizer};
-use smolder_agent::ebpf::{SampleKind, Sampler, Stack, StackCount, Unwinder};
+use smolder_agent::ebpf::{PythonFrames, SampleKind, Sampler, Stack, StackCount, Unwinder};
 use smolder_agent::metrics::Metrics;
 use smolder_agent_ebpf::PROGRAM_UPROBE;
 use smolder_agent_ebpf::unwind::{SampleKind as RawKind, Status};
@@ -650,6 +650,7 @@ fn a_uprobe_walked_with_the_agents_tables_gives_the_known_call_path() {
             user: Stack::Frames(frames.as_slice().into()),
             truncated: false,
             kernel: Stack::None,
+            python: PythonFrames::None,
             count: 1,
         })
         .collect();
