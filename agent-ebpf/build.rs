@@ -16,6 +16,8 @@ fn main() {
         "src/unwind.h",
         "src/process.h",
         "src/offcpu.h",
+        "src/python.h",
+        "src/python.bpf.h",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }

@@ -10,7 +10,9 @@
  * tells those that mapped a transparent huge page (memory growth, offcpu.h); both unwind only
  * the processes user space put in `profiled`.
  * on_uprobe (uprobe) unwinds at a probed instruction: the point check of the tests, where the
- * expected call path is known exactly.
+ * expected call path is known exactly. All four add the Python frames of a thread of a CPython
+ * process the agent registered in `python_procs` (python.bpf.h, contract in python.h), walked
+ * with the program's own scratch.
  *
  * Each entry point has its own per-CPU scratch: on_cpu runs in NMI context and can interrupt the
  * other programs on the same CPU.
@@ -26,6 +28,7 @@
 #include "offcpu.h"
 #include "process.h"
 #include "unwind.bpf.h"
+#include "python.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -59,6 +62,15 @@ static __always_inline void send_event(__u32 tgid, __u32 kind)
 	struct process_event event = { .tgid = tgid, .kind = kind };
 	if (bpf_ringbuf_output(&events, &event, sizeof(event), 0))
 		unwind_count(SMOLDER_UNWIND_EVENTS_LOST);
+}
+
+/* Appends the Python frames of a CPython process's thread, if the agent registered the process. */
+static __always_inline void python_frames(struct unwind_scratch *st, __u64 pid_tgid)
+{
+	__u32 tgid = pid_tgid >> 32;
+	struct python_proc *proc = bpf_map_lookup_elem(&python_procs, &tgid);
+	if (proc)
+		python_walk(st, proc, (__u32)pid_tgid);
 }
 
 /* x86-64 user mode: the low two bits of cs are the privilege level 3. */
@@ -106,6 +118,8 @@ static __always_inline struct unwind_scratch *scratch(void *map, __u32 kind, __u
 	st->sample.threshold = 0;
 	st->sample.addr = 0;
 	st->sample.flags = 0;
+	st->sample.python_status = SMOLDER_PYTHON_NONE;
+	st->sample.python_len = 0;
 	return st;
 }
 
@@ -157,6 +171,7 @@ int on_cpu(struct bpf_perf_event_data *ctx)
 	else
 		unwind_none(st);
 	unwind_kernel(ctx, st, 0);
+	python_frames(st, pid_tgid);
 	unwind_output(st);
 	return 0;
 }
@@ -240,6 +255,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, int 
 	regs_of(&regs, &user);
 	unwind_user(st, &user, tgid);
 	unwind_kernel(ctx, st, SMOLDER_SWITCH_SKIP_FRAMES);
+	python_frames(st, pid_tgid);
 	if (unwind_output(st) == 0) {
 		pending->tgid = tgid;
 		pending->tid = (__u32)pid_tgid;
@@ -335,6 +351,7 @@ int on_fault(struct bpf_perf_event_data *ctx)
 		st->sample.flags = SMOLDER_SAMPLE_HUGE;
 	unwind_user(st, &regs, tgid);
 	unwind_kernel(ctx, st, 0);
+	python_frames(st, pid_tgid);
 	unwind_output(st);
 	return 0;
 }
@@ -351,6 +368,7 @@ int on_uprobe(struct pt_regs *ctx)
 	unwind_user(st, &regs, pid_tgid >> 32);
 	/* A uprobe fires in user context: no kernel stack. */
 	unwind_no_kernel(st);
+	python_frames(st, pid_tgid);
 	unwind_output(st);
 	return 0;
 }
@@ -361,9 +379,14 @@ int on_uprobe(struct pt_regs *ctx)
 SEC("raw_tp/sched_process_exec")
 int on_exec(void *ctx)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	__u32 tid = pid_tgid;
 	if (tgid == self_tgid)
 		return 0;
+	/* A new image: whatever CPython state the process had is gone (the agent looks again). */
+	bpf_map_delete_elem(&python_procs, &tgid);
+	bpf_map_delete_elem(&python_threads, &tid);
 	if (bpf_map_delete_elem(&seen, &tgid) == 0)
 		send_event(tgid, SMOLDER_EVENT_EXEC);
 	return 0;
@@ -374,9 +397,13 @@ int on_exit(void *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
+	__u32 tid = pid_tgid;
+	/* A thread id may be reused by a thread of another process: its cached state must go. */
+	bpf_map_delete_elem(&python_threads, &tid);
 	/* Only the main thread's exit ends the process for the agent; other threads come and go. */
-	if ((__u32)pid_tgid != tgid)
+	if (tid != tgid)
 		return 0;
+	bpf_map_delete_elem(&python_procs, &tgid);
 	if (bpf_map_delete_elem(&seen, &tgid) == 0)
 		send_event(tgid, SMOLDER_EVENT_EXIT);
 	return 0;

@@ -11,9 +11,9 @@
 //! charge BPF maps to the memory cgroup, so `RLIMIT_MEMLOCK` is not raised.
 //!
 //! What loading yields, [`Sampler`], holds the object and one field per kernel object the
-//! source reads; the readers beside this file (`samples.rs`, `events.rs`, `counters.rs`) read
-//! them. The unwinder's tables and mappings maps are handed to [`super::unwind`] whole
-//! ([`Sampler::take_unwind_maps`]).
+//! source reads; the readers beside this file (`samples.rs`, `events.rs`, `counters.rs`) and
+//! `python/maps.rs` (the CPython processes the kernel walks) read them. The unwinder's tables
+//! and mappings maps are handed to [`super::unwind`] whole ([`Sampler::take_unwind_maps`]).
 
 use std::io;
 
@@ -29,6 +29,7 @@ use smolder_agent_ebpf::{self as kernel};
 use tracing::{debug, info, warn};
 
 use super::EbpfConfig;
+use super::python::PythonMaps;
 
 /// Why the sampler could not start or read its maps.
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +136,8 @@ pub struct Sampler {
     /// `profiled`: the processes off-CPU and memory-growth samples are taken of; `None` when
     /// both are disabled.
     profiled: Option<HashMap<MapData, u32, u8>>,
+    /// `python_procs`: the CPython processes the kernel walks.
+    pub(super) python: PythonMaps,
     cpus: usize,
 }
 
@@ -573,6 +576,12 @@ impl Sampler {
         } else {
             None
         };
+        let python = PythonMaps {
+            procs: typed(
+                kernel::MAP_PYTHON_PROCS,
+                HashMap::try_from(take_map(&mut ebpf, kernel::MAP_PYTHON_PROCS)?),
+            )?,
+        };
         info!(
             cpus = cpus.len(),
             frequency = config.frequency,
@@ -589,6 +598,7 @@ impl Sampler {
             counters_seen: [0; contract::Counter::ALL.len()],
             off_cpu: off_cpu_map,
             profiled,
+            python,
             cpus: cpus.len(),
         };
         sampler.set_off_cpu(off_cpu.probability, off_cpu.flags())?;

@@ -26,12 +26,13 @@
 //! counts a window's stacks, `events.rs` reads the process-event ring buffer, `counters.rs` the
 //! per-CPU loss counters. [`offcpu`] joins the off-CPU switch-outs and switch-ins and keeps the
 //! unwind rate under its limit; [`memory`] sizes page-fault samples. Then [`unwind`] (the
-//! tables' lifecycle), [`process`] (the process
-//! table and labels from `/proc`), `collector.rs` (the loop body), [`symbolize`] (addresses to
-//! names), `profiles.rs` (symbolized samples to one tree per series and kind), `record.rs`
-//! (`smolder-agent record`'s output) and [`metrics`] (`smolder_agent_ebpf_*`,
-//! `smolder_agent_symbolize_*`). `sample.rs` holds what every stage of this source passes on:
-//! [`SampleKind`], [`Stack`], [`StackCount`].
+//! tables' lifecycle), [`process`] (the process table and labels from `/proc`), `collector.rs`
+//! (the loop body), [`symbolize`] (addresses to names), `profiles.rs` (symbolized samples to one
+//! tree per series and kind), `record.rs` (`smolder-agent record`'s output), [`python`]
+//! (CPython processes: their release, threads and frames read from their memory, Python frames
+//! mixed into the native stacks of every kind) and [`metrics`] (`smolder_agent_ebpf_*`,
+//! `smolder_agent_symbolize_*`, `smolder_agent_python_*`). `sample.rs` holds what every stage
+//! of this source passes on: [`SampleKind`], [`Stack`], [`StackCount`].
 
 mod collector;
 mod counters;
@@ -42,6 +43,7 @@ pub mod metrics;
 pub mod offcpu;
 pub mod process;
 mod profiles;
+pub mod python;
 mod record;
 mod sample;
 pub mod samples;
@@ -62,13 +64,14 @@ pub use counters::LostCounts;
 pub use events::{ProcessEvent, ProcessEventKind};
 pub use loader::{EbpfError, Sampler, UnwindMaps};
 pub use memory::MemoryConfig;
-pub use metrics::{EbpfMetrics, SymbolizeMetrics};
+pub use metrics::{EbpfMetrics, PythonMetrics, SymbolizeMetrics};
 pub use offcpu::OffCpuConfig;
 pub use record::{ProcessReady, RecordFormat, Recording, print_record, record};
-pub use sample::{SPY_NAME, SampleKind, Stack, StackCount};
+pub use sample::{PythonFrames, SPY_NAME, SampleKind, Splice, Stack, StackCount};
 pub use unwind::{UnwindConfig, Unwinder};
 
 use self::collector::Collector;
+use self::python::PythonConfig;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::relabel::RelabelConfig;
@@ -104,6 +107,8 @@ pub struct EbpfConfig {
     /// any case.
     #[serde(with = "smolder_common::timestamp::serde_duration")]
     pub exit_grace: Duration,
+    /// Python stacks of CPython processes.
+    pub python: PythonConfig,
     /// Deprecated and ignored: samples leave the kernel one by one through a ring buffer and
     /// are counted per window in user space, so there is no counts map to size.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -125,6 +130,7 @@ impl Default for EbpfConfig {
             off_cpu: OffCpuConfig::default(),
             memory: MemoryConfig::default(),
             exit_grace: Duration::from_secs(30),
+            python: PythonConfig::default(),
             counts_map_entries: None,
             stack_map_entries: None,
         }

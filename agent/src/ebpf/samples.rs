@@ -1,6 +1,7 @@
 //! Reads the `unwind_samples` ring buffer and sums its samples per window and stack: CPU ticks,
 //! off-CPU waits (joined from their switch-out and switch-in, [`super::offcpu`]) and page
-//! faults ([`super::memory`]), as [`StackCount`]s of their [`SampleKind`].
+//! faults ([`super::memory`]), as [`StackCount`]s of their [`SampleKind`], each with the Python
+//! frames of a CPython thread as the kernel walked them ([`PythonFrames::Walked`]).
 //!
 //! The kernel sends every sample with its whole stack (header, user frames, kernel frames);
 //! [`Sampler::read_samples`] hands each to a closure as it reads the buffer, and
@@ -16,9 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use smolder_agent_ebpf::unwind::{self as contract, SAMPLE_HUGE, Sample, Status};
+use smolder_agent_ebpf::{PythonFrame, PythonStatus};
 
 use super::offcpu::{Blocked, MAX_PENDING, Pending, Woke};
-use super::{SampleKind, Sampler, Stack, StackCount, memory};
+use super::{PythonFrames, SampleKind, Sampler, Stack, StackCount, memory};
 
 impl Sampler {
     /// Hands every sample the kernel queued since the last call to `each`, oldest first;
@@ -43,6 +45,7 @@ struct Counted {
     user: Stack,
     truncated: bool,
     kernel: Stack,
+    python: PythonFrames,
     count: u64,
     samples: u64,
 }
@@ -65,6 +68,8 @@ pub struct UnwindCounts {
     pub frames: BTreeMap<u16, u64>,
     /// Frames found by frame-pointer steps.
     pub fp_frames: u64,
+    /// Samples per [`PythonStatus`] of the kernel's Python walk, in code order.
+    pub python: [u64; PythonStatus::ALL.len()],
 }
 
 impl UnwindCounts {
@@ -77,6 +82,9 @@ impl UnwindCounts {
             *self.frames.entry(len).or_default() += n;
         }
         self.fp_frames += other.fp_frames;
+        for (total, n) in self.python.iter_mut().zip(other.python) {
+            *total += n;
+        }
     }
 }
 
@@ -129,6 +137,9 @@ pub struct WindowSamples {
     waiting: Pending<Waiter>,
     kinds: KindCounts,
     page_size: u64,
+    /// The Python frames of each new stack since the last call of
+    /// [`WindowSamples::take_new_python`].
+    new_python: Vec<(u32, Arc<[PythonFrame]>)>,
 }
 
 impl Default for WindowSamples {
@@ -141,6 +152,7 @@ impl Default for WindowSamples {
 const TRUNCATED: u8 = 1;
 const NO_USER_STACK: u8 = 2;
 const KERNEL_LOST: u8 = 4;
+const PYTHON_TRUNCATED: u8 = 8;
 
 impl WindowSamples {
     /// Samples of a window, counting off-CPU waits of at least `min_duration` and page faults
@@ -154,6 +166,7 @@ impl WindowSamples {
             waiting: Pending::new(min_duration, MAX_PENDING),
             kinds: KindCounts::default(),
             page_size,
+            new_python: Vec::new(),
         }
     }
 
@@ -218,6 +231,10 @@ impl WindowSamples {
         }
         *counts.frames.entry(header.len).or_default() += 1;
         counts.fp_frames += u64::from(header.fp_frames);
+        let python_status = PythonStatus::from_raw(header.python_status);
+        if let Some(python) = python_status {
+            counts.python[python as usize] += 1;
+        }
 
         let mut flags = 0;
         if status == Some(Status::Truncated) {
@@ -229,12 +246,20 @@ impl WindowSamples {
         if header.kernel_error != 0 {
             flags |= KERNEL_LOST;
         }
+        if python_status == Some(PythonStatus::Truncated) {
+            flags |= PYTHON_TRUNCATED;
+        }
         self.key.clear();
         self.key.extend_from_slice(&header.kind.to_le_bytes());
         self.key.extend_from_slice(&header.tgid.to_le_bytes());
         self.key.extend_from_slice(&header.len.to_le_bytes());
         self.key.push(flags);
         self.key.extend_from_slice(sample.frame_bytes());
+        // Python frames by code object and entry mark: their instruction pointers move with
+        // every bytecode instruction, and a frame is named per function, not per line.
+        for frame in sample.python() {
+            self.key.extend_from_slice(&frame.code.to_le_bytes());
+        }
         if self.stacks.contains_key(&self.key[..]) {
             return None;
         }
@@ -245,6 +270,17 @@ impl WindowSamples {
                 frames: user.to_vec(),
             });
         }
+        let python: Arc<[PythonFrame]> = sample.python().collect();
+        let python = if python.is_empty() {
+            PythonFrames::None
+        } else {
+            self.new_python.push((header.tgid, Arc::clone(&python)));
+            PythonFrames::Walked {
+                frames: python,
+                truncated: flags & PYTHON_TRUNCATED != 0,
+                native_complete: status == Some(Status::Complete),
+            }
+        };
         let kernel: Arc<[u64]> = sample.kernel().collect();
         Some(Counted {
             kind,
@@ -262,6 +298,7 @@ impl WindowSamples {
             } else {
                 Stack::Frames(kernel)
             },
+            python,
             count: 0,
             samples: 0,
         })
@@ -323,6 +360,12 @@ impl WindowSamples {
         std::mem::take(&mut self.misses)
     }
 
+    /// The Python frames of each new stack since the last call, by process: to be named while
+    /// the process lives.
+    pub fn take_new_python(&mut self) -> Vec<(u32, Arc<[PythonFrame]>)> {
+        std::mem::take(&mut self.new_python)
+    }
+
     /// How each process's samples since the last call were unwound.
     pub fn take_counts(&mut self) -> HashMap<u32, UnwindCounts> {
         std::mem::take(&mut self.counts)
@@ -343,6 +386,7 @@ impl WindowSamples {
                 user: counted.user,
                 truncated: counted.truncated,
                 kernel: counted.kernel,
+                python: counted.python,
                 count: counted.count,
                 samples: counted.samples,
             })
@@ -385,11 +429,12 @@ mod tests {
         ] {
             bytes.extend_from_slice(&half.to_le_bytes());
         }
-        bytes.extend_from_slice(&threshold.to_le_bytes());
+        // No Python frames: python_status and python_len 0.
+        bytes.extend_from_slice(&0u32.to_le_bytes());
         bytes.extend_from_slice(&value.to_le_bytes());
         bytes.extend_from_slice(&addr.to_le_bytes());
+        bytes.extend_from_slice(&threshold.to_le_bytes());
         bytes.extend_from_slice(&flags.to_le_bytes());
-        bytes.extend_from_slice(&0u32.to_le_bytes());
         for frame in user.iter().chain(kernel) {
             bytes.extend_from_slice(&frame.to_le_bytes());
         }
@@ -398,6 +443,58 @@ mod tests {
 
     fn add(window: &mut WindowSamples, bytes: &[u8]) {
         window.add(&contract::parse_sample(bytes).unwrap());
+    }
+
+    /// A record of a CPython thread: `python` as (code, instr) pairs after the native frames.
+    fn python_record(status: PythonStatus, user: &[u64], python: &[(u64, u64)]) -> Vec<u8> {
+        let mut bytes = record(5, Status::Complete, 0, user, &[]);
+        bytes[28..30].copy_from_slice(&(status as u16).to_le_bytes());
+        bytes[30..32].copy_from_slice(&(python.len() as u16).to_le_bytes());
+        for &(code, instr) in python {
+            bytes.extend_from_slice(&code.to_le_bytes());
+            bytes.extend_from_slice(&instr.to_le_bytes());
+        }
+        bytes
+    }
+
+    #[test]
+    fn python_frames_count_per_code_object_not_per_instruction() {
+        let mut window = WindowSamples::default();
+        add(
+            &mut window,
+            &python_record(PythonStatus::Ok, &[1, 2], &[(0x101, 0x150), (0x200, 0x260)]),
+        );
+        add(
+            &mut window,
+            &python_record(PythonStatus::Ok, &[1, 2], &[(0x101, 0x158), (0x200, 0x260)]),
+        );
+        add(
+            &mut window,
+            &python_record(PythonStatus::NoFrames, &[1, 2], &[]),
+        );
+        let new = window.take_new_python();
+        assert_eq!(new.len(), 1);
+        assert_eq!(new[0].0, 5);
+        let counts = &window.take_counts()[&5];
+        assert_eq!(counts.python[PythonStatus::Ok as usize], 2);
+        assert_eq!(counts.python[PythonStatus::NoFrames as usize], 1);
+        let stacks = window.take();
+        assert_eq!(stacks.len(), 2);
+        let walked = stacks.iter().find(|s| s.count == 2).unwrap();
+        match &walked.python {
+            PythonFrames::Walked {
+                frames,
+                truncated,
+                native_complete,
+            } => {
+                assert_eq!(frames.len(), 2);
+                assert!(frames[0].is_entry());
+                assert!(!truncated && *native_complete);
+            }
+            other => panic!("{other:?}"),
+        }
+        let native = stacks.iter().find(|s| s.count == 1).unwrap();
+        assert_eq!(native.python, PythonFrames::None);
     }
 
     #[test]
@@ -554,5 +651,56 @@ mod tests {
         assert_eq!(stacks[0].samples, 2);
         let kinds = window.take_kinds();
         assert_eq!((kinds.memory_samples, kinds.memory_huge), (2, 1));
+    }
+
+    /// Python frames after the native ones of an off-CPU or memory record, as the kernel
+    /// appends them.
+    fn with_python(mut bytes: Vec<u8>, python: &[(u64, u64)]) -> Vec<u8> {
+        bytes[28..30].copy_from_slice(&(PythonStatus::Ok as u16).to_le_bytes());
+        bytes[30..32].copy_from_slice(&(python.len() as u16).to_le_bytes());
+        for &(code, instr) in python {
+            bytes.extend_from_slice(&code.to_le_bytes());
+            bytes.extend_from_slice(&instr.to_le_bytes());
+        }
+        bytes
+    }
+
+    #[test]
+    fn off_cpu_and_memory_samples_keep_their_python_frames() {
+        let mut window = WindowSamples::new(Duration::from_millis(1), 4096);
+        let always = smolder_agent_ebpf::offcpu::ALWAYS;
+        let python = [(0x101, 0x150), (0x200, 0x260)];
+        let out = raw(
+            3,
+            7,
+            8,
+            Status::Complete,
+            0,
+            &[1, 2],
+            &[9],
+            (always, 0, 0, 0),
+        );
+        add(&mut window, &with_python(out, &python));
+        add(
+            &mut window,
+            &raw(5, 7, 8, Status::NoUserStack, 0, &[], &[], (0, 5 * MS, 0, 0)),
+        );
+        let fault = raw(6, 7, 8, Status::Complete, 0, &[1], &[], (0, 1, 0x1000, 0));
+        add(&mut window, &with_python(fault, &python));
+        assert_eq!(window.take_new_python().len(), 2);
+        let stacks = window.take();
+        assert_eq!(stacks.len(), 2);
+        for kind in [SampleKind::OffCpu, SampleKind::MemoryGrowth] {
+            let stack = stacks.iter().find(|s| s.kind == kind).unwrap();
+            match &stack.python {
+                PythonFrames::Walked { frames, .. } => assert_eq!(frames.len(), 2, "{kind:?}"),
+                other => panic!("{kind:?}: {other:?}"),
+            }
+        }
+        let off_cpu = stacks
+            .iter()
+            .find(|s| s.kind == SampleKind::OffCpu)
+            .unwrap();
+        assert_eq!((off_cpu.count, off_cpu.samples), (5 * MS, 1));
     }
 }

@@ -5,6 +5,8 @@ mod ebpf;
 /// Off-CPU and memory growth: blocked time, lock sites, long waits split per window, bytes
 /// touched and huge pages, against workloads that measure themselves.
 mod offcpu;
+/// CPython: detection, offsets per release, the user-space reader, the kernel walk.
+mod python;
 /// Rules: the documented example on every window, `/exported-metrics`, invalid rules.
 mod rules;
 /// Pull mode: scraping real pprof targets, bad targets, TLS and auth, file and HTTP discovery.
