@@ -49,6 +49,9 @@ pub struct UnwindMetrics {
     /// `smolder_agent_ebpf_unwind_refreshes_total`: processes' mappings read again after walks
     /// left them (a library loaded with `dlopen`).
     pub refreshes: IntCounter,
+    /// `smolder_agent_ebpf_unwind_reloads_total`: sampled processes loaded again because a
+    /// table they map was evicted.
+    pub reloads: IntCounter,
     /// `smolder_agent_ebpf_unwind_cache_bytes`: the disk cache's size.
     pub cache_bytes: IntGauge,
 }
@@ -120,6 +123,11 @@ impl UnwindMetrics {
                 registry,
                 "smolder_agent_ebpf_unwind_refreshes_total",
                 "Process mappings read again after walks left them (dlopen).",
+            ),
+            reloads: counter(
+                registry,
+                "smolder_agent_ebpf_unwind_reloads_total",
+                "Sampled processes loaded again because an unwind table they map was evicted.",
             ),
             cache_bytes: gauge(
                 registry,

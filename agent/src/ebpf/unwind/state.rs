@@ -316,20 +316,50 @@ impl Tables {
         self.processes.values().map(|p| p.keys.len()).sum()
     }
 
-    /// Marks the executables of `pids` as sampled at `now`.
-    pub(crate) fn sampled(&mut self, pids: &[u32], now: Instant) {
+    /// Marks the executables of `pids` as sampled at `now`; returns those of `pids` to load
+    /// again: alive, loaded once, and mapping an executable whose table was evicted since (its
+    /// LPM entries keep its key, so a walk there finds no table and falls back to frame
+    /// pointers, which in code built without them stops at the first frame and never leaves
+    /// the known mappings). Rate limited per process like [`Tables::needs_refresh`]: a load
+    /// that leaves a table out ([`Tables::refreshed`] with `false`) doubles the wait.
+    pub(crate) fn sampled(&mut self, pids: &[u32], now: Instant) -> Vec<u32> {
+        let mut reload = Vec::new();
         for pid in pids {
-            let Some(process) = self.processes.get(pid) else {
+            let Some(process) = self.processes.get_mut(pid) else {
                 continue;
             };
+            let mut evicted = false;
             for mapping in &process.mappings {
                 if let Some((id, _)) = &mapping.exe
                     && let Some(exe) = self.exes.get_mut(id)
                 {
                     exe.last_used = now;
+                    evicted |= exe.shape.is_some() && exe.loaded.is_none() && !exe.failed;
                 }
             }
+            if evicted
+                && process.ready.is_some()
+                && process.exited.is_none()
+                && now.saturating_duration_since(process.last_refresh) >= process.refresh_interval
+            {
+                process.last_refresh = now;
+                reload.push(*pid);
+            }
         }
+        reload
+    }
+
+    /// Whether `pid` maps an executable whose table was evicted and can come back.
+    pub(crate) fn maps_evicted(&self, pid: u32) -> bool {
+        self.processes.get(&pid).is_some_and(|process| {
+            process.mappings.iter().any(|mapping| {
+                mapping
+                    .exe
+                    .as_ref()
+                    .and_then(|(id, _)| self.exes.get(id))
+                    .is_some_and(|exe| exe.shape.is_some() && exe.loaded.is_none() && !exe.failed)
+            })
+        })
     }
 
     /// Whether a walk of `pid` through `frames` left its known mappings and they are due to be
@@ -562,6 +592,44 @@ mod tests {
         // A new start (exec) forgets the process's keys and starts over.
         tables.start(5, t1);
         assert!(!tables.needs_refresh(5, &[0x9000], t1 + 10 * REFRESH_INTERVAL));
+    }
+
+    #[test]
+    fn a_sampled_process_whose_table_was_evicted_is_loaded_again() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(4096);
+        tables.key(&id(1), t0);
+        tables.loaded(&id(1), shape(), 4096, t0);
+        tables.start(7, t0);
+        tables.set_mappings(7, vec![mapping(0x1000, Some(1))], t0);
+        tables.ready(7, t0);
+        let t1 = t0 + REFRESH_INTERVAL;
+        assert!(tables.sampled(&[7], t1).is_empty(), "its table is in");
+        // Another process's table pushed it out.
+        assert_eq!(tables.evicted(&id(1)), Some(1));
+        assert!(tables.maps_evicted(7));
+        let t2 = t1 + REFRESH_INTERVAL;
+        assert_eq!(
+            tables.sampled(&[7, 99], t2),
+            vec![7],
+            "sampled again: load it again"
+        );
+        assert!(tables.sampled(&[7], t2).is_empty(), "rate limited");
+        // The load found no room: the wait doubles.
+        tables.refreshed(7, false);
+        assert!(tables.sampled(&[7], t2 + REFRESH_INTERVAL).is_empty());
+        assert_eq!(tables.sampled(&[7], t2 + 2 * REFRESH_INTERVAL), vec![7]);
+        tables.loaded(&id(1), shape(), 4096, t2);
+        tables.refreshed(7, true);
+        assert!(!tables.maps_evicted(7));
+        assert!(
+            tables.sampled(&[7], t2 + 10 * REFRESH_INTERVAL).is_empty(),
+            "back in"
+        );
+        // A table that failed to build is not asked for again.
+        tables.evicted(&id(1));
+        tables.failed(&id(1));
+        assert!(tables.sampled(&[7], t2 + 20 * REFRESH_INTERVAL).is_empty());
     }
 
     #[test]

@@ -131,7 +131,14 @@ impl Worker {
             Request::Seen(pid) if self.tables.is_alive(pid) => {}
             Request::Seen(pid) | Request::Exec(pid) => self.start(pid, now),
             Request::Exited(pid) => self.tables.exited(pid, now),
-            Request::Sampled(pids) => self.tables.sampled(&pids, now),
+            Request::Sampled(pids) => {
+                for pid in self.tables.sampled(&pids, now) {
+                    self.metrics.reloads.inc();
+                    self.load(pid);
+                    let back = !self.tables.maps_evicted(pid);
+                    self.tables.refreshed(pid, back);
+                }
+            }
             Request::Missed(misses) => {
                 for miss in misses {
                     if self.tables.needs_refresh(miss.pid, &miss.frames, now) {
