@@ -19,7 +19,7 @@ use super::debuginfo::{DebugDirs, DebugSource, downloaded_name};
 use super::debuginfod::Debuginfod;
 use crate::ebpf::metrics::SymbolizeMetrics;
 use crate::ebpf::process::FileKey;
-use crate::ebpf::unwind::{MappedFile, Stamp};
+use crate::ebpf::unwind::{FileBytes, Stamp, open_regular};
 
 /// Where one binary's names are read.
 pub(crate) struct Binary {
@@ -87,9 +87,9 @@ impl Binaries {
             awaiting: None,
             own_layout: layout,
         };
-        let Some(mapped) = File::open(open)
+        let Some(mapped) = open_regular(open, true)
             .ok()
-            .and_then(|file| MappedFile::new(&file, Stamp::of(&file).ok()?.size).ok())
+            .and_then(|file| FileBytes::new(&file, &Stamp::of(&file).ok()?).ok())
         else {
             self.binaries.insert(key, plain(Layout::default()));
             return;

@@ -25,7 +25,7 @@ use tracing::{debug, info, warn};
 
 use super::debuginfo::{downloaded_name, hex};
 use crate::ebpf::metrics::SymbolizeMetrics;
-use crate::ebpf::unwind::{MappedFile, Stamp};
+use crate::ebpf::unwind::{FileBytes, Stamp, open_regular};
 
 /// How long a build id no server has is not asked for again.
 pub(crate) const NOT_FOUND_RETRY: Duration = Duration::from_secs(3600);
@@ -307,13 +307,13 @@ async fn fetch_one(
 
 /// Whether the file at `path` is an ELF file with build id `id`.
 fn carries(path: &Path, id: &[u8]) -> bool {
-    let Ok(file) = std::fs::File::open(path) else {
+    let Ok(file) = open_regular(path, false) else {
         return false;
     };
     let Ok(stamp) = Stamp::of(&file) else {
         return false;
     };
-    let Ok(mapped) = MappedFile::new(&file, stamp.size) else {
+    let Ok(mapped) = FileBytes::new(&file, &stamp) else {
         return false;
     };
     Elf::parse(mapped.bytes()).is_ok_and(|elf| elf.build_id() == Some(id))

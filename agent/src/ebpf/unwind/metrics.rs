@@ -54,6 +54,13 @@ pub struct UnwindMetrics {
     pub reloads: IntCounter,
     /// `smolder_agent_ebpf_unwind_cache_bytes`: the disk cache's size.
     pub cache_bytes: IntGauge,
+    /// `smolder_agent_ebpf_unwind_requests_queued`: requests sent to the `smolder-unwind`
+    /// thread and not taken yet; growing, it says the thread is stuck or cannot keep up.
+    pub requests_queued: IntGauge,
+    /// `smolder_agent_ebpf_unwind_last_progress_timestamp_seconds`: when the `smolder-unwind`
+    /// thread last went round its loop (Unix time); it goes round at least every 500 ms, so
+    /// `time() - this` above a few seconds says the thread is stuck.
+    pub last_progress: IntGauge,
 }
 
 impl UnwindMetrics {
@@ -133,6 +140,16 @@ impl UnwindMetrics {
                 registry,
                 "smolder_agent_ebpf_unwind_cache_bytes",
                 "Bytes of unwind tables in the disk cache.",
+            ),
+            requests_queued: gauge(
+                registry,
+                "smolder_agent_ebpf_unwind_requests_queued",
+                "Requests sent to the smolder-unwind thread and not taken yet.",
+            ),
+            last_progress: gauge(
+                registry,
+                "smolder_agent_ebpf_unwind_last_progress_timestamp_seconds",
+                "When the smolder-unwind thread last went round its loop (Unix time, at least every 500 ms while it is not stuck).",
             ),
         };
         for origin in ["cache", "built", "built_with_debug_file"] {

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
-pub(crate) use self::file::{MappedFile, Stamp};
+pub(crate) use self::file::{FileBytes, Stamp, crc32, open_regular};
 use self::kernel::Kernel;
 pub use self::kernel::KernelError;
 pub use self::metrics::UnwindMetrics;
@@ -131,6 +131,7 @@ pub enum UnwinderError {
 /// The handle to the `smolder-unwind` thread; dropping it stops the thread.
 pub struct Unwinder {
     tx: Option<mpsc::Sender<Request>>,
+    queued: prometheus::IntGauge,
     ready: mpsc::Receiver<Ready>,
     thread: Option<JoinHandle<()>>,
 }
@@ -171,6 +172,7 @@ impl Unwinder {
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready) = mpsc::channel();
         let tables = Tables::new(config.max_table_bytes);
+        let queued = metrics.requests_queued.clone();
         let thread = std::thread::Builder::new()
             .name("smolder-unwind".to_owned())
             .spawn(move || {
@@ -190,6 +192,7 @@ impl Unwinder {
             .map_err(UnwinderError::Spawn)?;
         Ok(Unwinder {
             tx: Some(tx),
+            queued,
             ready,
             thread: Some(thread),
         })
@@ -198,11 +201,17 @@ impl Unwinder {
     fn send(&self, request: Request) {
         // A stopped thread (it panicked) leaves stacks walked with frame pointers: sampling goes
         // on.
-        let _ = self
+        // Counted before it is sent, so that the thread never takes it before it counts.
+        self.queued.inc();
+        if self
             .tx
             .as_ref()
             .expect("the sender lives until drop")
-            .send(request);
+            .send(request)
+            .is_err()
+        {
+            self.queued.dec();
+        }
     }
 
     /// `pids` were running when the agent started: load their tables when nothing more urgent

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use smolder_unwind::{CfiKind, Elf, ExeId, Limits, Rule, UnwindError, UnwindTable, cache};
 use tracing::{debug, warn};
 
-use super::file::{MappedFile, Stamp};
+use super::file::{FileBytes, Stamp};
 use crate::ebpf::symbolize::DebugDirs;
 
 /// Below this share of `.text` covered by FDEs, the binary's debug file is looked for: code
@@ -147,7 +147,7 @@ fn with_debug(
     limits: &Limits,
 ) -> Option<Result<UnwindTable, UnwindError>> {
     let stamp = Stamp::of(file).ok()?;
-    let mapped = MappedFile::new(file, stamp.size).ok()?;
+    let mapped = FileBytes::new(file, &stamp).ok()?;
     let debug = Elf::parse(mapped.bytes()).ok()?;
     Some(smolder_unwind::build(elf, Some(&debug), limits))
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use smolder_unwind::{Elf, ExeId, Layout, Limits, Unsupported, UnwindError};
 use tracing::{debug, debug_span, warn};
 
-use super::file::{MappedFile, Stamp};
+use super::file::{FileBytes, Stamp};
 use super::kernel::Kernel;
 use super::metrics::UnwindMetrics;
 use super::source::{self, DiskCache};
@@ -30,6 +30,13 @@ const TICK: Duration = Duration::from_millis(500);
 /// Unreferenced executables without a table in the kernel are forgotten after this long, so
 /// that a host that runs ever new binaries (a build machine) does not grow the agent.
 const FORGET_AFTER: Duration = Duration::from_secs(600);
+
+/// Now in whole seconds since the Unix epoch.
+fn unix_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
 
 /// A file the worker has read.
 struct Known {
@@ -99,6 +106,7 @@ impl Worker {
     pub(super) fn run(mut self, rx: Receiver<Request>) {
         let mut last_tick = Instant::now();
         loop {
+            self.metrics.last_progress.set(unix_seconds());
             if self.tables.preloading() {
                 match rx.try_recv() {
                     Ok(request) => self.handle(request),
@@ -125,6 +133,7 @@ impl Worker {
     }
 
     fn handle(&mut self, request: Request) {
+        self.metrics.requests_queued.dec();
         let now = Instant::now();
         match request {
             Request::Preload(pids) => self.tables.preload(pids),
@@ -270,7 +279,7 @@ impl Worker {
             let (id, bias) = (id.clone(), layout.bias(mapping.start, mapping.offset)?);
             keep.insert(id.clone());
             if self.tables.needs_table(&id) {
-                let mapped = MappedFile::new(&file, stamp.size).ok()?;
+                let mapped = FileBytes::new(&file, &stamp).ok()?;
                 let elf = Elf::parse(mapped.bytes()).ok()?;
                 self.ensure_table(&id, &elf, pid, path, keep);
             }
@@ -280,10 +289,10 @@ impl Worker {
             // The same file, not an ELF file.
             return None;
         }
-        let mapped = match MappedFile::new(&file, stamp.size) {
+        let mapped = match FileBytes::new(&file, &stamp) {
             Ok(mapped) => mapped,
             Err(err) => {
-                debug!(pid, path = &**path, error = %err, "mapping a binary failed");
+                debug!(pid, path = &**path, error = %err, "reading a binary failed");
                 self.fail("unreadable");
                 return None;
             }
