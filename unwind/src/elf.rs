@@ -23,36 +23,44 @@ pub const MAX_BUILD_ID: usize = 64;
 /// Largest `.debug_frame` decompressed, so that a hostile size field allocates nothing.
 const MAX_DECOMPRESSED: u64 = 256 << 20;
 
+/// Bytes of a [`ExeId::BuildId`]'s source digest.
+pub(crate) const SOURCE_DIGEST: usize = 16;
+
 /// The identity of an executable: the table built from one file is valid for every file with
 /// the same identity.
+///
+/// A build id alone is not enough: anyone can write a file with libc's build id and garbage
+/// call-frame information, and the table built from it would serve every process mapping the
+/// real libc (and be cached on disk). So the build id goes with a digest of everything a table
+/// is built from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ExeId {
-    /// The GNU build id note (1 to [`MAX_BUILD_ID`] bytes).
-    BuildId(Vec<u8>),
+    /// The GNU build id note (1 to [`MAX_BUILD_ID`] bytes) and the first [`SOURCE_DIGEST`]
+    /// bytes of the SHA-256 of what the table is built from: the CFI sections' bytes and
+    /// addresses, the `PT_LOAD` segments, `.text`, and a Go binary's symbols the builder reads.
+    BuildId(Vec<u8>, [u8; SOURCE_DIGEST]),
     /// SHA-256 of the whole file, for files without a build id.
     ContentHash([u8; 32]),
 }
 
-impl ExeId {
-    /// The identity's bytes.
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            ExeId::BuildId(bytes) => bytes,
-            ExeId::ContentHash(hash) => hash,
-        }
-    }
-}
-
 impl fmt::Display for ExeId {
-    /// Lowercase hex, content hashes prefixed `sha256-`: usable as a file name.
+    /// Lowercase hex, the build id then `-` and the source digest; content hashes prefixed
+    /// `sha256-`: usable as a file name.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if matches!(self, ExeId::ContentHash(_)) {
-            f.write_str("sha256-")?;
+        let hex = |f: &mut fmt::Formatter<'_>, bytes: &[u8]| {
+            bytes.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+        };
+        match self {
+            ExeId::BuildId(id, source) => {
+                hex(f, id)?;
+                f.write_str("-")?;
+                hex(f, source)
+            }
+            ExeId::ContentHash(hash) => {
+                f.write_str("sha256-")?;
+                hex(f, hash)
+            }
         }
-        for byte in self.bytes() {
-            write!(f, "{byte:02x}")?;
-        }
-        Ok(())
     }
 }
 
@@ -194,12 +202,60 @@ impl<'data> Elf<'data> {
         Ok(Elf { data, file })
     }
 
-    /// The file's identity: its GNU build id, else the SHA-256 of its bytes.
+    /// The file's identity: its GNU build id with the digest of its table's sources, else the
+    /// SHA-256 of its bytes.
     pub fn id(&self) -> ExeId {
         match self.build_id() {
-            Some(id) => ExeId::BuildId(id.to_vec()),
+            Some(id) => ExeId::BuildId(id.to_vec(), self.source_digest()),
             None => ExeId::ContentHash(Sha256::digest(self.data).into()),
         }
+    }
+
+    /// The digest of what [`crate::build`] reads of this file (see [`ExeId::BuildId`]); each
+    /// part length-prefixed, so that no two files' parts run together alike.
+    fn source_digest(&self) -> [u8; SOURCE_DIGEST] {
+        let mut hash = Sha256::new();
+        let mut part = |tag: &[u8], address: u64, bytes: &[u8]| {
+            hash.update(tag);
+            hash.update(address.to_le_bytes());
+            hash.update((bytes.len() as u64).to_le_bytes());
+            hash.update(bytes);
+        };
+        if let Some(cfi) = self.eh_frame() {
+            part(b"eh_frame", cfi.address, &cfi.data);
+        }
+        if let Some(section) = self.file.section_by_name(".debug_frame") {
+            part(
+                b"debug_frame",
+                section.address(),
+                section.data().unwrap_or_default(),
+            );
+        }
+        let endian = self.file.endian();
+        for ph in self.file.elf_program_headers() {
+            if ph.p_type(endian) == elf::PT_LOAD {
+                let fields = [
+                    ph.p_offset(endian),
+                    ph.p_vaddr(endian),
+                    ph.p_filesz(endian),
+                    u64::from(ph.p_flags(endian)),
+                ];
+                part(b"load", 0, &fields.map(u64::to_le_bytes).concat());
+            }
+        }
+        if let Some((start, end)) = self.text() {
+            part(b"text", start, &end.to_le_bytes());
+        }
+        if self.is_go() {
+            for name in crate::build::GO_SYMBOLS {
+                let (address, size) = self.symbol(name).unwrap_or_default();
+                part(name.as_bytes(), address, &size.to_le_bytes());
+            }
+        }
+        let digest = hash.finalize();
+        let mut out = [0; SOURCE_DIGEST];
+        out.copy_from_slice(&digest[..SOURCE_DIGEST]);
+        out
     }
 
     /// The GNU build id, if the file has one of a sane length.

@@ -6,7 +6,7 @@ use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::Path;
 use std::process::Command;
 
-use object::{Object as _, ObjectSymbol as _};
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 use smolder_unwind::{Cfa, CfiKind, Elf, ExeId, Fp, Limits, Rule, UnwindError, UnwindTable};
 
 use crate::util::{gcc, table_of};
@@ -15,6 +15,12 @@ fn build(bytes: &[u8], debug: Option<&[u8]>) -> Result<UnwindTable, UnwindError>
     let elf = Elf::parse(bytes)?;
     let debug = debug.map(Elf::parse).transpose()?;
     smolder_unwind::build(&elf, debug.as_ref(), &Limits::default())
+}
+
+fn section_offset(bytes: &[u8], name: &str) -> usize {
+    let file = object::File::parse(bytes).unwrap();
+    let (offset, _) = file.section_by_name(name).unwrap().file_range().unwrap();
+    usize::try_from(offset).unwrap()
 }
 
 fn symbol(bytes: &[u8], name: &str) -> u64 {
@@ -34,12 +40,39 @@ fn sectionless_elf_finds_eh_frame_through_its_program_headers() {
     bytes[0x28..0x30].fill(0);
     bytes[0x3c..0x40].fill(0);
     let sectionless = build(&bytes, None).unwrap();
-    assert!(
-        matches!(sectionless.id(), ExeId::BuildId(_)),
-        "the build id note is in PT_NOTE"
-    );
-    assert_eq!(sectionless.id(), table.id());
+    let (ExeId::BuildId(id, _), ExeId::BuildId(sectionless_id, _)) = (table.id(), sectionless.id())
+    else {
+        panic!("the build id note is in PT_NOTE");
+    };
+    assert_eq!(sectionless_id, id);
     assert_eq!(sectionless.entries(), table.entries());
+}
+
+#[test]
+fn a_file_with_anothers_build_id_but_other_cfi_has_another_identity() {
+    let path = Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
+    let bytes = std::fs::read(path).unwrap();
+    let real = Elf::parse(&bytes).unwrap();
+    let eh_frame = section_offset(&bytes, ".eh_frame");
+    // A user's copy of libc with its build id and one byte of `.eh_frame` changed: its table
+    // must not be the one every process mapping the real libc gets.
+    let mut forged = bytes.clone();
+    forged[eh_frame + 64] ^= 0xff;
+    let forged = Elf::parse(&forged).unwrap();
+    assert_eq!(forged.build_id(), real.build_id());
+    assert_ne!(forged.id(), real.id());
+    // Also when only the layout differs: a segment's address moved.
+    let mut moved = bytes.clone();
+    let phoff = usize::try_from(u64::from_le_bytes(moved[0x20..0x28].try_into().unwrap())).unwrap();
+    let phentsize = usize::from(u16::from_le_bytes([moved[0x36], moved[0x37]]));
+    let load = (0..usize::from(u16::from_le_bytes([moved[0x38], moved[0x39]])))
+        .map(|i| phoff + i * phentsize)
+        .find(|&ph| moved[ph..ph + 4] == 1u32.to_le_bytes())
+        .unwrap();
+    moved[load + 0x10] ^= 0x10; // p_vaddr
+    assert_ne!(Elf::parse(&moved).unwrap().id(), real.id());
+    // The same bytes: the same identity.
+    assert_eq!(Elf::parse(&bytes).unwrap().id(), real.id());
 }
 
 #[test]
@@ -118,7 +151,7 @@ fn vdso_from_our_own_memory() {
     let mut bytes = vec![0; (end - start) as usize];
     mem.read_exact(&mut bytes).unwrap();
     let table = build(&bytes, None).unwrap();
-    assert!(matches!(table.id(), ExeId::BuildId(_)));
+    assert!(matches!(table.id(), ExeId::BuildId(..)));
     assert!(table.stats().fdes > 0, "{:?}", table.stats());
     assert_eq!(table.stats().unsupported, [0; 4]);
 }

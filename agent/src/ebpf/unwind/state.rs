@@ -460,7 +460,7 @@ mod tests {
     use super::*;
 
     fn id(n: u8) -> ExeId {
-        ExeId::BuildId(vec![n; 20])
+        ExeId::BuildId(vec![n; 20], [0; 16])
     }
 
     fn shape() -> Shape {
