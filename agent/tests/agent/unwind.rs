@@ -596,7 +596,8 @@ fn a_uprobe_walked_with_the_agents_tables_gives_the_known_call_path() {
         metrics.ebpf.tier.clone(),
     )
     .unwrap();
-    unwinder.seen(workload.pid);
+    let start_time = smolder_agent::ebpf::process::process_start_time(workload.pid).unwrap();
+    unwinder.seen(workload.pid, start_time);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !unwinder.take_ready().iter().any(|r| r.pid == workload.pid) {
         assert!(Instant::now() < deadline, "the tables never loaded");

@@ -21,7 +21,9 @@
 //! until then, and wherever no table applies, it steps with frame pointers. Tables stay within
 //! `ebpf.unwind.max-table-bytes` of kernel memory: those no live process maps go first, then
 //! those of the least recently sampled processes (`state.rs`, the sans-IO core). An exited
-//! process's mappings leave after `ebpf.exit-grace`.
+//! process's mappings leave the kernel at its exit (a process reusing its pid must not be walked
+//! through them; one whose exit event was lost is told apart by its start time), what is known
+//! of it after `ebpf.exit-grace`.
 
 mod file;
 mod kernel;
@@ -105,8 +107,8 @@ pub struct Ready {
 
 enum Request {
     Preload(Vec<u32>),
-    Seen(u32),
-    Exec(u32),
+    Seen { pid: u32, start_time: u64 },
+    Exec { pid: u32, start_time: u64 },
     Exited(u32),
     Sampled(Vec<u32>),
     Missed(Vec<Miss>),
@@ -220,17 +222,20 @@ impl Unwinder {
         self.send(Request::Preload(pids));
     }
 
-    /// `pid` was sampled for the first time: load its tables.
-    pub fn seen(&self, pid: u32) {
-        self.send(Request::Seen(pid));
+    /// `pid`, which started at `start_time` (`/proc/PID/stat`), was sampled for the first
+    /// time: load its tables. A tracked process with another start time is one whose pid was
+    /// reused: it starts over.
+    pub fn seen(&self, pid: u32, start_time: u64) {
+        self.send(Request::Seen { pid, start_time });
     }
 
     /// `pid` exec'd: its address space is new.
-    pub fn exec(&self, pid: u32) {
-        self.send(Request::Exec(pid));
+    pub fn exec(&self, pid: u32, start_time: u64) {
+        self.send(Request::Exec { pid, start_time });
     }
 
-    /// `pid` exited: its mappings leave after the grace period.
+    /// `pid` exited: its mappings leave the kernel now, what is known of it after the grace
+    /// period.
     pub fn exited(&self, pid: u32) {
         self.send(Request::Exited(pid));
     }

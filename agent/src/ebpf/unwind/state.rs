@@ -58,6 +58,8 @@ pub(crate) struct Resolved {
 
 #[derive(Debug)]
 struct Process {
+    /// Its start time (`/proc/PID/stat`), which tells it from a later process reusing its pid.
+    start_time: u64,
     first_sight: Instant,
     mappings: Vec<Resolved>,
     /// LPM keys inserted for it: (prefix length, key).
@@ -102,13 +104,20 @@ impl Tables {
         }
     }
 
-    /// Starts tracking `pid`, first seen at `now`, forgetting what was known under its pid
-    /// (a pid reused, or an exec). Returns the LPM keys of the old process to delete.
-    pub(crate) fn start(&mut self, pid: u32, now: Instant) -> Vec<(u32, MappingKey)> {
+    /// Starts tracking `pid`, which started at `start_time`, first seen at `now`, forgetting
+    /// what was known under its pid (a pid reused, or an exec). Returns the LPM keys of the old
+    /// process to delete.
+    pub(crate) fn start(
+        &mut self,
+        pid: u32,
+        start_time: u64,
+        now: Instant,
+    ) -> Vec<(u32, MappingKey)> {
         let old = self.forget(pid);
         self.processes.insert(
             pid,
             Process {
+                start_time,
                 first_sight: now,
                 mappings: Vec::new(),
                 keys: Vec::new(),
@@ -142,9 +151,12 @@ impl Tables {
         None
     }
 
-    /// Whether `pid` is tracked and alive.
-    pub(crate) fn is_alive(&self, pid: u32) -> bool {
-        self.processes.get(&pid).is_some_and(|p| p.exited.is_none())
+    /// Whether `pid` is tracked and alive as the process that started at `start_time`: not a
+    /// new process reusing the pid of one whose exit event was lost.
+    pub(crate) fn is_alive(&self, pid: u32, start_time: u64) -> bool {
+        self.processes
+            .get(&pid)
+            .is_some_and(|p| p.exited.is_none() && p.start_time == start_time)
     }
 
     /// The executable's kernel key, assigning one the first time it is seen.
@@ -420,11 +432,15 @@ impl Tables {
         gone
     }
 
-    /// Records that `pid` exited at `now`.
-    pub(crate) fn exited(&mut self, pid: u32, now: Instant) {
-        if let Some(process) = self.processes.get_mut(&pid) {
-            process.exited.get_or_insert(now);
-        }
+    /// Records that `pid` exited at `now`; returns its LPM keys to delete now. Its samples were
+    /// walked when taken, so no walk needs them, and a process reusing the pid must not be
+    /// walked through them. The process stays tracked (its tables referenced) for the grace.
+    pub(crate) fn exited(&mut self, pid: u32, now: Instant) -> Vec<(u32, MappingKey)> {
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return Vec::new();
+        };
+        process.exited.get_or_insert(now);
+        std::mem::take(&mut process.keys)
     }
 
     /// Forgets the processes that exited at least `grace` before `now`; returns their LPM keys
@@ -483,7 +499,7 @@ mod tests {
     fn mappings_get_keys_once_their_tables_are_loaded_and_give_them_back() {
         let t0 = Instant::now();
         let mut tables = Tables::new(1 << 20);
-        assert!(tables.start(10, t0).is_empty());
+        assert!(tables.start(10, 0, t0).is_empty());
         let key = tables.key(&id(1), t0);
         assert_eq!(key, 1);
         assert!(tables.needs_table(&id(1)));
@@ -523,21 +539,25 @@ mod tests {
         );
         assert_eq!(tables.ready(10, t0 + Duration::from_secs(1)), None);
         assert_eq!(tables.mapping_keys(), 1);
-        // Exit, grace, purge: the keys go back.
-        tables.exited(10, t0 + Duration::from_secs(1));
-        assert!(!tables.is_alive(10));
+        assert!(tables.is_alive(10, 0));
+        assert!(!tables.is_alive(10, 5), "another process with its pid");
+        // Exit: the keys go back at once; the process is forgotten after the grace.
+        assert_eq!(tables.exited(10, t0 + Duration::from_secs(1)).len(), 1);
+        assert!(!tables.is_alive(10, 0));
+        assert_eq!(tables.mapping_keys(), 0);
         assert!(
             tables
                 .purge(t0 + Duration::from_secs(2), Duration::from_secs(5))
                 .is_empty()
         );
-        assert_eq!(
+        assert!(tables.mappings(10).is_some(), "kept for the grace");
+        assert!(
             tables
                 .purge(t0 + Duration::from_secs(6), Duration::from_secs(5))
-                .len(),
-            1
+                .is_empty(),
+            "its keys went at the exit"
         );
-        assert_eq!(tables.mapping_keys(), 0);
+        assert!(tables.mappings(10).is_none());
     }
 
     #[test]
@@ -549,9 +569,9 @@ mod tests {
             tables.key(&id(n), t0);
             tables.loaded(&id(n), shape(), 4096, t0);
         }
-        tables.start(1, t0);
+        tables.start(1, 0, t0);
         tables.set_mappings(1, vec![mapping(0x1000, Some(1))], t0);
-        tables.start(2, t0);
+        tables.start(2, 0, t0);
         tables.set_mappings(2, vec![mapping(0x1000, Some(2))], t0);
         tables.sampled(&[1], later);
         let keep = HashSet::new();
@@ -578,7 +598,7 @@ mod tests {
     fn misses_outside_the_known_mappings_refresh_with_a_backoff() {
         let t0 = Instant::now();
         let mut tables = Tables::new(1 << 20);
-        tables.start(5, t0);
+        tables.start(5, 0, t0);
         tables.set_mappings(5, vec![mapping(0x1000, None)], t0);
         assert!(!tables.needs_refresh(5, &[0x9000], t0), "not ready yet");
         tables.ready(5, t0);
@@ -590,7 +610,7 @@ mod tests {
         assert!(!tables.needs_refresh(5, &[0x9000], t1 + REFRESH_INTERVAL));
         assert!(tables.needs_refresh(5, &[0x9000], t1 + 2 * REFRESH_INTERVAL));
         // A new start (exec) forgets the process's keys and starts over.
-        tables.start(5, t1);
+        tables.start(5, 0, t1);
         assert!(!tables.needs_refresh(5, &[0x9000], t1 + 10 * REFRESH_INTERVAL));
     }
 
@@ -600,7 +620,7 @@ mod tests {
         let mut tables = Tables::new(4096);
         tables.key(&id(1), t0);
         tables.loaded(&id(1), shape(), 4096, t0);
-        tables.start(7, t0);
+        tables.start(7, 0, t0);
         tables.set_mappings(7, vec![mapping(0x1000, Some(1))], t0);
         tables.ready(7, t0);
         let t1 = t0 + REFRESH_INTERVAL;
@@ -641,11 +661,11 @@ mod tests {
         tables.preload([1, 2, 3, 4]);
         assert!(tables.preloading());
         assert_eq!(tables.next_preload(), Some(1));
-        tables.start(1, t0);
+        tables.start(1, 0, t0);
         // Process 2 was sampled before its turn: it is loaded already.
-        tables.start(2, t0);
+        tables.start(2, 0, t0);
         assert_eq!(tables.next_preload(), Some(3));
-        tables.start(3, t0);
+        tables.start(3, 0, t0);
         assert_eq!(tables.next_preload(), Some(4));
         assert_eq!(tables.next_preload(), None);
         assert!(!tables.preloading());
@@ -663,14 +683,14 @@ mod tests {
         tables.preload([1, 2, 3, 4]);
         for n in 1..=2 {
             assert_eq!(tables.next_preload(), Some(u32::from(n)));
-            tables.start(u32::from(n), t0);
+            tables.start(u32::from(n), 0, t0);
             tables.key(&id(n), t0);
             assert_eq!(tables.make_room(4096, &HashSet::new()), Some(vec![]));
             tables.loaded(&id(n), shape(), 4096, t0);
             tables.set_mappings(u32::from(n), vec![mapping(0x1000, Some(n))], t0);
         }
         assert_eq!(tables.next_preload(), Some(3));
-        tables.start(3, t0);
+        tables.start(3, 0, t0);
         tables.key(&id(3), t0);
         let keep = HashSet::from([id(3)]);
         let evict = tables.make_room(4096, &keep).unwrap();

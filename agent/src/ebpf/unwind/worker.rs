@@ -20,7 +20,7 @@ use super::metrics::UnwindMetrics;
 use super::source::{self, DiskCache};
 use super::state::{Resolved, Shape, Tables};
 use super::{Ready, Request, vdso};
-use crate::ebpf::process::{FileKey, Mapping, Object, ProcessMap, open_mapped};
+use crate::ebpf::process::{FileKey, Mapping, Object, ProcessMap, open_mapped, process_start_time};
 use crate::ebpf::symbolize::DebugDirs;
 use crate::metrics::StageCounters;
 
@@ -111,8 +111,10 @@ impl Worker {
                 match rx.try_recv() {
                     Ok(request) => self.handle(request),
                     Err(TryRecvError::Empty) => {
-                        if let Some(pid) = self.tables.next_preload() {
-                            self.start(pid, Instant::now());
+                        if let Some(pid) = self.tables.next_preload()
+                            && let Some(start_time) = process_start_time(pid)
+                        {
+                            self.start(pid, start_time, Instant::now());
                         }
                     }
                     Err(TryRecvError::Disconnected) => return,
@@ -137,9 +139,14 @@ impl Worker {
         let now = Instant::now();
         match request {
             Request::Preload(pids) => self.tables.preload(pids),
-            Request::Seen(pid) if self.tables.is_alive(pid) => {}
-            Request::Seen(pid) | Request::Exec(pid) => self.start(pid, now),
-            Request::Exited(pid) => self.tables.exited(pid, now),
+            Request::Seen { pid, start_time } if self.tables.is_alive(pid, start_time) => {}
+            Request::Seen { pid, start_time } | Request::Exec { pid, start_time } => {
+                self.start(pid, start_time, now);
+            }
+            Request::Exited(pid) => {
+                let keys = self.tables.exited(pid, now);
+                self.delete_mappings(&keys);
+            }
             Request::Sampled(pids) => {
                 for pid in self.tables.sampled(&pids, now) {
                     self.metrics.reloads.inc();
@@ -183,8 +190,8 @@ impl Worker {
     }
 
     /// Starts (or starts over, after an exec or a pid reuse) tracking `pid` and loads it.
-    fn start(&mut self, pid: u32, now: Instant) {
-        let old = self.tables.start(pid, now);
+    fn start(&mut self, pid: u32, start_time: u64, now: Instant) {
+        let old = self.tables.start(pid, start_time, now);
         self.delete_mappings(&old);
         self.load(pid);
     }
@@ -199,7 +206,8 @@ impl Worker {
             Err(err) => {
                 debug!(pid, error = %err, "process gone before its mappings were read");
                 // Its exit event may be lost; forget it once the grace is over.
-                self.tables.exited(pid, now);
+                let keys = self.tables.exited(pid, now);
+                self.delete_mappings(&keys);
                 return false;
             }
         };
