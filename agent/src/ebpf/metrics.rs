@@ -21,6 +21,11 @@ pub(crate) const RING_BUFFER_FULL: DropCause = DropCause::forced("ring_buffer_fu
 pub(crate) const RELABEL: DropCause = DropCause::intentional("relabel");
 /// Samples of a process that exited before the agent could read it.
 pub(crate) const UNKNOWN_PROCESS: DropCause = DropCause::forced("unknown_process");
+/// Mappings left out of the kernel past a process's share of `unwind_mappings`
+/// (`smolder_agent_dropped_mappings_total`).
+pub(crate) const PROCESS_CAP: DropCause = DropCause::forced("unwind_process_cap");
+/// Mappings the kernel refused: `unwind_mappings` is full.
+pub(crate) const MAP_FULL: DropCause = DropCause::forced("unwind_mappings_full");
 
 /// The `error_type`s of `smolder_agent_errors_total{stage="ebpf"}`: reading the kernel's loss
 /// counters failed, the samples ring buffer held a malformed record, putting an unwind table or
@@ -74,8 +79,10 @@ pub struct EbpfMetrics {
 impl EbpfMetrics {
     /// Creates the sampler's metrics in `registry`.
     pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
-        let drops =
-            [RING_BUFFER_FULL, RELABEL, UNKNOWN_PROCESS].map(|cause| (DroppedUnit::Samples, cause));
+        let mut drops: Vec<(DroppedUnit, DropCause)> = [RING_BUFFER_FULL, RELABEL, UNKNOWN_PROCESS]
+            .map(|cause| (DroppedUnit::Samples, cause))
+            .into();
+        drops.extend([PROCESS_CAP, MAP_FULL].map(|cause| (DroppedUnit::Mappings, cause)));
         let metrics = EbpfMetrics {
             samples: counter(
                 registry,

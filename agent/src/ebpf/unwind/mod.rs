@@ -173,7 +173,10 @@ impl Unwinder {
         );
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready) = mpsc::channel();
-        let tables = Tables::new(config.max_table_bytes);
+        let tables = Tables::new(
+            config.max_table_bytes,
+            smolder_agent_ebpf::unwind::TABLES_ENTRIES as usize,
+        );
         let queued = metrics.requests_queued.clone();
         let thread = std::thread::Builder::new()
             .name("smolder-unwind".to_owned())

@@ -21,6 +21,11 @@ pub(crate) const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 /// The longest time between two such re-reads.
 pub(crate) const MAX_REFRESH_INTERVAL: Duration = Duration::from_secs(64);
 
+/// The most LPM entries one process gets, so that one process with a huge number of mappings
+/// cannot fill `unwind_mappings` (256 Ki entries) for all: 64 processes at this cap fill it.
+/// A typical process takes a few hundred (up to about 70 per mapping).
+pub(crate) const MAX_PROCESS_KEYS: usize = 4096;
+
 /// The shape of a table: what a mapping's LPM value repeats of its header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Shape {
@@ -77,6 +82,9 @@ struct Process {
 pub(crate) struct MappingChanges {
     pub(crate) insert: Vec<(u32, MappingKey, Mapping)>,
     pub(crate) delete: Vec<(u32, MappingKey)>,
+    /// Entries left out past [`MAX_PROCESS_KEYS`] (whole mappings: walks there use frame
+    /// pointers).
+    pub(crate) capped: u64,
 }
 
 /// The lifecycle state.
@@ -86,19 +94,22 @@ pub(crate) struct Tables {
     processes: HashMap<u32, Process>,
     next_key: u64,
     max_bytes: u64,
+    /// Entries of the kernel's `unwind_tables`: at most this many tables at once.
+    max_tables: usize,
     used_bytes: u64,
     /// Processes running at the agent's start, not loaded yet (`ebpf.unwind.load-at-start`).
     preload: VecDeque<u32>,
 }
 
 impl Tables {
-    /// An empty state with a budget of `max_bytes` of kernel memory for tables.
-    pub(crate) fn new(max_bytes: u64) -> Tables {
+    /// An empty state with a budget of `max_bytes` of kernel memory and `max_tables` tables.
+    pub(crate) fn new(max_bytes: u64, max_tables: usize) -> Tables {
         Tables {
             exes: HashMap::new(),
             processes: HashMap::new(),
             next_key: 1,
             max_bytes,
+            max_tables,
             used_bytes: 0,
             preload: VecDeque::new(),
         }
@@ -195,15 +206,18 @@ impl Tables {
         }
     }
 
-    /// The executables to evict so that a table of `bytes` fits, least valuable first: tables
-    /// no live process maps, then those of the least recently sampled processes. Those in
-    /// `keep` (the ones the process being loaded needs) stay. `None` when it cannot fit.
+    /// The executables to evict so that one more table of `bytes` fits, in bytes and in
+    /// entries of the kernel's map, least valuable first: tables no live process maps, then
+    /// those of the least recently sampled processes. Those in `keep` (the ones the process
+    /// being loaded needs) stay. `None` when it cannot fit.
     pub(crate) fn make_room(&self, bytes: u64, keep: &HashSet<ExeId>) -> Option<Vec<ExeId>> {
-        if bytes > self.max_bytes {
+        if bytes > self.max_bytes || self.max_tables == 0 {
             return None;
         }
         let mut free = self.max_bytes - self.used_bytes.min(self.max_bytes);
-        if bytes <= free {
+        let mut slots = self.max_tables.saturating_sub(self.loaded_count());
+        let fits = |free: u64, slots: usize| bytes <= free && slots > 0;
+        if fits(free, slots) {
             return Some(Vec::new());
         }
         let mut candidates: Vec<(&ExeId, &Exe)> = self
@@ -214,13 +228,14 @@ impl Tables {
         candidates.sort_by_key(|(_, exe)| (exe.refs > 0, exe.last_used));
         let mut evict = Vec::new();
         for (id, exe) in candidates {
-            if bytes <= free {
+            if fits(free, slots) {
                 break;
             }
             free += exe.loaded.unwrap_or(0);
+            slots += 1;
             evict.push(id.clone());
         }
-        (bytes <= free).then_some(evict)
+        fits(free, slots).then_some(evict)
     }
 
     /// Records that the executable's table is in the kernel, taking `bytes` of it; returns its
@@ -279,6 +294,7 @@ impl Tables {
             }
         }
         let mut insert = Vec::new();
+        let mut capped = 0;
         let process = self.processes.get_mut(&pid).expect("looked up above");
         for mapping in &process.mappings {
             let Some((id, bias)) = &mapping.exe else {
@@ -298,7 +314,12 @@ impl Tables {
                 n_entries: shape.n_entries,
                 flags: 0,
             };
-            for (len, key) in mapping_prefixes(pid, mapping.start, mapping.end) {
+            let prefixes = mapping_prefixes(pid, mapping.start, mapping.end);
+            if process.keys.len() + prefixes.len() > MAX_PROCESS_KEYS {
+                capped += prefixes.len() as u64;
+                continue;
+            }
+            for (len, key) in prefixes {
                 process.keys.push((len, key));
                 insert.push((len, key, value));
             }
@@ -309,7 +330,19 @@ impl Tables {
             .filter(|key| !kept.contains(key))
             .copied()
             .collect();
-        Some(MappingChanges { insert, delete })
+        Some(MappingChanges {
+            insert,
+            delete,
+            capped,
+        })
+    }
+
+    /// Records that the kernel refused `keys` of `pid` (its map is full): they are not held.
+    pub(crate) fn not_inserted(&mut self, pid: u32, keys: &[(u32, MappingKey)]) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            let refused: HashSet<&(u32, MappingKey)> = keys.iter().collect();
+            process.keys.retain(|key| !refused.contains(key));
+        }
     }
 
     /// Records that `pid`'s tables and mappings are in the kernel at `now`; returns how long
@@ -498,7 +531,7 @@ mod tests {
     #[test]
     fn mappings_get_keys_once_their_tables_are_loaded_and_give_them_back() {
         let t0 = Instant::now();
-        let mut tables = Tables::new(1 << 20);
+        let mut tables = Tables::new(1 << 20, 4096);
         assert!(tables.start(10, 0, t0).is_empty());
         let key = tables.key(&id(1), t0);
         assert_eq!(key, 1);
@@ -564,7 +597,7 @@ mod tests {
     fn eviction_prefers_unmapped_then_least_recently_sampled_tables() {
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(10);
-        let mut tables = Tables::new(3 * 4096);
+        let mut tables = Tables::new(3 * 4096, 4096);
         for n in 1..=3 {
             tables.key(&id(n), t0);
             tables.loaded(&id(n), shape(), 4096, t0);
@@ -595,9 +628,58 @@ mod tests {
     }
 
     #[test]
+    fn the_map_entries_are_budgeted_as_well_as_the_bytes() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(1 << 20, 2);
+        for n in 1..=2 {
+            tables.key(&id(n), t0);
+            assert_eq!(tables.make_room(4096, &HashSet::new()), Some(vec![]));
+            tables.loaded(
+                &id(n),
+                shape(),
+                4096,
+                t0 + Duration::from_secs(u64::from(n)),
+            );
+        }
+        // Bytes to spare, but the kernel's map holds two tables: the older goes.
+        assert_eq!(tables.make_room(4096, &HashSet::new()), Some(vec![id(1)]));
+        assert_eq!(tables.make_room(4096, &HashSet::from([id(1), id(2)])), None);
+        assert_eq!(Tables::new(1 << 20, 0).make_room(1, &HashSet::new()), None);
+    }
+
+    #[test]
+    fn a_process_gets_at_most_its_share_of_map_entries() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(1 << 20, 4096);
+        tables.key(&id(1), t0);
+        tables.loaded(&id(1), shape(), 4096, t0);
+        tables.start(3, 0, t0);
+        // Mappings of 3 pages: two LPM entries each (one of 8 KiB, one of 4 KiB).
+        let mappings: Vec<Resolved> = (0..MAX_PROCESS_KEYS as u64)
+            .map(|i| Resolved {
+                start: 0x10_0000 + i * 0x4000,
+                end: 0x10_0000 + i * 0x4000 + 0x3000,
+                exe: Some((id(1), 0)),
+            })
+            .collect();
+        let changes = tables.set_mappings(3, mappings, t0).unwrap();
+        assert_eq!(changes.insert.len(), MAX_PROCESS_KEYS);
+        assert_eq!(changes.capped, MAX_PROCESS_KEYS as u64);
+        assert_eq!(tables.mapping_keys(), MAX_PROCESS_KEYS);
+        // The kernel refused some: only those it took are counted and given back later.
+        let refused: Vec<(u32, MappingKey)> = changes.insert[10..]
+            .iter()
+            .map(|&(len, key, _)| (len, key))
+            .collect();
+        tables.not_inserted(3, &refused);
+        assert_eq!(tables.mapping_keys(), 10);
+        assert_eq!(tables.exited(3, t0).len(), 10);
+    }
+
+    #[test]
     fn misses_outside_the_known_mappings_refresh_with_a_backoff() {
         let t0 = Instant::now();
-        let mut tables = Tables::new(1 << 20);
+        let mut tables = Tables::new(1 << 20, 4096);
         tables.start(5, 0, t0);
         tables.set_mappings(5, vec![mapping(0x1000, None)], t0);
         assert!(!tables.needs_refresh(5, &[0x9000], t0), "not ready yet");
@@ -617,7 +699,7 @@ mod tests {
     #[test]
     fn a_sampled_process_whose_table_was_evicted_is_loaded_again() {
         let t0 = Instant::now();
-        let mut tables = Tables::new(4096);
+        let mut tables = Tables::new(4096, 4096);
         tables.key(&id(1), t0);
         tables.loaded(&id(1), shape(), 4096, t0);
         tables.start(7, 0, t0);
@@ -655,7 +737,7 @@ mod tests {
     #[test]
     fn running_processes_preload_in_order_skipping_those_sampled_first() {
         let t0 = Instant::now();
-        let mut tables = Tables::new(2 * 4096);
+        let mut tables = Tables::new(2 * 4096, 4096);
         assert!(!tables.preloading());
         assert_eq!(tables.next_preload(), None);
         tables.preload([1, 2, 3, 4]);
@@ -679,7 +761,7 @@ mod tests {
     #[test]
     fn preloading_stops_once_the_budget_is_full() {
         let t0 = Instant::now();
-        let mut tables = Tables::new(2 * 4096);
+        let mut tables = Tables::new(2 * 4096, 4096);
         tables.preload([1, 2, 3, 4]);
         for n in 1..=2 {
             assert_eq!(tables.next_preload(), Some(u32::from(n)));

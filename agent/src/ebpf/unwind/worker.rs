@@ -20,9 +20,10 @@ use super::metrics::UnwindMetrics;
 use super::source::{self, DiskCache};
 use super::state::{Resolved, Shape, Tables};
 use super::{Ready, Request, vdso};
+use crate::ebpf::metrics::{MAP_FULL, PROCESS_CAP};
 use crate::ebpf::process::{FileKey, Mapping, Object, ProcessMap, open_mapped, process_start_time};
 use crate::ebpf::symbolize::DebugDirs;
-use crate::metrics::StageCounters;
+use crate::metrics::{DroppedUnit, StageCounters};
 
 /// How often exited processes are purged and gauges refreshed.
 const TICK: Duration = Duration::from_millis(500);
@@ -229,14 +230,30 @@ impl Worker {
         let Some(changes) = self.tables.set_mappings(pid, resolved, Instant::now()) else {
             return false;
         };
-        for (prefix, key, value) in changes.insert {
+        if changes.capped > 0 {
+            self.errors
+                .dropped(DroppedUnit::Mappings, PROCESS_CAP, changes.capped);
+        }
+        let mut refused = Vec::new();
+        for (i, &(prefix, key, value)) in changes.insert.iter().enumerate() {
             if let Err(err) = self.kernel.insert_mapping(prefix, key, value) {
                 self.errors.error("unwind_mappings");
                 warn!(pid, error = %err, "the unwinder's mappings map refused an entry (full?); the process's stacks are walked with frame pointers where it lacks entries");
+                refused = changes.insert[i..]
+                    .iter()
+                    .map(|&(prefix, key, _)| (prefix, key))
+                    .collect();
                 break;
             }
         }
         self.delete_mappings(&changes.delete);
+        if !refused.is_empty() {
+            self.tables.not_inserted(pid, &refused);
+            self.errors
+                .dropped(DroppedUnit::Mappings, MAP_FULL, refused.len() as u64);
+            self.update_gauges();
+            return changed;
+        }
         let done = Instant::now();
         if let Some(after) = self.tables.ready(pid, done) {
             self.metrics.ready_duration.observe(after.as_secs_f64());
