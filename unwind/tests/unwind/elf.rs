@@ -291,11 +291,13 @@ fn a_mapping_belongs_to_the_segment_that_starts_in_its_first_page() {
                 offset: 0,
                 vaddr: 0,
                 file_size: 0x12ab0,
+                flags: 4,
             },
             smolder_unwind::LoadSegment {
                 offset: 0x12ab0,
                 vaddr: 0x13ab0,
                 file_size: 0x3e470,
+                flags: 5,
             },
         ],
     };
@@ -307,4 +309,49 @@ fn a_mapping_belongs_to_the_segment_that_starts_in_its_first_page() {
     assert_eq!(layout.bias(0x5580_0000_0000, 0), Some(0x5580_0000_0000));
     // A mapping split inside the text segment is still the text segment's.
     assert_eq!(layout.bias(start + 0x10000, 0x22000), Some(bias));
+}
+
+/// A minimal x86-64 ELF file with only program headers: `(offset, vaddr, size, flags)` per
+/// `PT_LOAD`.
+fn elf_with_segments(segments: &[(u64, u64, u64, u32)]) -> Vec<u8> {
+    let phoff = 64u64;
+    let mut out = Vec::new();
+    out.extend_from_slice(b"\x7fELF\x02\x01\x01\x00");
+    out.extend_from_slice(&[0; 8]);
+    out.extend_from_slice(&3u16.to_le_bytes()); // ET_DYN
+    out.extend_from_slice(&62u16.to_le_bytes()); // EM_X86_64
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes()); // e_entry
+    out.extend_from_slice(&phoff.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
+    out.extend_from_slice(&0u32.to_le_bytes()); // e_flags
+    out.extend_from_slice(&64u16.to_le_bytes()); // e_ehsize
+    out.extend_from_slice(&56u16.to_le_bytes()); // e_phentsize
+    out.extend_from_slice(&u16::try_from(segments.len()).unwrap().to_le_bytes());
+    out.extend_from_slice(&64u16.to_le_bytes()); // e_shentsize
+    out.extend_from_slice(&[0; 4]); // e_shnum, e_shstrndx
+    for &(offset, vaddr, size, flags) in segments {
+        out.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+        out.extend_from_slice(&flags.to_le_bytes());
+        for field in [offset, vaddr, vaddr, size, size, 0x1000] {
+            out.extend_from_slice(&field.to_le_bytes());
+        }
+    }
+    out.resize(0x2000, 0);
+    out
+}
+
+#[test]
+fn two_small_segments_in_one_page_take_the_executable_ones_bias() {
+    // lld's small-binary layout: read-only data R at offset 0 (0x5a0 bytes, address delta 0),
+    // text RX right after it in the same file page, at address 0x15a0 (delta 0x1000).
+    let bytes = elf_with_segments(&[(0, 0, 0x5a0, 4), (0x5a0, 0x15a0, 0x100, 5)]);
+    let elf = Elf::parse(&bytes).unwrap();
+    let layout = elf.layout();
+    assert!(layout.segments[1].is_executable() && !layout.segments[0].is_executable());
+    // The kernel maps the text from file page 0 at load address + 0x1000.
+    let base = 0x7f00_0000_0000;
+    let bias = elf.bias(base + 0x1000, 0).unwrap();
+    assert_eq!(bias, base, "text at vaddr 0x15a0 runs at base + 0x15a0");
+    assert_eq!(0x15a0 + bias, base + 0x15a0);
 }
