@@ -57,7 +57,7 @@ impl Metrics {
         let tier = TierCounters::new(&registry);
         Metrics {
             ebpf: EbpfMetrics::new(&registry, &tier),
-            symbolize: SymbolizeMetrics::new(&registry),
+            symbolize: SymbolizeMetrics::new(&registry, &tier),
             scrape: ScrapeMetrics::new(&registry, &tier),
             window: WindowMetrics::new(&registry),
             rules: RulesMetrics::new(&registry, &tier),

@@ -226,6 +226,8 @@ impl Collector {
         let started = Instant::now();
         let samples = self.window.take();
         let counts = self.window.take_counts();
+        self.metrics
+            .dropped(metrics::WINDOW_STACKS_FULL, self.window.take_dropped());
         self.count_lost();
         self.metrics
             .drain_duration

@@ -49,9 +49,10 @@ use self::source::DiskCache;
 use self::state::Tables;
 use self::worker::Worker;
 use super::loader::UnwindMaps;
+use super::metrics::UNWIND_QUEUE_FULL;
 use super::samples::Miss;
 use super::symbolize::DebugDirs;
-use crate::metrics::StageCounters;
+use crate::metrics::{DroppedUnit, StageCounters};
 
 /// The unwind tables' settings (`ebpf.unwind:` in the config file).
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -88,6 +89,12 @@ impl Default for UnwindConfig {
         }
     }
 }
+
+/// The most requests waiting for the `smolder-unwind` thread; past it, requests are dropped
+/// (`smolder_agent_dropped_requests_total{reason="unwind_queue_full"}`) rather than queued
+/// without bound behind a thread that is stuck. A process whose first sight is dropped is
+/// loaded at its next window's `Sampled`.
+pub(crate) const MAX_QUEUED_REQUESTS: usize = 4096;
 
 /// A process whose tables and mappings are in the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,8 +139,9 @@ pub enum UnwinderError {
 
 /// The handle to the `smolder-unwind` thread; dropping it stops the thread.
 pub struct Unwinder {
-    tx: Option<mpsc::Sender<Request>>,
+    tx: Option<mpsc::SyncSender<Request>>,
     queued: prometheus::IntGauge,
+    errors: StageCounters,
     ready: mpsc::Receiver<Ready>,
     thread: Option<JoinHandle<()>>,
 }
@@ -171,8 +179,9 @@ impl Unwinder {
             max_table_bytes = config.max_table_bytes,
             "unwinder starting"
         );
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(MAX_QUEUED_REQUESTS);
         let (ready_tx, ready) = mpsc::channel();
+        let dropped = errors.clone();
         let tables = Tables::new(
             config.max_table_bytes,
             smolder_agent_ebpf::unwind::TABLES_ENTRIES as usize,
@@ -198,6 +207,7 @@ impl Unwinder {
         Ok(Unwinder {
             tx: Some(tx),
             queued,
+            errors: dropped,
             ready,
             thread: Some(thread),
         })
@@ -208,14 +218,19 @@ impl Unwinder {
         // on.
         // Counted before it is sent, so that the thread never takes it before it counts.
         self.queued.inc();
-        if self
+        match self
             .tx
             .as_ref()
             .expect("the sender lives until drop")
-            .send(request)
-            .is_err()
+            .try_send(request)
         {
-            self.queued.dec();
+            Ok(()) => {}
+            Err(mpsc::TrySendError::Full(_)) => {
+                self.queued.dec();
+                self.errors
+                    .dropped(DroppedUnit::Requests, UNWIND_QUEUE_FULL, 1);
+            }
+            Err(mpsc::TrySendError::Disconnected(_)) => self.queued.dec(),
         }
     }
 

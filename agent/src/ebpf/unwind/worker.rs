@@ -149,6 +149,14 @@ impl Worker {
                 self.delete_mappings(&keys);
             }
             Request::Sampled(pids) => {
+                // Sampled and not tracked: its first sight was dropped (a full queue).
+                for &pid in &pids {
+                    if self.tables.mappings(pid).is_none()
+                        && let Some(start_time) = process_start_time(pid)
+                    {
+                        self.start(pid, start_time, now);
+                    }
+                }
                 for pid in self.tables.sampled(&pids, now) {
                     self.metrics.reloads.inc();
                     self.load(pid);
