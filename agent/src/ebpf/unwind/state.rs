@@ -43,8 +43,11 @@ struct Exe {
     shape: Option<Shape>,
     /// Kernel memory of its table while it is loaded.
     loaded: Option<u64>,
-    /// Whether building its table failed: it is not tried again.
+    /// Whether building its table failed: it is not tried again, or not before `retry_at`.
     failed: bool,
+    /// When a failure that may not last (no call-frame information yet: a debug file may come)
+    /// is tried again.
+    retry_at: Option<Instant>,
     /// Mappings of live or grace-period processes that map it.
     refs: u32,
     /// When a process mapping it was last sampled (or it was loaded).
@@ -184,6 +187,7 @@ impl Tables {
                 shape: None,
                 loaded: None,
                 failed: false,
+                retry_at: None,
                 refs: 0,
                 last_used: now,
             },
@@ -191,19 +195,26 @@ impl Tables {
         key
     }
 
-    /// Whether the executable needs its table loaded: it has none in the kernel and has not
-    /// failed.
-    pub(crate) fn needs_table(&self, id: &ExeId) -> bool {
-        self.exes
-            .get(id)
-            .is_none_or(|exe| exe.loaded.is_none() && !exe.failed)
+    /// Whether the executable needs its table loaded at `now`: it has none in the kernel and
+    /// has not failed, or its failure's retry time has come.
+    pub(crate) fn needs_table(&self, id: &ExeId, now: Instant) -> bool {
+        self.exes.get(id).is_none_or(|exe| {
+            exe.loaded.is_none() && (!exe.failed || exe.retry_at.is_some_and(|at| now >= at))
+        })
     }
 
-    /// Records that the executable cannot have a table.
-    pub(crate) fn failed(&mut self, id: &ExeId) {
+    /// Records that the executable cannot have a table: never (`retry_at` `None`: a malformed
+    /// file, a table larger than the whole budget) or not before `retry_at`.
+    pub(crate) fn failed(&mut self, id: &ExeId, retry_at: Option<Instant>) {
         if let Some(exe) = self.exes.get_mut(id) {
             exe.failed = true;
+            exe.retry_at = retry_at;
         }
+    }
+
+    /// Whether a table of `bytes` can ever fit the budget.
+    pub(crate) fn can_fit(&self, bytes: u64) -> bool {
+        bytes <= self.max_bytes && self.max_tables > 0
     }
 
     /// The executables to evict so that one more table of `bytes` fits, in bytes and in
@@ -244,6 +255,8 @@ impl Tables {
         let key = self.key(id, now);
         let exe = self.exes.get_mut(id).expect("key() inserted it");
         exe.shape = Some(shape);
+        exe.failed = false;
+        exe.retry_at = None;
         if let Some(old) = exe.loaded.replace(bytes) {
             self.used_bytes -= old;
         }
@@ -535,12 +548,12 @@ mod tests {
         assert!(tables.start(10, 0, t0).is_empty());
         let key = tables.key(&id(1), t0);
         assert_eq!(key, 1);
-        assert!(tables.needs_table(&id(1)));
+        assert!(tables.needs_table(&id(1), t0));
         tables.loaded(&id(1), shape(), 4096, t0);
-        assert!(!tables.needs_table(&id(1)));
+        assert!(!tables.needs_table(&id(1), t0));
         tables.key(&id(2), t0);
-        tables.failed(&id(2));
-        assert!(!tables.needs_table(&id(2)));
+        tables.failed(&id(2), None);
+        assert!(!tables.needs_table(&id(2), t0));
         let changes = tables
             .set_mappings(
                 10,
@@ -620,7 +633,10 @@ mod tests {
         assert_eq!(tables.evicted(&id(3)), Some(3));
         assert_eq!(tables.used_bytes(), 2 * 4096);
         assert_eq!(tables.make_room(4096, &keep), Some(vec![]));
-        assert!(tables.needs_table(&id(3)), "an evicted table can come back");
+        assert!(
+            tables.needs_table(&id(3), t0),
+            "an evicted table can come back"
+        );
         // Unmapped and unloaded: forgotten once old enough; mapped or loaded ones stay.
         assert!(tables.prune(later, Duration::from_secs(60)).is_empty());
         let gone = tables.prune(later + Duration::from_secs(60), Duration::from_secs(60));
@@ -730,8 +746,26 @@ mod tests {
         );
         // A table that failed to build is not asked for again.
         tables.evicted(&id(1));
-        tables.failed(&id(1));
+        tables.failed(&id(1), None);
         assert!(tables.sampled(&[7], t2 + 20 * REFRESH_INTERVAL).is_empty());
+    }
+
+    #[test]
+    fn a_failure_that_may_not_last_is_tried_again_later() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(8192, 4096);
+        tables.key(&id(1), t0);
+        tables.failed(&id(1), Some(t0 + Duration::from_secs(300)));
+        assert!(!tables.needs_table(&id(1), t0 + Duration::from_secs(299)));
+        assert!(tables.needs_table(&id(1), t0 + Duration::from_secs(300)));
+        tables.loaded(&id(1), shape(), 4096, t0);
+        assert!(!tables.needs_table(&id(1), t0 + Duration::from_secs(300)));
+        tables.evicted(&id(1));
+        assert!(
+            tables.needs_table(&id(1), t0),
+            "a loaded table has no failure left"
+        );
+        assert!(tables.can_fit(8192) && !tables.can_fit(8193));
     }
 
     #[test]

@@ -39,6 +39,10 @@ fn unix_seconds() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
+/// How long a binary without call-frame information waits before its table is tried again
+/// (its debug file may have come).
+const NO_CFI_RETRY: Duration = Duration::from_secs(600);
+
 /// A file the worker has read.
 struct Known {
     stamp: Stamp,
@@ -311,7 +315,7 @@ impl Worker {
         {
             let (id, bias) = (id.clone(), layout.bias(mapping.start, mapping.offset)?);
             keep.insert(id.clone());
-            if self.tables.needs_table(&id) {
+            if self.tables.needs_table(&id, Instant::now()) {
                 let mapped = FileBytes::new(&file, &stamp).ok()?;
                 let elf = Elf::parse(mapped.bytes()).ok()?;
                 self.ensure_table(&id, &elf, pid, path, keep);
@@ -370,7 +374,7 @@ impl Worker {
         let bias = vdso.layout.bias(mapping.start, mapping.offset);
         let id = vdso.id.clone();
         keep.insert(id.clone());
-        if self.tables.needs_table(&id)
+        if self.tables.needs_table(&id, Instant::now())
             && let Ok(elf) = Elf::parse(&vdso.bytes)
         {
             self.ensure_table(&id, &elf, 0, "[vdso]", keep);
@@ -395,7 +399,7 @@ impl Worker {
         path: &str,
         keep: &HashSet<ExeId>,
     ) {
-        if !self.tables.needs_table(id) {
+        if !self.tables.needs_table(id, Instant::now()) {
             return;
         }
         let now = Instant::now();
@@ -411,14 +415,16 @@ impl Worker {
         ) {
             Ok(had) => had,
             Err(err) => {
-                let reason = match err {
-                    UnwindError::NoCfi => "no_cfi",
-                    UnwindError::TooLarge { .. } => "too_large",
-                    _ => "malformed",
+                // No call-frame information may come with a debug file (a package installed,
+                // debuginfod): tried again later. The others are the file's for good.
+                let (reason, retry_at) = match err {
+                    UnwindError::NoCfi => ("no_cfi", Some(now + NO_CFI_RETRY)),
+                    UnwindError::TooLarge { .. } => ("too_large", None),
+                    _ => ("malformed", None),
                 };
                 debug!(path, error = %err, "no unwind table");
                 self.fail(reason);
-                self.tables.failed(id);
+                self.tables.failed(id, retry_at);
                 return;
             }
         };
@@ -426,7 +432,12 @@ impl Worker {
             self.metrics.build_duration.observe(took.as_secs_f64());
         }
         let entries = had.table.entries();
-        let Some(evict) = self.tables.make_room(Kernel::estimate(entries.len()), keep) else {
+        let bytes = Kernel::estimate(entries.len());
+        if !self.tables.can_fit(bytes) {
+            // Larger than the whole budget: never loads, so never built again.
+            self.tables.failed(id, None);
+        }
+        let Some(evict) = self.tables.make_room(bytes, keep) else {
             self.fail("over_budget");
             warn!(
                 path,
