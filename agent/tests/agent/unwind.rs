@@ -23,6 +23,7 @@ use aya::programs::uprobe::UProbeScope;
 use regex::Regex;
 use serde::Deserialize;
 use smolder_agent::config::{Config, SymbolizeConfig};
+use smolder_agent::ebpf::process::{Object, ProcessMap};
 use smolder_agent::ebpf::symbolize::{DebugDirs, Symbolizer};
 use smolder_agent::ebpf::{SampleKind, Sampler, Stack, StackCount, Unwinder};
 use smolder_agent::metrics::Metrics;
@@ -666,11 +667,21 @@ fn a_uprobe_walked_with_the_agents_tables_gives_the_known_call_path() {
         r"^(_start;[^;]+;[^;]+;main|[^;]+;[^;]+;worker)(;recurse){6};sort_it(;[^;]+)+;cmp;burn$",
     );
     let bytes = std::fs::read(&binary).unwrap();
-    let burn = smolder_unwind::Elf::parse(&bytes)
-        .unwrap()
-        .symbol("burn")
-        .unwrap()
-        .0;
+    let elf = smolder_unwind::Elf::parse(&bytes).unwrap();
+    let burn = elf.symbol("burn").unwrap().0;
+    // burn's runtime address: its ELF address plus the load bias of the executable mapping of
+    // the binary that holds it.
+    let map = ProcessMap::read(workload.pid).unwrap();
+    let burn_at = map
+        .mappings
+        .iter()
+        .filter(|m| matches!(&m.object, Object::File { path, .. } if Path::new(&**path) == binary))
+        .find_map(|m| {
+            let at = burn.checked_add(elf.bias(m.start, m.offset)?)?;
+            (m.start..m.end).contains(&at).then_some(at)
+        })
+        .expect("burn lies in an executable mapping of the binary");
+    assert_eq!(named.len(), walks.len(), "one named stack per walk");
     for ((status, fp_frames, frames), sample) in walks.iter().zip(&named) {
         let text = sample
             .frames
@@ -681,11 +692,7 @@ fn a_uprobe_walked_with_the_agents_tables_gives_the_known_call_path() {
         assert_eq!(Status::from_raw(*status), Some(Status::Complete), "{text}");
         assert_eq!(*fp_frames, 0, "every frame from a table: {text}");
         assert!(path.is_match(&text), "{text}");
-        assert_eq!(
-            frames[0] % 4096,
-            burn % 4096,
-            "the leaf is the probed instruction"
-        );
+        assert_eq!(frames[0], burn_at, "the leaf is the probed instruction");
     }
 }
 
