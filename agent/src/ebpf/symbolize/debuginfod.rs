@@ -155,8 +155,23 @@ enum FetchError {
     TooLarge { limit: u64 },
     #[error("the file does not carry the build id asked for")]
     Mismatch,
-    #[error("{0}")]
-    Failed(String),
+    /// The request failed on the way (connection, TLS, a body cut short).
+    #[error("requesting {url} failed")]
+    Request {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The server answered with a status other than 200 or 404.
+    #[error("{url} answered HTTP {status}")]
+    Status { url: String, status: u16 },
+    /// Writing the downloaded file failed.
+    #[error("writing {path} failed")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl FetchError {
@@ -166,7 +181,9 @@ impl FetchError {
             FetchError::Timeout => "timeout",
             FetchError::TooLarge { .. } => "too_large",
             FetchError::Mismatch => "mismatch",
-            FetchError::Failed(_) => "failed",
+            FetchError::Request { .. } | FetchError::Status { .. } | FetchError::Write { .. } => {
+                "failed"
+            }
         }
     }
 }
@@ -241,9 +258,17 @@ fn run(
                     FetchError::NotFound | FetchError::TooLarge { .. } | FetchError::Mismatch => {
                         NOT_FOUND_RETRY
                     }
-                    FetchError::Timeout | FetchError::Failed(_) => FAILED_RETRY,
+                    FetchError::Timeout
+                    | FetchError::Request { .. }
+                    | FetchError::Status { .. }
+                    | FetchError::Write { .. } => FAILED_RETRY,
                 };
-                debug!(build_id = %hex(&id), error = %err, "no debug file from debuginfod");
+                debug!(
+                    build_id = %hex(&id),
+                    error = %err,
+                    cause = std::error::Error::source(&err).map(ToString::to_string),
+                    "no debug file from debuginfod"
+                );
                 if retry_after.len() >= MAX_RETRY_WAITS {
                     forget_a_retry_wait(&mut retry_after, now);
                 }
@@ -301,26 +326,36 @@ async fn fetch_one(
     id: &[u8],
     name: &str,
 ) -> Result<u64, FetchError> {
-    let failed = |err: reqwest::Error| {
-        if err.is_timeout() {
+    let failed = |source: reqwest::Error| {
+        if source.is_timeout() {
             FetchError::Timeout
         } else {
-            FetchError::Failed(format!("{url}: {err}"))
+            FetchError::Request {
+                url: url.to_owned(),
+                source,
+            }
         }
     };
     let mut response = client.get(url).send().await.map_err(failed)?;
     match response.status() {
         reqwest::StatusCode::OK => {}
         reqwest::StatusCode::NOT_FOUND => return Err(FetchError::NotFound),
-        status => return Err(FetchError::Failed(format!("{url}: HTTP {status}"))),
+        status => {
+            return Err(FetchError::Status {
+                url: url.to_owned(),
+                status: status.as_u16(),
+            });
+        }
     }
     let limit = config.max_bytes;
     if response.content_length().is_some_and(|len| len > limit) {
         return Err(FetchError::TooLarge { limit });
     }
     let tmp = config.dir.join(format!(".{name}.tmp"));
-    let mut file = std::fs::File::create(&tmp)
-        .map_err(|err| FetchError::Failed(format!("{}: {err}", tmp.display())))?;
+    let mut file = std::fs::File::create(&tmp).map_err(|source| FetchError::Write {
+        path: tmp.clone(),
+        source,
+    })?;
     let mut written = 0u64;
     let result = async {
         while let Some(chunk) = response.chunk().await.map_err(failed)? {
@@ -328,15 +363,19 @@ async fn fetch_one(
             if written > limit {
                 return Err(FetchError::TooLarge { limit });
             }
-            file.write_all(&chunk)
-                .map_err(|err| FetchError::Failed(format!("{}: {err}", tmp.display())))?;
+            file.write_all(&chunk).map_err(|source| FetchError::Write {
+                path: tmp.clone(),
+                source,
+            })?;
         }
         drop(file);
         if !carries(&tmp, id) {
             return Err(FetchError::Mismatch);
         }
-        std::fs::rename(&tmp, config.dir.join(name))
-            .map_err(|err| FetchError::Failed(format!("{}: {err}", tmp.display())))
+        std::fs::rename(&tmp, config.dir.join(name)).map_err(|source| FetchError::Write {
+            path: tmp.clone(),
+            source,
+        })
     }
     .await;
     if result.is_err() {
