@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::io::Read as _;
+use std::sync::OnceLock;
 
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader as _, ProgramHeader as _};
@@ -192,6 +193,8 @@ pub(crate) struct Cfi<'data> {
 pub struct Elf<'data> {
     data: &'data [u8],
     file: ElfFile64<'data, Endianness>,
+    /// [`Elf::id`], computed once: it hashes the call-frame information.
+    id: OnceLock<ExeId>,
 }
 
 impl<'data> Elf<'data> {
@@ -215,16 +218,22 @@ impl<'data> Elf<'data> {
                 ),
             });
         }
-        Ok(Elf { data, file })
+        Ok(Elf {
+            data,
+            file,
+            id: OnceLock::new(),
+        })
     }
 
     /// The file's identity: its GNU build id with the digest of its table's sources, else the
     /// SHA-256 of its bytes.
     pub fn id(&self) -> ExeId {
-        match self.build_id() {
-            Some(id) => ExeId::BuildId(id.to_vec(), self.source_digest()),
-            None => ExeId::ContentHash(Sha256::digest(self.data).into()),
-        }
+        self.id
+            .get_or_init(|| match self.build_id() {
+                Some(id) => ExeId::BuildId(id.to_vec(), self.source_digest()),
+                None => ExeId::ContentHash(Sha256::digest(self.data).into()),
+            })
+            .clone()
     }
 
     /// The digest of what [`crate::build`] reads of this file (see [`ExeId::BuildId`]); each
