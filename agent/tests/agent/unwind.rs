@@ -166,6 +166,7 @@ struct RecordedReady {
     at: u128,
     after_ms: u128,
     refresh: bool,
+    preloaded: bool,
 }
 
 /// A data directory every user may write: the agent may run as `nobody`.
@@ -354,11 +355,17 @@ fn whole_stacks(privilege: Privilege, load_at_start: bool) {
             .iter()
             .find(|ready| ready.pid == workload.pid && !ready.refresh)
             .unwrap_or_else(|| panic!("{} never had its tables loaded", workload.service));
+        // A process first sampled: within 5 s of that sample, its wait in the unwinder's
+        // queue behind the others included (two CPUs shared with builds make a few seconds of
+        // it). One running at the agent's start: counted from the start, within the recording.
+        let bound = if first.preloaded { 16_000 } else { 5_000 };
+        assert!(!first.preloaded || load_at_start, "{}", workload.service);
         assert!(
-            first.after_ms <= 2000,
-            "{}: tables loaded {} ms after its first sight",
+            first.after_ms <= bound,
+            "{}: tables loaded {} ms after its first sight (preloaded: {})",
             workload.service,
-            first.after_ms
+            first.after_ms,
+            first.preloaded
         );
     }
     let idle_loaded = recorded.ready.iter().any(|ready| ready.pid == idle.pid);

@@ -101,10 +101,13 @@ pub(crate) const MAX_QUEUED_REQUESTS: usize = 4096;
 pub struct Ready {
     /// The process.
     pub pid: u32,
-    /// How long after its first sight: its first sample (seen at the poll that read it), or,
-    /// for a process preloaded at the agent's start, the start of its load; for a refresh, how
-    /// long the refresh took.
+    /// How long after its first sight: its first sample (seen at the poll that read it, so
+    /// the wait in the unwinder's queue counts), or, for a process preloaded at the agent's
+    /// start, the agent's start; for a refresh, how long the refresh took.
     pub after: Duration,
+    /// Whether it was loaded because it ran at the agent's start (`ebpf.unwind.load-at-start`)
+    /// rather than at its first sample.
+    pub preloaded: bool,
     /// When.
     pub at: Instant,
     /// Whether its mappings were read again (a walk left them) and changed, rather than read
@@ -113,9 +116,17 @@ pub struct Ready {
 }
 
 enum Request {
-    Preload(Vec<u32>),
-    Seen { pid: u32, start_time: u64 },
-    Exec { pid: u32, start_time: u64 },
+    Preload(Vec<u32>, Instant),
+    Seen {
+        pid: u32,
+        start_time: u64,
+        at: Instant,
+    },
+    Exec {
+        pid: u32,
+        start_time: u64,
+        at: Instant,
+    },
     Exited(u32),
     Sampled(Vec<u32>),
     Missed(Vec<Miss>),
@@ -237,19 +248,27 @@ impl Unwinder {
     /// `pids` were running when the agent started: load their tables when nothing more urgent
     /// waits.
     pub fn preload(&self, pids: Vec<u32>) {
-        self.send(Request::Preload(pids));
+        self.send(Request::Preload(pids, Instant::now()));
     }
 
     /// `pid`, which started at `start_time` (`/proc/PID/stat`), was sampled for the first
     /// time: load its tables. A tracked process with another start time is one whose pid was
     /// reused: it starts over.
     pub fn seen(&self, pid: u32, start_time: u64) {
-        self.send(Request::Seen { pid, start_time });
+        self.send(Request::Seen {
+            pid,
+            start_time,
+            at: Instant::now(),
+        });
     }
 
     /// `pid` exec'd: its address space is new.
     pub fn exec(&self, pid: u32, start_time: u64) {
-        self.send(Request::Exec { pid, start_time });
+        self.send(Request::Exec {
+            pid,
+            start_time,
+            at: Instant::now(),
+        });
     }
 
     /// `pid` exited: its mappings leave the kernel now, what is known of it after the grace

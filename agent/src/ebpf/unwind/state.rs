@@ -73,6 +73,9 @@ struct Process {
     /// LPM keys inserted for it: (prefix length, key).
     keys: Vec<(u32, MappingKey)>,
     ready: Option<Instant>,
+    /// Loaded because it ran at the agent's start (`first_sight` is then the agent's start),
+    /// not at its first sample.
+    preloaded: bool,
     exited: Option<Instant>,
     last_refresh: Instant,
     refresh_interval: Duration,
@@ -136,6 +139,7 @@ impl Tables {
                 mappings: Vec::new(),
                 keys: Vec::new(),
                 ready: None,
+                preloaded: false,
                 exited: None,
                 last_refresh: now,
                 refresh_interval: REFRESH_INTERVAL,
@@ -358,15 +362,26 @@ impl Tables {
         }
     }
 
-    /// Records that `pid`'s tables and mappings are in the kernel at `now`; returns how long
-    /// after its first sight, the first time.
-    pub(crate) fn ready(&mut self, pid: u32, now: Instant) -> Option<Duration> {
+    /// Records that `pid` is loaded because it ran at the agent's start.
+    pub(crate) fn mark_preloaded(&mut self, pid: u32) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.preloaded = true;
+        }
+    }
+
+    /// Records that `pid`'s tables and mappings are in the kernel at `now`; returns, the first
+    /// time, how long after its first sight (its first sample's, or the agent's start for a
+    /// preloaded process) and whether it was preloaded.
+    pub(crate) fn ready(&mut self, pid: u32, now: Instant) -> Option<(Duration, bool)> {
         let process = self.processes.get_mut(&pid)?;
         if process.ready.is_some() {
             return None;
         }
         process.ready = Some(now);
-        Some(now.saturating_duration_since(process.first_sight))
+        Some((
+            now.saturating_duration_since(process.first_sight),
+            process.preloaded,
+        ))
     }
 
     /// The LPM keys held by every tracked process.
@@ -581,7 +596,7 @@ mod tests {
         assert_eq!((len, value.exe_id, value.bias), (96 - 12, 1, 0x1000));
         assert_eq!(
             tables.ready(10, t0 + Duration::from_millis(30)),
-            Some(Duration::from_millis(30))
+            Some((Duration::from_millis(30), false))
         );
         assert_eq!(tables.ready(10, t0 + Duration::from_secs(1)), None);
         assert_eq!(tables.mapping_keys(), 1);
@@ -778,6 +793,12 @@ mod tests {
         assert!(tables.preloading());
         assert_eq!(tables.next_preload(), Some(1));
         tables.start(1, 0, t0);
+        tables.mark_preloaded(1);
+        assert_eq!(
+            tables.ready(1, t0 + Duration::from_secs(3)),
+            Some((Duration::from_secs(3), true)),
+            "measured from the agent's start"
+        );
         // Process 2 was sampled before its turn: it is loaded already.
         tables.start(2, 0, t0);
         assert_eq!(tables.next_preload(), Some(3));

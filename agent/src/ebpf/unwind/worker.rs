@@ -39,6 +39,9 @@ fn unix_seconds() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
+/// The most files remembered as not ELF.
+const MAX_NOT_ELF: usize = 4096;
+
 /// How long a binary without call-frame information waits before its table is tried again
 /// (its debug file may have come).
 const NO_CFI_RETRY: Duration = Duration::from_secs(600);
@@ -70,6 +73,8 @@ pub(super) struct Worker {
     files: HashMap<FileKey, Known>,
     vdso: Option<Vdso>,
     limits: Limits,
+    /// When the processes running at the agent's start were queued: their first sight.
+    preload_since: Option<Instant>,
 }
 
 impl Worker {
@@ -104,6 +109,7 @@ impl Worker {
             files: HashMap::new(),
             vdso,
             limits: Limits::default(),
+            preload_since: None,
         }
     }
 
@@ -119,7 +125,8 @@ impl Worker {
                         if let Some(pid) = self.tables.next_preload()
                             && let Some(start_time) = process_start_time(pid)
                         {
-                            self.start(pid, start_time, Instant::now());
+                            let since = self.preload_since.unwrap_or_else(Instant::now);
+                            self.start_preloaded(pid, start_time, since);
                         }
                     }
                     Err(TryRecvError::Disconnected) => return,
@@ -143,10 +150,24 @@ impl Worker {
         self.metrics.requests_queued.dec();
         let now = Instant::now();
         match request {
-            Request::Preload(pids) => self.tables.preload(pids),
-            Request::Seen { pid, start_time } if self.tables.is_alive(pid, start_time) => {}
-            Request::Seen { pid, start_time } | Request::Exec { pid, start_time } => {
-                self.start(pid, start_time, now);
+            Request::Preload(pids, at) => {
+                self.preload_since = Some(at);
+                self.tables.preload(pids);
+            }
+            Request::Seen {
+                pid, start_time, ..
+            } if self.tables.is_alive(pid, start_time) => {}
+            Request::Seen {
+                pid,
+                start_time,
+                at,
+            }
+            | Request::Exec {
+                pid,
+                start_time,
+                at,
+            } => {
+                self.start(pid, start_time, at);
             }
             Request::Exited(pid) => {
                 let keys = self.tables.exited(pid, now);
@@ -179,6 +200,7 @@ impl Worker {
                             let _ = self.ready.send(Ready {
                                 pid: miss.pid,
                                 after: done.saturating_duration_since(now),
+                                preloaded: false,
                                 at: done,
                                 refresh: true,
                             });
@@ -198,14 +220,33 @@ impl Worker {
             self.files
                 .retain(|_, known| known.exe.as_ref().is_none_or(|id| !forgotten.contains(id)));
         }
-        self.files.retain(|_, known| known.exe.is_some());
+        // Files that are not ELF are remembered, so that each load does not parse (and count)
+        // them again; all of them are forgotten past a bound.
+        if self
+            .files
+            .values()
+            .filter(|known| known.exe.is_none())
+            .count()
+            > MAX_NOT_ELF
+        {
+            self.files.retain(|_, known| known.exe.is_some());
+        }
         self.update_gauges();
     }
 
-    /// Starts (or starts over, after an exec or a pid reuse) tracking `pid` and loads it.
-    fn start(&mut self, pid: u32, start_time: u64, now: Instant) {
-        let old = self.tables.start(pid, start_time, now);
+    /// Starts (or starts over, after an exec or a pid reuse) tracking `pid`, first seen at
+    /// `first_sight`, and loads it.
+    fn start(&mut self, pid: u32, start_time: u64, first_sight: Instant) {
+        let old = self.tables.start(pid, start_time, first_sight);
         self.delete_mappings(&old);
+        self.load(pid);
+    }
+
+    /// Starts tracking `pid`, running at the agent's start (`since`), and loads it.
+    fn start_preloaded(&mut self, pid: u32, start_time: u64, since: Instant) {
+        let old = self.tables.start(pid, start_time, since);
+        self.delete_mappings(&old);
+        self.tables.mark_preloaded(pid);
         self.load(pid);
     }
 
@@ -267,12 +308,22 @@ impl Worker {
             return changed;
         }
         let done = Instant::now();
-        if let Some(after) = self.tables.ready(pid, done) {
-            self.metrics.ready_duration.observe(after.as_secs_f64());
-            debug!(pid, ms = after.as_millis() as u64, "unwind tables loaded");
+        if let Some((after, preloaded)) = self.tables.ready(pid, done) {
+            let trigger = if preloaded { "start" } else { "sample" };
+            self.metrics
+                .ready_duration
+                .with_label_values(&[trigger])
+                .observe(after.as_secs_f64());
+            debug!(
+                pid,
+                ms = after.as_millis() as u64,
+                trigger,
+                "unwind tables loaded"
+            );
             let _ = self.ready.send(Ready {
                 pid,
                 after,
+                preloaded,
                 at: done,
                 refresh: false,
             });
