@@ -128,9 +128,11 @@ fn link_name(name: &[u8]) -> Option<&str> {
     (!name.is_empty() && name != "." && name != ".." && !name.contains('/')).then_some(name)
 }
 
-/// Opens `path` if it is a regular ELF file that `accept` accepts.
+/// Opens `path` if it is a regular ELF file that `accept` accepts. Symbolic links are followed:
+/// the path is a debug directory's and a build id's (distributions link `.build-id/xx/….debug`
+/// to the debug file), and the file's build id is checked after.
 fn open_matching(path: &Path, accept: impl FnOnce(&Elf<'_>) -> bool) -> Option<File> {
-    let file = open_regular(path, false).ok()?;
+    let file = open_regular(path, true).ok()?;
     let stamp = Stamp::of(&file).ok()?;
     if stamp.size > MAX_DEBUG_FILE_BYTES {
         return None;
@@ -209,6 +211,19 @@ mod tests {
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("no open of a FIFO blocks");
         assert_eq!(found, (false, false));
+    }
+
+    #[test]
+    fn a_build_id_link_is_followed_to_its_debug_file() {
+        let own = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let id = Elf::parse(&own).unwrap().build_id().unwrap().to_vec();
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("real.debug");
+        std::fs::write(&target, &own).unwrap();
+        let link = dir.path().join("link.debug");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(open_matching(&link, |debug| debug.build_id() == Some(&id[..])).is_some());
+        assert!(open_matching(&link, |_| false).is_none());
     }
 
     #[test]
