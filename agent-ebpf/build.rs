@@ -15,6 +15,8 @@ fn main() {
         "src/unwind.bpf.h",
         "src/unwind.h",
         "src/process.h",
+        "src/python.h",
+        "src/python.bpf.h",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }

@@ -5,10 +5,12 @@
  * page faults, uprobes and the Python unwinder later):
  *   1. take the caller's OWN per-CPU scratch (struct unwind_scratch): a program that can interrupt
  *      another (perf_event runs in NMI, inside tp_btf or uprobe programs) must never share one;
- *   2. fill scratch->sample's kind, tgid, tid, cpu and value;
+ *   2. fill scratch->sample's kind, tgid, tid, cpu and value, and zero python_status and
+ *      python_len;
  *   3. unwind_user(scratch, &regs, tgid) with the user registers the caller found (or
  *      unwind_none(scratch) when there are none);
- *   4. unwind_kernel(ctx, scratch) appends the kernel stack, or unwind_no_kernel(scratch);
+ *   4. unwind_kernel(ctx, scratch) appends the kernel stack, or unwind_no_kernel(scratch); then,
+ *      for a CPython process, python_walk (python.bpf.h) appends its Python frames;
  *   5. unwind_output(scratch) sends the header and the frames used through `unwind_samples`.
  * The walk never invents a frame: every step either follows a table row or passes the
  * frame-pointer checks (8-aligned, above rsp, within 8 MiB, moving up), and the sample says why
@@ -303,7 +305,8 @@ static __always_inline void unwind_no_kernel(struct unwind_scratch *st)
 	st->sample.kernel_error = 0;
 }
 
-/* Sends the sample header and the frames used; a full ring buffer is counted. */
+/* Sends the sample header and the frames used (Python frames included, when a walk of them
+ * filled sample.python_len); a full ring buffer is counted. */
 static __always_inline void unwind_output(struct unwind_scratch *st)
 {
 	__u64 len = st->sample.len;
@@ -312,9 +315,12 @@ static __always_inline void unwind_output(struct unwind_scratch *st)
 	__u64 kernel_len = st->sample.kernel_len;
 	if (kernel_len > SMOLDER_UNWIND_KERNEL_FRAMES)
 		kernel_len = SMOLDER_UNWIND_KERNEL_FRAMES;
-	st->sample.reserved = 0;
+	__u64 python_words = 2 * (__u64)st->sample.python_len;
+	if (python_words > SMOLDER_UNWIND_PYTHON_WORDS)
+		python_words = SMOLDER_UNWIND_PYTHON_WORDS;
 	if (bpf_ringbuf_output(&unwind_samples, &st->sample,
-			       sizeof(struct unwind_sample) + (len + kernel_len) * sizeof(__u64),
+			       sizeof(struct unwind_sample) +
+				       (len + kernel_len + python_words) * sizeof(__u64),
 			       BPF_RB_NO_WAKEUP))
 		unwind_count(SMOLDER_UNWIND_SAMPLES_LOST);
 }

@@ -16,6 +16,8 @@
 #ifndef SMOLDER_UNWIND_H
 #define SMOLDER_UNWIND_H
 
+#include "python.h"
+
 /* Frames a sample can hold; the walk's depth (the `unwind_max_frames` global, default 128) is
  * at most this. */
 #define SMOLDER_UNWIND_MAX_FRAMES 256
@@ -32,6 +34,10 @@
 
 /* Kernel frames a sample can hold after its user frames (the kernel's PERF_MAX_STACK_DEPTH). */
 #define SMOLDER_UNWIND_KERNEL_FRAMES 127
+
+/* Words a sample can hold after its kernel frames: the Python frames of a CPython sample
+ * (python.h), two words each. */
+#define SMOLDER_UNWIND_PYTHON_WORDS (2 * SMOLDER_PYTHON_MAX_FRAMES)
 
 /* A frame-pointer step accepts rbp at most this far above rsp (a main thread's default stack). */
 #define SMOLDER_UNWIND_MAX_FP_FRAME (8 << 20)
@@ -128,7 +134,8 @@ struct unwind_regs {
 
 /* What the samples ring buffer carries: this header, then `len` user frames (u64 instruction
  * pointers, leaf first; return addresses as read, not minus one), then `kernel_len` kernel
- * frames (leaf first, from bpf_get_stack). 40 bytes, no padding. */
+ * frames (leaf first, from bpf_get_stack), then `python_len` struct python_frame (innermost
+ * first) for a thread of a CPython process (python.h). 40 bytes, no padding. */
 struct unwind_sample {
 	__u32 kind;            /* enum smolder_sample_kind */
 	__u32 tgid;
@@ -140,7 +147,8 @@ struct unwind_sample {
 	__u16 len;             /* user frames that follow */
 	__u16 fp_frames;       /* frames found by frame-pointer steps */
 	__u16 detail;          /* the unsupported reason, with SMOLDER_UNWIND_UNSUPPORTED */
-	__u32 reserved;
+	__u16 python_status;   /* enum smolder_python_status; 0 outside CPython processes */
+	__u16 python_len;      /* Python frames after the kernel frames */
 	__u64 value;           /* 1 for CPU samples and uprobe hits */
 };
 
@@ -149,8 +157,10 @@ struct unwind_sample {
  * scratch map, so no two walks on one CPU ever share one. */
 struct unwind_scratch {
 	struct unwind_sample sample;
-	/* User frames, then room for the kernel frames after the last of them. */
-	__u64 frames[SMOLDER_UNWIND_MAX_FRAMES + SMOLDER_UNWIND_KERNEL_FRAMES];
+	/* User frames, then room for the kernel frames after the last of them, then for the
+	 * Python frames after the last kernel frame. */
+	__u64 frames[SMOLDER_UNWIND_MAX_FRAMES + SMOLDER_UNWIND_KERNEL_FRAMES +
+		     SMOLDER_UNWIND_PYTHON_WORDS];
 	__u64 ip;
 	__u64 sp;
 	__u64 bp;
@@ -158,6 +168,8 @@ struct unwind_scratch {
 	__u8 leaf;     /* ip is exact (first frame, after a signal frame), not a return address */
 	__u8 bp_valid; /* bp is the caller's real rbp */
 	__u16 pad;
+	/* The Python walk's copy of the frame it reads (python.bpf.h). */
+	__u8 python_frame[SMOLDER_PYTHON_FRAME_BUF];
 };
 
 /* The sizes the Rust mirror asserts too. */

@@ -4,9 +4,11 @@
 //! `smolder_unwind::UnwindTable`, copied as they are) and [`MAP_MAPPINGS`] with
 //! [`MappingKey`] → [`Mapping`] entries covering each process's executable mappings
 //! ([`mapping_prefixes`] splits a range into trie prefixes); samples come back through
-//! [`MAP_SAMPLES`] as a [`SampleHeader`] followed by its user and kernel frames
-//! ([`parse_sample`]). The programs that walk are in [`crate::OBJECT`]; the walk's depth is the
+//! [`MAP_SAMPLES`] as a [`SampleHeader`] followed by its user and kernel frames, and by its
+//! Python frames in a CPython process ([`parse_sample`]). The programs that walk are in [`crate::OBJECT`]; the walk's depth is the
 //! global [`GLOBAL_MAX_FRAMES`].
+
+use crate::PythonFrame;
 
 /// HASH_OF_MAPS: executable id (`u64`, never 0) → that executable's table, an ARRAY of `u64`
 /// created with [`TABLE_MAP_FLAGS`], key size 4, value size 8 and exactly as many entries as
@@ -14,7 +16,7 @@
 pub const MAP_TABLES: &str = "unwind_tables";
 /// LPM trie: [`MappingKey`] → [`Mapping`].
 pub const MAP_MAPPINGS: &str = "unwind_mappings";
-/// Ring buffer of samples: [`SampleHeader`] then `len` frames.
+/// Ring buffer of samples: [`SampleHeader`] then its user, kernel and Python frames.
 pub const MAP_SAMPLES: &str = "unwind_samples";
 /// Per-CPU counters, indexed by [`Counter`].
 pub const MAP_COUNTERS: &str = "unwind_counters";
@@ -31,6 +33,9 @@ pub const MAX_FRAMES: usize = 256;
 pub const DEFAULT_FRAMES: u32 = 128;
 /// `SMOLDER_UNWIND_KERNEL_FRAMES`: kernel frames a sample can hold.
 pub const KERNEL_FRAMES: usize = 127;
+/// `SMOLDER_UNWIND_PYTHON_WORDS`: words a sample holds after its kernel frames, for the Python
+/// frames ([`crate::PYTHON_MAX_FRAMES`], two words each).
+pub const PYTHON_WORDS: usize = 2 * crate::PYTHON_MAX_FRAMES;
 /// `SMOLDER_UNWIND_PAGE_BITS`: a table page spans 64 KiB of code.
 pub const PAGE_BITS: u32 = 16;
 /// `SMOLDER_UNWIND_SEARCH_STEPS`: binary-search steps inside a page.
@@ -264,13 +269,15 @@ pub struct SampleHeader {
     pub fp_frames: u16,
     /// With [`Status::Unsupported`]: the reason (`smolder_unwind::Unsupported` as a number).
     pub detail: u16,
-    /// Zero.
-    pub reserved: u32,
+    /// A [`PythonStatus`](crate::PythonStatus) as a number: 0 outside CPython processes.
+    pub python_status: u16,
+    /// Python frames after the kernel frames.
+    pub python_len: u16,
     /// What the sample counts (1 for CPU ticks and uprobe hits).
     pub value: u64,
 }
 
-// 4 * 4 + 2 * 6 + 4 + 8 = 40 bytes, the u64 at offset 32: no padding.
+// 4 * 4 + 2 * 8 + 8 = 40 bytes, the u64 at offset 32: no padding.
 const _: () = assert!(size_of::<SampleHeader>() == 40);
 
 // SAFETY: `SampleHeader` is `repr(C)`, `Copy`, made only of integers and has no padding.
@@ -302,6 +309,8 @@ pub struct Sample<'a> {
     pub header: SampleHeader,
     /// `header.len` user frames then `header.kernel_len` kernel frames, little-endian `u64`s.
     frames: &'a [u8],
+    /// `header.python_len` Python frames, 16 bytes each.
+    python: &'a [u8],
 }
 
 impl<'a> Sample<'a> {
@@ -319,6 +328,19 @@ impl<'a> Sample<'a> {
     /// The kernel frames, leaf first.
     pub fn kernel(&self) -> impl Iterator<Item = u64> + 'a {
         words(&self.frames[8 * usize::from(self.header.len)..])
+    }
+
+    /// The Python frames of a thread of a CPython process, innermost first (none elsewhere).
+    pub fn python(&self) -> impl Iterator<Item = PythonFrame> + 'a {
+        self.python
+            .chunks_exact(size_of::<PythonFrame>())
+            .map(|chunk| {
+                let mut pair = words(chunk);
+                PythonFrame {
+                    code: pair.next().expect("16 bytes"),
+                    instr: pair.next().expect("16 bytes"),
+                }
+            })
     }
 }
 
@@ -374,17 +396,25 @@ pub fn parse_sample(record: &[u8]) -> Result<Sample<'_>, ShortSample> {
         len: u16_at(22)?,
         fp_frames: u16_at(24)?,
         detail: u16_at(26)?,
-        reserved: u32_at(28)?,
+        python_status: u16_at(28)?,
+        python_len: u16_at(30)?,
         value: u64_at(32)?,
     };
     let (user, kernel) = (usize::from(header.len), usize::from(header.kernel_len));
-    let end = size_of::<SampleHeader>() + 8 * (user + kernel);
-    if user > MAX_FRAMES || kernel > KERNEL_FRAMES || record.len() < end {
+    let python = usize::from(header.python_len);
+    let native_end = size_of::<SampleHeader>() + 8 * (user + kernel);
+    let end = native_end + size_of::<PythonFrame>() * python;
+    if user > MAX_FRAMES
+        || kernel > KERNEL_FRAMES
+        || python > crate::PYTHON_MAX_FRAMES
+        || record.len() < end
+    {
         return Err(short);
     }
     Ok(Sample {
         header,
-        frames: &record[size_of::<SampleHeader>()..end],
+        frames: &record[size_of::<SampleHeader>()..native_end],
+        python: &record[native_end..end],
     })
 }
 
@@ -402,6 +432,7 @@ mod tests {
             if let Ok(sample) = parse_sample(&record) {
                 prop_assert_eq!(sample.user().count(), usize::from(sample.header.len));
                 prop_assert_eq!(sample.kernel().count(), usize::from(sample.header.kernel_len));
+                prop_assert_eq!(sample.python().count(), usize::from(sample.header.python_len));
             }
         }
     }
@@ -463,5 +494,48 @@ mod tests {
             })
         );
         assert!(parse_sample(&record[..10]).is_err());
+    }
+
+    #[test]
+    fn python_frames_follow_the_kernel_frames() {
+        let mut record = Vec::new();
+        for word in [1u32, 100, 101, 1] {
+            record.extend_from_slice(&word.to_le_bytes());
+        }
+        // One kernel frame, one user frame, python_status 1 (ok), two Python frames.
+        for half in [1u16, 0, 0, 1, 0, 0, 1, 2] {
+            record.extend_from_slice(&half.to_le_bytes());
+        }
+        record.extend_from_slice(&1u64.to_le_bytes());
+        for word in [
+            0x1111u64,
+            0xffff_ffff_8100_0000,
+            0x7000 | 1,
+            0x7100,
+            0x8000,
+            0x8100,
+        ] {
+            record.extend_from_slice(&word.to_le_bytes());
+        }
+        let sample = parse_sample(&record).unwrap();
+        assert_eq!(sample.user().collect::<Vec<_>>(), [0x1111]);
+        assert_eq!(sample.kernel().collect::<Vec<_>>(), [0xffff_ffff_8100_0000]);
+        let python: Vec<PythonFrame> = sample.python().collect();
+        assert_eq!(
+            python,
+            [
+                PythonFrame {
+                    code: 0x7001,
+                    instr: 0x7100
+                },
+                PythonFrame {
+                    code: 0x8000,
+                    instr: 0x8100
+                }
+            ]
+        );
+        assert!(python[0].is_entry() && !python[1].is_entry());
+        assert_eq!(sample.frame_bytes().len(), 16);
+        assert!(parse_sample(&record[..record.len() - 8]).is_err());
     }
 }

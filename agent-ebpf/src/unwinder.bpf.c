@@ -6,7 +6,8 @@
  * first sample also puts a FIRST_SIGHT event in `events`, so that user space reads the process
  * and loads its tables. on_exec and on_exit (raw tracepoints) send EXEC and EXIT.
  * on_uprobe (uprobe) unwinds at a probed instruction: the point check of the tests, where the
- * expected call path is known exactly.
+ * expected call path is known exactly. Both add the Python frames of a thread of a CPython
+ * process the agent registered in `python_procs` (python.bpf.h, contract in python.h).
  *
  * Each entry point has its own per-CPU scratch: on_cpu runs in NMI context and can interrupt a
  * uprobe program on the same CPU.
@@ -21,6 +22,7 @@
 
 #include "process.h"
 #include "unwind.bpf.h"
+#include "python.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -53,6 +55,15 @@ static __always_inline void send_event(__u32 tgid, __u32 kind)
 	struct process_event event = { .tgid = tgid, .kind = kind };
 	if (bpf_ringbuf_output(&events, &event, sizeof(event), 0))
 		unwind_count(SMOLDER_UNWIND_EVENTS_LOST);
+}
+
+/* Appends the Python frames of a CPython process's thread, if the agent registered the process. */
+static __always_inline void python_frames(struct unwind_scratch *st, __u64 pid_tgid)
+{
+	__u32 tgid = pid_tgid >> 32;
+	struct python_proc *proc = bpf_map_lookup_elem(&python_procs, &tgid);
+	if (proc)
+		python_walk(st, proc, (__u32)pid_tgid);
 }
 
 /* x86-64 user mode: the low two bits of cs are the privilege level 3. */
@@ -97,6 +108,8 @@ static __always_inline struct unwind_scratch *scratch(void *map, __u32 kind, __u
 	st->sample.tid = (__u32)pid_tgid;
 	st->sample.cpu = bpf_get_smp_processor_id();
 	st->sample.value = 1;
+	st->sample.python_status = SMOLDER_PYTHON_NONE;
+	st->sample.python_len = 0;
 	return st;
 }
 
@@ -122,6 +135,7 @@ int on_cpu(struct bpf_perf_event_data *ctx)
 	else
 		unwind_none(st);
 	unwind_kernel(ctx, st);
+	python_frames(st, pid_tgid);
 	unwind_output(st);
 	return 0;
 }
@@ -138,6 +152,7 @@ int on_uprobe(struct pt_regs *ctx)
 	unwind_user(st, &regs, pid_tgid >> 32);
 	/* A uprobe fires in user context: no kernel stack. */
 	unwind_no_kernel(st);
+	python_frames(st, pid_tgid);
 	unwind_output(st);
 	return 0;
 }
@@ -148,9 +163,14 @@ int on_uprobe(struct pt_regs *ctx)
 SEC("raw_tp/sched_process_exec")
 int on_exec(void *ctx)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	__u32 tid = pid_tgid;
 	if (tgid == self_tgid)
 		return 0;
+	/* A new image: whatever CPython state the process had is gone (the agent looks again). */
+	bpf_map_delete_elem(&python_procs, &tgid);
+	bpf_map_delete_elem(&python_threads, &tid);
 	if (bpf_map_delete_elem(&seen, &tgid) == 0)
 		send_event(tgid, SMOLDER_EVENT_EXEC);
 	return 0;
@@ -161,9 +181,13 @@ int on_exit(void *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
+	__u32 tid = pid_tgid;
+	/* A thread id may be reused by a thread of another process: its cached state must go. */
+	bpf_map_delete_elem(&python_threads, &tid);
 	/* Only the main thread's exit ends the process for the agent; other threads come and go. */
-	if ((__u32)pid_tgid != tgid)
+	if (tid != tgid)
 		return 0;
+	bpf_map_delete_elem(&python_procs, &tgid);
 	if (bpf_map_delete_elem(&seen, &tgid) == 0)
 		send_event(tgid, SMOLDER_EVENT_EXIT);
 	return 0;

@@ -23,7 +23,7 @@ use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 
-use crate::ebpf::{EbpfMetrics, SymbolizeMetrics};
+use crate::ebpf::{EbpfMetrics, PythonMetrics, SymbolizeMetrics};
 use crate::rules::RulesMetrics;
 use crate::scrape::ScrapeMetrics;
 use crate::ship::ShipMetrics;
@@ -38,6 +38,8 @@ pub struct Metrics {
     pub ebpf: EbpfMetrics,
     /// The symbolizer's metrics.
     pub symbolize: SymbolizeMetrics,
+    /// The Python walk's metrics.
+    pub python: PythonMetrics,
     /// The pprof scraper's metrics.
     pub scrape: ScrapeMetrics,
     /// The window loop's metrics.
@@ -58,6 +60,7 @@ impl Metrics {
         Metrics {
             ebpf: EbpfMetrics::new(&registry, &tier),
             symbolize: SymbolizeMetrics::new(&registry, &tier),
+            python: PythonMetrics::new(&registry),
             scrape: ScrapeMetrics::new(&registry, &tier),
             window: WindowMetrics::new(&registry),
             rules: RulesMetrics::new(&registry, &tier),

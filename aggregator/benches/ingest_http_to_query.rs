@@ -1,10 +1,13 @@
-//! End to end over real HTTP: ingest throughput (folded and pprof), flame-graph latency for 1 h
-//! and 24 h of one app at 10 s resolution, bytes on disk per stored node after a simulated day,
-//! and space on disk while size-based retention deletes the oldest data round after round.
+//! End to end over real HTTP: ingest throughput (folded and pprof), bytes on disk per stored
+//! node after a simulated day once the block store has cut and compacted it, flame-graph latency
+//! for 1 h and 24 h of one app at 10 s resolution (warm and after a restart), and space on disk
+//! while size-based retention deletes the oldest blocks round after round.
 //!
 //! ```sh
 //! cargo bench -p smolder-aggregator --bench ingest_http_to_query
 //! SMOLDER_BENCH_BUCKETS=1000 cargo bench -p smolder-aggregator --bench ingest_http_to_query
+//! # every bucket drawn afresh rather than cycling 48 bodies (slower: bodies are made per request)
+//! SMOLDER_BENCH_FRESH=1 cargo bench -p smolder-aggregator --bench ingest_http_to_query
 //! ```
 //!
 //! A scenario, not a micro-benchmark: it prints one table and its results go to BENCHMARKS.md.
@@ -18,6 +21,7 @@ use smolder_aggregator::app::{self, Running};
 use smolder_aggregator::config::Config;
 use smolder_common::pprof::{self, EncodeOptions};
 use smolder_common::{Corpus, CorpusConfig, Tree, to_folded};
+use smolder_test_support::prometheus::Metrics;
 
 /// Distinct bucket bodies; the day cycles through them (generating 8640 would dominate).
 const BODIES: usize = 48;
@@ -32,6 +36,29 @@ struct Body {
     nodes: u64,
 }
 
+/// One request's body with its samples and nodes.
+type Drawn = (Arc<Vec<u8>>, u64, u64);
+
+/// Where each request's body comes from: 48 bodies cycled, or a fresh draw per bucket.
+#[derive(Clone)]
+enum Bodies {
+    Cycled(Arc<Vec<Drawn>>),
+    Fresh(Arc<Corpus>),
+}
+
+impl Bodies {
+    fn get(&self, bucket: u64) -> Drawn {
+        match self {
+            Bodies::Cycled(bodies) => bodies[bucket as usize % bodies.len()].clone(),
+            Bodies::Fresh(corpus) => {
+                let tree = corpus.tree(SAMPLES, 1_000 + bucket);
+                let folded = to_folded(&tree).into_bytes();
+                (Arc::new(folded), tree.total(), tree.len() as u64)
+            }
+        }
+    }
+}
+
 fn main() {
     let buckets: u64 = std::env::var("SMOLDER_BENCH_BUCKETS")
         .ok()
@@ -41,10 +68,11 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(run(buckets));
+    let fresh = std::env::var("SMOLDER_BENCH_FRESH").is_ok_and(|v| v == "1");
+    runtime.block_on(run(buckets, fresh));
 }
 
-async fn run(buckets: u64) {
+async fn run(buckets: u64, fresh: bool) {
     let corpus = Corpus::generate(&CorpusConfig {
         seed: 7,
         unique_stacks: 12_000,
@@ -67,22 +95,43 @@ async fn run(buckets: u64) {
     let mut distinct = 0;
     trees[0].for_each_stack(|_, _| distinct += 1);
     let body_bytes: usize = bodies.iter().map(|b| b.folded.len()).sum::<usize>() / BODIES;
-    println!("# ingest_http_to_query: {buckets} buckets of 10 s, {SAMPLES} samples each");
+    println!(
+        "# ingest_http_to_query: {buckets} buckets of 10 s, {SAMPLES} samples each, {}",
+        if fresh {
+            "every bucket drawn afresh"
+        } else {
+            "48 bodies cycled"
+        }
+    );
     println!(
         "bucket tree: {distinct} distinct stacks, {} nodes, {body_bytes} B of folded text",
         trees[0].len()
     );
 
+    let cycled = Bodies::Cycled(Arc::new(
+        bodies
+            .iter()
+            .map(|b| (b.folded.clone(), b.samples, b.nodes))
+            .collect(),
+    ));
+    let day_bodies = if fresh {
+        Bodies::Fresh(Arc::new(corpus))
+    } else {
+        cycled.clone()
+    };
     let http = reqwest::Client::new();
     let dir = tempfile::tempdir().unwrap();
-    let now = unix_now() / 10_000 * 10_000;
+    // The day ends a few minutes ago, so that its last head range is due to be cut and its
+    // last 10 000 s range to be compacted by the time the day is in.
+    let now = (unix_now() - 300) / 10_000 * 10_000;
     let day_start = now - buckets * 10;
 
     // 1. A day of folded ingest, CLIENTS at a time.
     let server = start(Config::default(), dir.path()).await;
     let written_before = disk_writes();
     let started = Instant::now();
-    let (samples, nodes) = ingest_folded(&http, server.addr(), &bodies, day_start, buckets).await;
+    let (samples, nodes) =
+        ingest_folded(&http, server.addr(), &day_bodies, day_start, buckets).await;
     let seconds = started.elapsed().as_secs_f64();
     let written = disk_writes() - written_before;
     let ingested = body_bytes as u64 * buckets;
@@ -99,10 +148,14 @@ async fn run(buckets: u64) {
         written as f64 / nodes as f64
     );
 
-    // 2. Flame-graph latency, warm, then cold after a restart. A live aggregator builds the
-    // rollups of closed buckets every 10 s while the day goes by; here the day arrived in
-    // seconds, so let one rollup pass run first.
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    // 2. The block store cuts the day's head ranges and compacts them; a live aggregator does
+    // this as the day goes by, here the day arrived in seconds.
+    let settled = Instant::now();
+    settle(&http, server.addr()).await;
+    println!(
+        "cut and compacted in {:.1} s after the last write",
+        settled.elapsed().as_secs_f64()
+    );
     let hour = (now - 3_600, now);
     let day = (day_start, now);
     for (name, range) in [("1 h", hour), ("24 h", day)] {
@@ -110,9 +163,14 @@ async fn run(buckets: u64) {
         println!("render {name} warm: p50 {p50:.1} ms, p99 {p99:.1} ms ({ticks} ticks)");
     }
     server.stop().await.unwrap();
+    let blocks = du(&dir.path().join("blocks"));
+    let head = du(&dir.path().join("head"));
     let disk = du(dir.path());
     println!(
-        "disk after the day: {:.1} MiB, {:.1} B per stored node ({nodes} nodes in 10 s buckets)",
+        "disk after the day, compacted: blocks {:.1} MiB = {:.3} B per stored node ({nodes} nodes in 10 s buckets); head {:.1} MiB; whole data directory {:.1} MiB = {:.2} B per stored node",
+        blocks as f64 / 1048576.0,
+        blocks as f64 / nodes as f64,
+        head as f64 / 1048576.0,
         disk as f64 / 1048576.0,
         disk as f64 / nodes as f64
     );
@@ -149,29 +207,70 @@ async fn run(buckets: u64) {
     );
     server.stop().await.unwrap();
 
-    // 4. Retention cycling: a disk limit below what four rounds of data need, so size-based
-    // retention keeps deleting the oldest data while new data arrives.
+    // 4. Retention cycling: a disk limit a quarter of what four rounds of data need (a quarter
+    // day compacts to about 10 MiB), so size-based retention keeps deleting the oldest blocks
+    // while new data arrives.
     let cycle_dir = tempfile::tempdir().unwrap();
     let mut config = Config::default();
-    config.store.max_disk_bytes = 512 << 20;
+    let limit: u64 = std::env::var("SMOLDER_BENCH_LIMIT_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    config.store.max_disk_bytes = limit << 20;
     config.store.retention_interval = Duration::from_secs(1);
     let server = start(config, cycle_dir.path()).await;
-    let per_round = buckets.min(2_000);
+    let per_round = buckets / 4;
     for round in 0..4 {
-        let start_at = now - 86_400 + round * per_round * 10;
-        ingest_folded(&http, server.addr(), &bodies, start_at, per_round).await;
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        let start_at = day_start + round * per_round * 10;
+        ingest_folded(&http, server.addr(), &cycled, start_at, per_round).await;
+        settle(&http, server.addr()).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
         println!(
-            "size retention (limit 512 MiB), round {}: {per_round} more buckets, disk {:.1} MiB",
+            "size retention (limit {limit} MiB), round {}: {per_round} more buckets, disk {:.1} MiB (blocks {:.1}, head {:.1})",
             round + 1,
-            du(cycle_dir.path()) as f64 / 1048576.0
+            du(cycle_dir.path()) as f64 / 1048576.0,
+            du(&cycle_dir.path().join("blocks")) as f64 / 1048576.0,
+            du(&cycle_dir.path().join("head")) as f64 / 1048576.0,
         );
     }
     server.stop().await.unwrap();
 }
 
+/// Waits until the head is empty and compaction has nothing left to merge: the head-series
+/// gauge at zero and the block count unchanged over three seconds.
+async fn settle(http: &reqwest::Client, addr: SocketAddr) {
+    let mut last = None;
+    let mut stable = 0;
+    loop {
+        let text = http
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let metrics = Metrics::parse(&text).unwrap();
+        let now = (
+            metrics.value("smolder_aggregator_store_head_series", &[]) as i64,
+            metrics.value("smolder_aggregator_store_blocks", &[]) as i64,
+        );
+        if now.0 == 0 && Some(now) == last {
+            stable += 1;
+            if stable >= 3 {
+                return;
+            }
+        } else {
+            stable = 0;
+        }
+        last = Some(now);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 async fn start(config: Config, dir: &Path) -> Running {
     let mut config = config;
+    config.store.compaction_interval = Duration::from_secs(1);
     config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.ingest.quic.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     app::start(config, dir).await.expect("aggregator starts")
@@ -180,22 +279,19 @@ async fn start(config: Config, dir: &Path) -> Running {
 async fn ingest_folded(
     http: &reqwest::Client,
     addr: SocketAddr,
-    bodies: &[Body],
+    bodies: &Bodies,
     start: u64,
     buckets: u64,
 ) -> (u64, u64) {
     let mut clients = Vec::new();
     for client in 0..CLIENTS as u64 {
         let http = http.clone();
-        let bodies: Vec<(Arc<Vec<u8>>, u64, u64)> = bodies
-            .iter()
-            .map(|b| (b.folded.clone(), b.samples, b.nodes))
-            .collect();
+        let bodies = bodies.clone();
         clients.push(tokio::spawn(async move {
             let (mut samples, mut nodes) = (0, 0);
             let mut bucket = client;
             while bucket < buckets {
-                let (body, s, n) = &bodies[bucket as usize % bodies.len()];
+                let (body, s, n) = &bodies.get(bucket);
                 let from = start + bucket * 10;
                 let url = format!(
                     "http://{addr}/ingest?name=bench.cpu{{env=prod}}&from={from}&until={}&spyName=ebpfspy",

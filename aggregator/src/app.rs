@@ -20,7 +20,8 @@ use crate::ingest::{self, IngestMetrics, Ingester, quic};
 use crate::metrics::Metrics;
 use crate::query::{self, Querier, QueryMetrics};
 use crate::rules::{self, Rules, RulesMetrics};
-use crate::store::{SledStore, Store, StoreMetrics};
+pub use crate::store::CheckReport;
+use crate::store::{BlockStore, Store, StoreMetrics};
 use crate::tenant::{self, Tenant};
 use crate::{admin, ui};
 
@@ -79,7 +80,7 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let registry = metrics.registry();
 
-    let store = SledStore::open(data_dir, config.store.clone(), StoreMetrics::new(registry))
+    let store = BlockStore::open(data_dir, config.store.clone(), StoreMetrics::new(registry))
         .with_context(|| format!("opening the store in {}", data_dir.display()))?;
     let shared: Arc<dyn Store> = Arc::new(store.clone());
 
@@ -165,4 +166,15 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         stop,
         task,
     })
+}
+
+/// Verifies every block of the store in `data_dir` (`smolder-aggregator check`); safe beside a
+/// running aggregator.
+///
+/// # Errors
+///
+/// When the block directory cannot be listed.
+pub fn check(config: &Config, data_dir: &Path) -> anyhow::Result<CheckReport> {
+    crate::store::check(data_dir, &config.store)
+        .with_context(|| format!("checking the blocks of {}", data_dir.display()))
 }

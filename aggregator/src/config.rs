@@ -13,7 +13,7 @@ pub use crate::http::HttpConfig;
 pub use crate::ingest::IngestConfig;
 pub use crate::query::QueryConfig;
 pub use crate::rules::RulesConfig;
-pub use crate::store::StoreConfig;
+pub use crate::store::{LocalConfig, ObjectStoreConfig, StoreConfig};
 pub use smolder_common::rules::RuleSpec;
 
 /// The whole configuration file.

@@ -11,8 +11,9 @@
 //! - `rules`: counters from every stored profile by Pyroscope's `metrics-export-rules` and the
 //!   recording-rules API, served on `/exported-metrics` and optionally remote-written;
 //! - `store`: the one interface (`store::Store`) ingest, query, rules and admin reach the data
-//!   through, taking a tenant; its planning as pure code; the sled backend behind it, with
-//!   pre-merged rollups so that a query of any span reads a bounded number of trees;
+//!   through, taking a tenant; its planning as pure code; the block store behind it: a head
+//!   for recent writes, immutable blocks with pre-merged rollups (so that a query of any span
+//!   reads a bounded number of trees), compaction, retention and downsampling;
 //! - `query`: `/render`, `/render-diff`, label and app listings, answered with Pyroscope's
 //!   flamebearer JSON, folded text or pprof;
 //! - `admin`: `DELETE /api/apps`;

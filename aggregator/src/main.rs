@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use smolder_aggregator::{app, config::Config};
 
 /// Smolder's aggregator: stores profiles, answers flame-graph queries, serves the UI.
@@ -17,17 +17,52 @@ struct Flags {
     #[arg(long, default_value = "./data", global = true)]
     data_dir: PathBuf,
     #[command(subcommand)]
-    mode: Option<smolder_daemon::Mode>,
+    mode: Option<Mode>,
+}
+
+#[derive(Subcommand)]
+enum Mode {
+    #[command(flatten)]
+    Config(smolder_daemon::Mode),
+    /// Verify every block of the data directory (checksums, index, rollups); exit 1 if any is
+    /// damaged. Safe while the aggregator runs.
+    Check,
 }
 
 fn main() -> ExitCode {
-    smolder_daemon::main(
-        |flags: &Flags| &flags.daemon,
-        |flags, config: Config| match flags.mode {
-            None => app::run(config, &flags.data_dir).map(|()| ExitCode::SUCCESS),
-            Some(mode) => mode.run(&config),
-        },
-    )
+    smolder_daemon::main(|flags: &Flags| &flags.daemon, run)
+}
+
+/// The daemon, one of the config modes, or `check`.
+fn run(flags: Flags, config: Config) -> anyhow::Result<ExitCode> {
+    match flags.mode {
+        None => app::run(config, &flags.data_dir).map(|()| ExitCode::SUCCESS),
+        Some(Mode::Config(mode)) => mode.run(&config),
+        Some(Mode::Check) => check(&config, &flags.data_dir),
+    }
+}
+
+/// Runs `check` and prints what it found, one line per damaged block.
+fn check(config: &Config, data_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let report = app::check(config, data_dir)?;
+    for (block, problem) in &report.damaged {
+        println!("DAMAGED {block}: {problem}");
+    }
+    println!(
+        "{} blocks good ({} series, {} trees, {} nodes, {} bytes), {} damaged, {} replaced by a merge",
+        report.good,
+        report.series,
+        report.trees,
+        report.nodes,
+        report.bytes,
+        report.damaged.len(),
+        report.replaced
+    );
+    Ok(if report.damaged.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 #[cfg(test)]

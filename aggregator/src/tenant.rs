@@ -93,11 +93,6 @@ impl Tenant {
         Tenant::new(ANONYMOUS).expect("the anonymous tenant's id is valid")
     }
 
-    /// Whether this is [`Tenant::anonymous`].
-    pub(crate) fn is_anonymous(&self) -> bool {
-        &*self.0 == ANONYMOUS
-    }
-
     /// The id.
     pub(crate) fn as_str(&self) -> &str {
         &self.0
@@ -153,7 +148,7 @@ mod tests {
             "team-a_1.prod"
         );
         assert_eq!(Tenant::new("(x)*'!").unwrap().as_str(), "(x)*'!");
-        assert!(Tenant::anonymous().is_anonymous());
+        assert_eq!(Tenant::anonymous().as_str(), ANONYMOUS);
         assert_eq!(Tenant::new(ANONYMOUS).unwrap(), Tenant::anonymous());
         assert_eq!(Tenant::new(""), Err(TenantError::Empty));
         assert_eq!(

@@ -24,6 +24,8 @@ pub enum Section {
     Markers,
     /// The trees section as a whole.
     Trees,
+    /// The ids of the blocks a merged block replaces.
+    Sources,
     /// The header of one series' chunk in the trees section (its shape and tree table).
     Chunk {
         /// The series' position in the series index.
@@ -34,6 +36,9 @@ pub enum Section {
         /// Its kind.
         kind: u8,
     },
+    /// A record of the aggregator's head log (not part of a block; read with the same
+    /// primitives, so its errors are a block's).
+    HeadRecord,
     /// One tree of one series.
     Tree {
         /// The series' position in the series index.
@@ -55,8 +60,10 @@ impl fmt::Display for Section {
             Section::Postings => f.write_str("postings section"),
             Section::Markers => f.write_str("markers section"),
             Section::Trees => f.write_str("trees section"),
+            Section::Sources => f.write_str("sources section"),
             Section::Chunk { series } => write!(f, "chunk header of series {series}"),
             Section::Optional { kind } => write!(f, "optional section of kind {kind}"),
+            Section::HeadRecord => f.write_str("head log record"),
             Section::Tree { series, entry } => write!(f, "tree {entry} of series {series}"),
         }
     }

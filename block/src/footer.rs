@@ -76,10 +76,12 @@ pub(crate) enum Kind {
     Postings = 4,
     Markers = 5,
     Trees = 6,
+    Sources = 7,
 }
 
 impl Kind {
-    const ALL: [Kind; 6] = [
+    /// The kinds every block has.
+    const REQUIRED: [Kind; 6] = [
         Kind::Meta,
         Kind::Names,
         Kind::Series,
@@ -89,7 +91,10 @@ impl Kind {
     ];
 
     fn from_byte(byte: u8) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|kind| *kind as u8 == byte)
+        Kind::REQUIRED
+            .into_iter()
+            .chain([Kind::Sources])
+            .find(|kind| *kind as u8 == byte)
     }
 
     pub(crate) fn section(self) -> Section {
@@ -100,6 +105,7 @@ impl Kind {
             Kind::Postings => Section::Postings,
             Kind::Markers => Section::Markers,
             Kind::Trees => Section::Trees,
+            Kind::Sources => Section::Sources,
         }
     }
 }
@@ -311,7 +317,7 @@ impl Footer {
             version: tail.version,
             entries,
         };
-        for kind in Kind::ALL {
+        for kind in Kind::REQUIRED {
             footer.entry(kind)?;
         }
         Ok(footer)
@@ -373,6 +379,39 @@ impl Footer {
     /// The range of the trees section, where every series' chunk lies.
     pub fn trees_range(&self) -> Range<u64> {
         self.range(Kind::Trees)
+    }
+
+    /// The range to fetch for [`Footer::sources`], when the block has a sources section (only
+    /// a merged block that replaces others has one).
+    pub fn sources_range(&self) -> Option<Range<u64>> {
+        self.entry(Kind::Sources).ok().map(Entry::range)
+    }
+
+    /// The ids of the blocks this block replaces (its sources section; empty without one),
+    /// from `fetched`, which must cover [`Footer::sources_range`]. A store that finds this
+    /// block hides those blocks, so that the data of a compaction's inputs is counted once
+    /// while their files still exist.
+    ///
+    /// # Errors
+    ///
+    /// A [`BlockError`] naming the sources section.
+    pub fn sources(
+        &self,
+        fetched: &Fetched<'_>,
+        limits: &Limits,
+    ) -> Result<Vec<String>, BlockError> {
+        if self.sources_range().is_none() {
+            return Ok(Vec::new());
+        }
+        let raw = self.read(Kind::Sources, fetched, limits)?;
+        let mut r = Reader::new(&raw, Section::Sources);
+        let count = r.count("source", 1)?;
+        let mut sources = Vec::with_capacity(count);
+        for _ in 0..count {
+            sources.push(r.str("source id")?.to_owned());
+        }
+        r.finish()?;
+        Ok(sources)
     }
 
     /// Checks and decompresses section `kind` from `fetched`.

@@ -25,6 +25,9 @@
 //! [`BlockError`] naming the section at fault, never a panic, and nothing is allocated past
 //! [`Limits`] or the size of the bytes given.
 //!
+//! The aggregator's head log, the write path in front of blocks, frames its records with
+//! [`RecordRef::frame`] and reads them back with [`HeadRecord::unframe`].
+//!
 //! This crate depends on `smolder-common` and small pure crates only: no runtime, no I/O.
 
 mod builder;
@@ -32,6 +35,7 @@ mod chunk;
 mod codec;
 mod error;
 mod footer;
+mod head_log;
 mod index;
 mod merge;
 mod names;
@@ -46,6 +50,7 @@ pub use error::{BlockError, MergeError, Problem, Section, WriteError};
 pub use footer::{
     Fetched, Footer, Limits, MAGIC, MIN_BLOCK_LEN, SPANS_KIND, TAIL_LEN, Tail, VERSION,
 };
+pub use head_log::{HeadRecord, RecordRef};
 pub use index::{BlockMeta, Index, Marker, SeriesEntry};
 pub use merge::{MergeInput, MergeOptions, Merger, downsample, merge};
 pub use names::Names;

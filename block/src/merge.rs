@@ -170,6 +170,21 @@ impl Merger {
         })
     }
 
+    /// Records the ids of the blocks the output replaces, written as its sources section; see
+    /// [`Footer::sources`].
+    pub fn set_sources(&mut self, sources: Vec<String>) {
+        self.writer.set_sources(sources);
+    }
+
+    /// Leaves out of the output every series of input `input` for which `drop` is true: data
+    /// deleted since that input was written (an app deletion). Call before merging any series.
+    pub fn drop_series(&mut self, drop: impl Fn(usize, &Series) -> bool) {
+        for (series, sources) in &mut self.order {
+            sources.retain(|&(input, _)| !drop(input, series));
+        }
+        self.order.retain(|(_, sources)| !sources.is_empty());
+    }
+
     /// How many series the output may have (an input series whose trees are all dropped is not
     /// written).
     pub fn series_count(&self) -> usize {

@@ -22,6 +22,8 @@ pub struct VerifyReport {
     pub nodes: u64,
     /// Batch markers.
     pub markers: u64,
+    /// Ids of the blocks it replaces (its sources section).
+    pub sources: u64,
 }
 
 fn inconsistent(section: Section, field: &'static str, reason: &'static str) -> BlockError {
@@ -83,6 +85,7 @@ pub fn verify(block: &[u8], limits: &Limits) -> Result<VerifyReport, BlockError>
         });
     }
 
+    let sources = input.footer.sources(&fetched, limits)?;
     let index = &input.index;
     if index.derived_postings() != index.stored_postings() {
         return Err(inconsistent(
@@ -96,6 +99,7 @@ pub fn verify(block: &[u8], limits: &Limits) -> Result<VerifyReport, BlockError>
         version: tail.version(),
         series: index.series().len() as u64,
         markers: index.markers().len() as u64,
+        sources: sources.len() as u64,
         ..VerifyReport::default()
     };
     for (position, series) in index.series().iter().enumerate() {

@@ -96,6 +96,8 @@ pub struct WriteReport {
 pub(crate) struct BlockWriter {
     meta: BlockMeta,
     markers: Vec<Marker>,
+    /// Ids of the blocks this one replaces, for the sources section.
+    sources: Vec<String>,
     keep_separable: bool,
     names: Interner,
     series: Vec<SeriesEntry>,
@@ -135,6 +137,7 @@ impl BlockWriter {
                 compactions,
             },
             markers,
+            sources: Vec::new(),
             keep_separable,
             names: Interner::default(),
             series: Vec::new(),
@@ -143,6 +146,13 @@ impl BlockWriter {
             trees_crc: crc32fast::Hasher::new(),
             report: WriteReport::default(),
         }
+    }
+
+    /// Records the ids of the blocks this block replaces (written as its sources section).
+    pub(crate) fn set_sources(&mut self, mut sources: Vec<String>) {
+        sources.sort();
+        sources.dedup();
+        self.sources = sources;
     }
 
     /// Appends one series' chunk. Series must come in increasing order; `name` gives the frame
@@ -412,19 +422,28 @@ impl BlockWriter {
         self.meta.trees = self.report.trees;
         self.meta.nodes = self.report.nodes;
         let (series, postings) = index::encode_series(&self.series, self.meta.start);
-        let sections = [
+        let mut sections = vec![
             (Kind::Names, self.names.names().encode()),
             (Kind::Series, series),
             (Kind::Postings, postings),
             (Kind::Markers, index::encode_markers(&self.markers)),
             (Kind::Meta, self.meta.encode()),
         ];
+        if !self.sources.is_empty() {
+            let mut raw = Vec::new();
+            put_varint(&mut raw, self.sources.len() as u64);
+            for source in &self.sources {
+                codec::put_str(&mut raw, source);
+            }
+            sections.push((Kind::Sources, raw));
+        }
         for (kind, raw) in sections {
             let raw_len = raw.len() as u64;
             let (codec, stored) = codec::compress(raw);
             entries.push(Entry {
                 kind: kind as u8,
-                required: true,
+                // Readers that predate the sources section skip it.
+                required: kind != Kind::Sources,
                 codec,
                 offset: self.written,
                 stored_len: stored.len() as u64,

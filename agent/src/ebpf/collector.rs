@@ -4,7 +4,7 @@
 //!
 //! Input: the kernel's ring buffers, through the [`Sampler`]. Output: one [`Profile`] per series
 //! per window. Owns the sampler, the unwinder's handle, the symbolizer's handle, the process
-//! table and the window's samples.
+//! table, the CPython processes ([`Pythons`]) and the window's samples.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -18,6 +18,7 @@ use smolder_common::Profile;
 use tracing::{debug, info_span, warn};
 
 use super::process::{Labeller, ProcessInfo, Processes, process_start_time};
+use super::python::Pythons;
 use super::samples::{UnwindCounts, WindowSamples};
 use super::symbolize::{DebugDirs, Symbolizer};
 use super::unwind::{Ready, Unwinder};
@@ -48,6 +49,10 @@ pub(super) struct Collector {
     /// Drains completed.
     drained: u64,
     events: Vec<ProcessEvent>,
+    /// The CPython processes walked; `None` with `ebpf.python.enabled: false`.
+    python: Option<Pythons>,
+    /// Processes learned and not yet looked at for CPython.
+    python_pending: Vec<u32>,
     /// Processes whose tables went in, for `record`'s report; `None` in the daemon, which
     /// reports them in metrics only.
     pub(super) ready: Option<Vec<Ready>>,
@@ -122,6 +127,12 @@ impl Collector {
             grace: config.ebpf.exit_grace,
             drained: 0,
             events: Vec::new(),
+            python: config
+                .ebpf
+                .python
+                .enabled
+                .then(|| Pythons::new(Path::new("/proc"), metrics.python.clone())),
+            python_pending: Vec::new(),
             ready: None,
         })
     }
@@ -144,6 +155,14 @@ impl Collector {
                         } else {
                             unwinder.seen(pid, info.start_time);
                         }
+                    }
+                }
+                if let Some(python) = &mut self.python {
+                    if labels.is_some() {
+                        self.python_pending.push(pid);
+                    } else {
+                        python.forget(pid);
+                        self.sampler.unregister_python(pid);
                     }
                 }
                 self.processes.seen(pid, labels, info.start_time);
@@ -178,6 +197,7 @@ impl Collector {
             }
         }
         self.events = events;
+        self.detect_python();
         let window = &mut self.window;
         let malformed = self.sampler.read_samples(|sample| window.add(sample));
         if malformed > 0 {
@@ -186,6 +206,12 @@ impl Collector {
                 records = malformed,
                 "the samples ring buffer held records shorter than a sample"
             );
+        }
+        let new_python = self.window.take_new_python();
+        if let Some(python) = &mut self.python {
+            for (pid, frames) in new_python {
+                python.read_names(pid, &frames);
+            }
         }
         if let Some(unwinder) = &self.unwinder {
             unwinder.missed(self.window.take_misses());
@@ -197,6 +223,25 @@ impl Collector {
             self.window.take_misses();
         }
         Ok(())
+    }
+
+    /// Looks for CPython in the processes learned since the last call and registers those it
+    /// walks. After the events are handled, so that every new process's memory map is captured
+    /// first: a short-lived process must not wait for others' detection.
+    fn detect_python(&mut self) {
+        let Some(python) = &mut self.python else {
+            return;
+        };
+        for pid in self.python_pending.drain(..) {
+            let Some(entry) = python.learn(pid) else {
+                continue;
+            };
+            if let Err(err) = self.sampler.register_python(pid, &entry) {
+                self.metrics.tier.error("python_register");
+                warn!(pid, error = %err, "the process keeps native stacks");
+                python.forget(pid);
+            }
+        }
     }
 
     /// Sleeps until `deadline`, handling events and samples every poll interval.
@@ -266,6 +311,9 @@ impl Collector {
         if let Some(unwinder) = &self.unwinder {
             unwinder.sampled(sampled.into_iter().collect());
         }
+        if let Some(python) = &mut self.python {
+            python.mix(&mut kept, &profiled.python);
+        }
 
         let pending = self.symbolizer.submit(kept)?;
         let symbolized = loop {
@@ -282,6 +330,9 @@ impl Collector {
             .purge(Instant::now(), self.drained, self.grace)
         {
             self.symbolizer.forget(pid)?;
+            if let Some(python) = &mut self.python {
+                python.forget(pid);
+            }
         }
         self.metrics
             .processes

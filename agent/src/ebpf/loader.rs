@@ -11,14 +11,14 @@
 //! charge BPF maps to the memory cgroup, so `RLIMIT_MEMLOCK` is not raised.
 //!
 //! What loading yields, [`Sampler`], holds the object and one field per kernel object the
-//! source reads; the readers beside this file (`samples.rs`, `events.rs`, `counters.rs`) read
-//! them. The unwinder's tables and mappings maps are handed to [`super::unwind`] whole
+//! source reads; the readers beside this file (`samples.rs`, `events.rs`, `counters.rs`) and
+//! `python/maps.rs` (the CPython processes the kernel walks) read them. The unwinder's tables and mappings maps are handed to [`super::unwind`] whole
 //! ([`Sampler::take_unwind_maps`]).
 
 use std::io;
 
 use aya::maps::lpm_trie::LpmTrie;
-use aya::maps::{Array, HashOfMaps, MapData, MapType, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap, HashOfMaps, MapData, MapType, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{PerfEvent, Program, ProgramError, ProgramType, RawTracePoint};
 use aya::sys::{BpfHelper, is_helper_supported, is_map_supported};
@@ -28,6 +28,7 @@ use smolder_agent_ebpf::{self as kernel};
 use tracing::{debug, info, warn};
 
 use super::EbpfConfig;
+use super::python::PythonMaps;
 
 /// Why the sampler could not start or read its maps.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +115,8 @@ pub struct Sampler {
     pub(super) counters: PerCpuArray<MapData, u64>,
     /// Counters as last read, to report increments.
     pub(super) counters_seen: [u64; contract::Counter::ALL.len()],
+    /// `python_procs`: the CPython processes the kernel walks.
+    pub(super) python: PythonMaps,
     cpus: usize,
 }
 
@@ -464,6 +467,12 @@ impl Sampler {
             contract::MAP_COUNTERS,
             PerCpuArray::try_from(take_map(&mut ebpf, contract::MAP_COUNTERS)?),
         )?;
+        let python = PythonMaps {
+            procs: typed(
+                kernel::MAP_PYTHON_PROCS,
+                HashMap::try_from(take_map(&mut ebpf, kernel::MAP_PYTHON_PROCS)?),
+            )?,
+        };
         info!(
             cpus = cpus.len(),
             frequency = config.frequency,
@@ -476,6 +485,7 @@ impl Sampler {
             events,
             counters,
             counters_seen: [0; contract::Counter::ALL.len()],
+            python,
             cpus: cpus.len(),
         })
     }

@@ -1,8 +1,9 @@
 //! The eBPF source's metrics: the sampler's (`smolder_agent_ebpf_*`, updated once per drain by
 //! the `smolder-ebpf` thread), the unwind tables' (`smolder_agent_ebpf_unwind_*`, by the
 //! `smolder-unwind` thread, defined in [`super::unwind::metrics`]) and the symbolizer's
-//! (`smolder_agent_symbolize_*`, by the `smolder-symbolize` and `smolder-debuginfod` threads).
-//! The source's errors and dropped samples are counted in the tier's counters with
+//! (`smolder_agent_symbolize_*`, by the `smolder-symbolize` and `smolder-debuginfod` threads)
+//! and the Python walk's (`smolder_agent_python_*`, by the `smolder-ebpf` thread at first sight
+//! of a process and once per drain). The source's errors and dropped samples are counted in the tier's counters with
 //! `stage="ebpf"`.
 
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Registry};
@@ -38,12 +39,14 @@ pub(crate) const WINDOW_STACKS_FULL: DropCause = DropCause::forced("window_stack
 
 /// The `error_type`s of `smolder_agent_errors_total{stage="ebpf"}`: reading the kernel's loss
 /// counters failed, the samples ring buffer held a malformed record, putting an unwind table or
-/// a process's mappings into the kernel failed.
-const ERROR_TYPES: [&str; 4] = [
+/// a process's mappings into the kernel failed, or registering a CPython process for the kernel
+/// walk did (`python_procs` full).
+const ERROR_TYPES: [&str; 5] = [
     "read_counters",
     "malformed_sample",
     "unwind_table_load",
     "unwind_mappings",
+    "python_register",
 ];
 
 /// The eBPF sampler's metrics (the `smolder-ebpf` thread), updated once per drain.
@@ -302,5 +305,92 @@ impl SymbolizeMetrics {
             metrics.debuginfod_fetches.with_label_values(&[outcome]);
         }
         metrics
+    }
+}
+
+/// Label values of `smolder_agent_python_processes_total{version}`.
+const PYTHON_VERSIONS: [&str; 5] = ["older", "3.11", "3.12", "3.13", "newer"];
+
+/// The Python walk's metrics (the `smolder-ebpf` thread).
+#[derive(Clone)]
+pub struct PythonMetrics {
+    /// `smolder_agent_python_processes_total{version,support}`: CPython processes found at
+    /// first sight or exec, by minor release (`3.11`, `3.12`, `3.13`, `older`, `newer`) and
+    /// `supported` or why not: `older`, `newer`, `pre_release`, `free_threaded`, `musl`,
+    /// `debug_offsets`, `bpf_layout`, `no_pid_namespace`.
+    pub processes_found: IntCounterVec,
+    /// `smolder_agent_python_processes`: CPython processes walked now (alive or in their exit
+    /// grace period).
+    pub processes: IntGauge,
+    /// `smolder_agent_python_samples_total{stack}`: samples of walked processes (kept by
+    /// relabelling), by what they carry: `mixed` (Python frames in place of the interpreter
+    /// loop's native frames), `python_only` (the native and Python stacks did not line up: the
+    /// Python frames alone), `native` (the thread ran no Python code, or the walk failed).
+    pub samples: IntCounterVec,
+    /// `smolder_agent_python_frames_total`: Python frames in the samples that carry them.
+    pub frames: IntCounter,
+    /// `smolder_agent_python_read_failures_total{reason}`: what could not be read, by reason.
+    /// Samples without their Python frames: `thread_state`, `frame`, `thread_limit`; samples
+    /// with them cut at 128 frames: `truncated`; frames
+    /// whose name could not be read: `read`, `not_code`, `not_string`, `stale_code`,
+    /// `unknown_process`; processes that could not be inspected: `binary`, `open_memory`,
+    /// `unmapped`.
+    pub read_failures: IntCounterVec,
+}
+
+impl PythonMetrics {
+    /// Creates the Python walk's metrics in `registry`.
+    pub(crate) fn new(registry: &Registry) -> Self {
+        let metrics = PythonMetrics {
+            processes_found: counter_vec(
+                registry,
+                "smolder_agent_python_processes_total",
+                "CPython processes found, by minor release and support (supported, or why not).",
+                &["version", "support"],
+            ),
+            processes: gauge(
+                registry,
+                "smolder_agent_python_processes",
+                "CPython processes whose Python stacks are walked, alive or in their exit grace period.",
+            ),
+            samples: counter_vec(
+                registry,
+                "smolder_agent_python_samples_total",
+                "Samples of walked CPython processes, by the stack they carry (mixed, python_only or native).",
+                &["stack"],
+            ),
+            frames: counter(
+                registry,
+                "smolder_agent_python_frames_total",
+                "Python frames in the samples that carry a Python stack.",
+            ),
+            read_failures: counter_vec(
+                registry,
+                "smolder_agent_python_read_failures_total",
+                "Python stacks, frame names and processes that could not be read, by reason.",
+                &["reason"],
+            ),
+        };
+        for version in PYTHON_VERSIONS {
+            metrics
+                .processes_found
+                .with_label_values(&[version, "supported"]);
+        }
+        for stack in ["mixed", "python_only", "native"] {
+            metrics.samples.with_label_values(&[stack]);
+        }
+        metrics
+    }
+
+    /// Counts a CPython process found with `version` and `support`.
+    pub(crate) fn found(&self, version: &str, support: &str) {
+        self.processes_found
+            .with_label_values(&[version, support])
+            .inc();
+    }
+
+    /// Counts `n` failures for `reason`.
+    pub(crate) fn failed(&self, reason: &str, n: u64) {
+        self.read_failures.with_label_values(&[reason]).inc_by(n);
     }
 }

@@ -26,8 +26,9 @@
 //! per-CPU loss counters. Then [`unwind`] (the tables' lifecycle), [`process`] (the process
 //! table and labels from `/proc`), `collector.rs` (the loop body), [`symbolize`] (addresses to
 //! names), `profiles.rs` (symbolized samples to one tree per series and kind), `record.rs`
-//! (`smolder-agent record`'s output) and [`metrics`] (`smolder_agent_ebpf_*`,
-//! `smolder_agent_symbolize_*`). `sample.rs` holds what every stage of this source passes on:
+//! (`smolder-agent record`'s output), [`python`] (CPython processes: their release, threads and
+//! frames read from their memory, Python frames mixed into the native stacks) and [`metrics`]
+//! (`smolder_agent_ebpf_*`, `smolder_agent_symbolize_*`, `smolder_agent_python_*`). `sample.rs` holds what every stage of this source passes on:
 //! [`SampleKind`], [`Stack`], [`StackCount`].
 
 mod collector;
@@ -37,6 +38,7 @@ pub mod loader;
 pub mod metrics;
 pub mod process;
 mod profiles;
+pub mod python;
 mod record;
 mod sample;
 pub mod samples;
@@ -56,12 +58,13 @@ use tracing::{info_span, warn};
 pub use counters::LostCounts;
 pub use events::{ProcessEvent, ProcessEventKind};
 pub use loader::{EbpfError, Sampler, UnwindMaps};
-pub use metrics::{EbpfMetrics, SymbolizeMetrics};
+pub use metrics::{EbpfMetrics, PythonMetrics, SymbolizeMetrics};
 pub use record::{ProcessReady, RecordFormat, Recording, print_record, record};
-pub use sample::{SPY_NAME, SampleKind, Stack, StackCount};
+pub use sample::{PythonFrames, SPY_NAME, SampleKind, Splice, Stack, StackCount};
 pub use unwind::{UnwindConfig, Unwinder};
 
 use self::collector::Collector;
+use self::python::PythonConfig;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::relabel::RelabelConfig;
@@ -91,6 +94,8 @@ pub struct EbpfConfig {
     /// any case.
     #[serde(with = "smolder_common::timestamp::serde_duration")]
     pub exit_grace: Duration,
+    /// Python stacks of CPython processes.
+    pub python: PythonConfig,
     /// Deprecated and ignored: samples leave the kernel one by one through a ring buffer and
     /// are counted per window in user space, so there is no counts map to size.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -110,6 +115,7 @@ impl Default for EbpfConfig {
             max_frames: smolder_agent_ebpf::unwind::DEFAULT_FRAMES,
             unwind: UnwindConfig::default(),
             exit_grace: Duration::from_secs(30),
+            python: PythonConfig::default(),
             counts_map_entries: None,
             stack_map_entries: None,
         }

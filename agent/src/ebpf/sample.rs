@@ -2,11 +2,13 @@
 //! them.
 //!
 //! A ring-buffer reader ([`samples`](super::samples) today) turns kernel records into
-//! [`StackCount`]s; the symbolizer names their frames; [`profiles`](super::profiles) files them under one series
+//! [`StackCount`]s; [`python`](super::python) names the Python frames of CPython processes and
+//! places them in the native stack; the symbolizer names the native frames; [`profiles`](super::profiles) files them under one series
 //! per process and [`SampleKind`]. Nothing here reads a map or a file.
 
 use std::sync::Arc;
 
+use smolder_agent_ebpf::PythonFrame;
 use smolder_common::{Aggregation, ProfileMeta};
 
 /// The spy name of the profiles, as Pyroscope's eBPF agent calls itself.
@@ -45,6 +47,9 @@ impl SampleKind {
 pub enum Stack {
     /// Instruction addresses, the leaf (innermost frame) first.
     Frames(Arc<[u64]>),
+    /// Frames named at the source, the leaf first: the Python frames of a CPython thread whose
+    /// native stack could not be mixed with them (see [`PythonFrames`]).
+    Named(Arc<[Arc<str>]>),
     /// The sample has no stack of this kind (no kernel stack for a sample in user mode, no user
     /// stack for a kernel thread).
     None,
@@ -67,6 +72,40 @@ pub struct StackCount {
     pub truncated: bool,
     /// The kernel stack.
     pub kernel: Stack,
+    /// The Python frames of a thread of a CPython process.
+    pub python: PythonFrames,
     /// How many times this pair was sampled.
     pub count: u64,
+}
+
+/// The Python frames of a sample, from the kernel's walk to their place in the user stack.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PythonFrames {
+    /// None: not a thread of a CPython process the kernel walks, or one running no Python code.
+    #[default]
+    None,
+    /// As the kernel walked them, innermost first (code objects, entry marks); the reader keeps
+    /// the first sample's instruction pointers.
+    Walked {
+        /// The frames.
+        frames: Arc<[PythonFrame]>,
+        /// Whether the walk stopped at its frame limit: the outermost frames are missing.
+        truncated: bool,
+        /// Whether the native walk of the same sample reached the stack's end.
+        native_complete: bool,
+    },
+    /// Named and placed in the user stack (a [`Stack::Frames`]): each native frame at a
+    /// splice's depth gives way to the splice's names; a splice one past the root-most native
+    /// frame goes above it (the Python frames the native walk did not reach).
+    Mixed(Arc<[Splice]>),
+}
+
+/// Python frames standing for one native frame of a mixed stack: the frames one call of the
+/// interpreter loop ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Splice {
+    /// The native frame's depth in the user stack, 0 for the leaf.
+    pub depth: usize,
+    /// The Python frames' names, innermost first.
+    pub names: Arc<[Arc<str>]>,
 }

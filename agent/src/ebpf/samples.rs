@@ -1,5 +1,6 @@
 //! Reads the `unwind_samples` ring buffer and counts its samples per window: the CPU samples, as
-//! [`StackCount`]s of [`SampleKind::Cpu`].
+//! [`StackCount`]s of [`SampleKind::Cpu`], with the Python frames of CPython threads as the
+//! kernel walked them ([`PythonFrames::Walked`]).
 //!
 //! The kernel sends every sample with its whole stack (header, user frames, kernel frames);
 //! [`Sampler::read_samples`] hands each to a closure as it reads the buffer, and
@@ -12,8 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use smolder_agent_ebpf::unwind::{self as contract, Sample, Status};
+use smolder_agent_ebpf::{PythonFrame, PythonStatus};
 
-use super::{SampleKind, Sampler, Stack, StackCount};
+use super::{PythonFrames, SampleKind, Sampler, Stack, StackCount};
 
 impl Sampler {
     /// Hands every sample the kernel queued since the last call to `each`, oldest first;
@@ -37,6 +39,7 @@ struct Counted {
     user: Stack,
     truncated: bool,
     kernel: Stack,
+    python: PythonFrames,
     count: u64,
 }
 
@@ -51,6 +54,8 @@ pub struct UnwindCounts {
     pub frames: BTreeMap<u16, u64>,
     /// Frames found by frame-pointer steps.
     pub fp_frames: u64,
+    /// Samples per [`PythonStatus`] of the kernel's Python walk, in code order.
+    pub python: [u64; PythonStatus::ALL.len()],
 }
 
 impl UnwindCounts {
@@ -63,6 +68,9 @@ impl UnwindCounts {
             *self.frames.entry(len).or_default() += n;
         }
         self.fp_frames += other.fp_frames;
+        for (total, n) in self.python.iter_mut().zip(other.python) {
+            *total += n;
+        }
     }
 }
 
@@ -98,12 +106,16 @@ pub struct WindowSamples {
     /// Samples left out since the last [`WindowSamples::take_dropped`]: the window held
     /// [`MAX_WINDOW_STACKS`] stacks.
     dropped: u64,
+    /// The Python frames of each new stack since the last call of
+    /// [`WindowSamples::take_new_python`].
+    new_python: Vec<(u32, Arc<[PythonFrame]>)>,
 }
 
 /// Flags of a key: the header fields that change how a stack reads.
 const TRUNCATED: u8 = 1;
 const NO_USER_STACK: u8 = 2;
 const KERNEL_LOST: u8 = 4;
+const PYTHON_TRUNCATED: u8 = 8;
 
 impl WindowSamples {
     /// Counts one sample. Samples of a kind the agent does not profile (uprobe hits, which
@@ -121,6 +133,10 @@ impl WindowSamples {
         }
         *counts.frames.entry(header.len).or_default() += 1;
         counts.fp_frames += u64::from(header.fp_frames);
+        let python_status = PythonStatus::from_raw(header.python_status);
+        if let Some(python) = python_status {
+            counts.python[python as usize] += 1;
+        }
 
         let mut flags = 0;
         if status == Some(Status::Truncated) {
@@ -132,12 +148,20 @@ impl WindowSamples {
         if header.kernel_error != 0 {
             flags |= KERNEL_LOST;
         }
+        if python_status == Some(PythonStatus::Truncated) {
+            flags |= PYTHON_TRUNCATED;
+        }
         self.key.clear();
         self.key.extend_from_slice(&header.kind.to_le_bytes());
         self.key.extend_from_slice(&header.tgid.to_le_bytes());
         self.key.extend_from_slice(&header.len.to_le_bytes());
         self.key.push(flags);
         self.key.extend_from_slice(sample.frame_bytes());
+        // Python frames by code object and entry mark: their instruction pointers move with
+        // every bytecode instruction, and a frame is named per function, not per line.
+        for frame in sample.python() {
+            self.key.extend_from_slice(&frame.code.to_le_bytes());
+        }
         if let Some(counted) = self.stacks.get_mut(&self.key[..]) {
             counted.count += header.value;
             return;
@@ -155,6 +179,17 @@ impl WindowSamples {
                 frames: user.to_vec(),
             });
         }
+        let python: Arc<[PythonFrame]> = sample.python().collect();
+        let python = if python.is_empty() {
+            PythonFrames::None
+        } else {
+            self.new_python.push((header.tgid, Arc::clone(&python)));
+            PythonFrames::Walked {
+                frames: python,
+                truncated: flags & PYTHON_TRUNCATED != 0,
+                native_complete: status == Some(Status::Complete),
+            }
+        };
         let kernel: Arc<[u64]> = sample.kernel().collect();
         let counted = Counted {
             kind,
@@ -172,6 +207,7 @@ impl WindowSamples {
             } else {
                 Stack::Frames(kernel)
             },
+            python,
             count: header.value,
         };
         self.stacks.insert(self.key.as_slice().into(), counted);
@@ -185,6 +221,12 @@ impl WindowSamples {
     /// Samples left out since the last call because the window was full.
     pub fn take_dropped(&mut self) -> u64 {
         std::mem::take(&mut self.dropped)
+    }
+
+    /// The Python frames of each new stack since the last call, by process: to be named while
+    /// the process lives.
+    pub fn take_new_python(&mut self) -> Vec<(u32, Arc<[PythonFrame]>)> {
+        std::mem::take(&mut self.new_python)
     }
 
     /// How each process's samples since the last call were unwound.
@@ -202,6 +244,7 @@ impl WindowSamples {
                 user: counted.user,
                 truncated: counted.truncated,
                 kernel: counted.kernel,
+                python: counted.python,
                 count: counted.count,
             })
             .collect()
@@ -238,6 +281,58 @@ mod tests {
 
     fn add(window: &mut WindowSamples, bytes: &[u8]) {
         window.add(&contract::parse_sample(bytes).unwrap());
+    }
+
+    /// A record of a CPython thread: `python` as (code, instr) pairs after the native frames.
+    fn python_record(status: PythonStatus, user: &[u64], python: &[(u64, u64)]) -> Vec<u8> {
+        let mut bytes = record(5, Status::Complete, 0, user, &[]);
+        bytes[28..30].copy_from_slice(&(status as u16).to_le_bytes());
+        bytes[30..32].copy_from_slice(&(python.len() as u16).to_le_bytes());
+        for &(code, instr) in python {
+            bytes.extend_from_slice(&code.to_le_bytes());
+            bytes.extend_from_slice(&instr.to_le_bytes());
+        }
+        bytes
+    }
+
+    #[test]
+    fn python_frames_count_per_code_object_not_per_instruction() {
+        let mut window = WindowSamples::default();
+        add(
+            &mut window,
+            &python_record(PythonStatus::Ok, &[1, 2], &[(0x101, 0x150), (0x200, 0x260)]),
+        );
+        add(
+            &mut window,
+            &python_record(PythonStatus::Ok, &[1, 2], &[(0x101, 0x158), (0x200, 0x260)]),
+        );
+        add(
+            &mut window,
+            &python_record(PythonStatus::NoFrames, &[1, 2], &[]),
+        );
+        let new = window.take_new_python();
+        assert_eq!(new.len(), 1);
+        assert_eq!(new[0].0, 5);
+        let counts = &window.take_counts()[&5];
+        assert_eq!(counts.python[PythonStatus::Ok as usize], 2);
+        assert_eq!(counts.python[PythonStatus::NoFrames as usize], 1);
+        let stacks = window.take();
+        assert_eq!(stacks.len(), 2);
+        let walked = stacks.iter().find(|s| s.count == 2).unwrap();
+        match &walked.python {
+            PythonFrames::Walked {
+                frames,
+                truncated,
+                native_complete,
+            } => {
+                assert_eq!(frames.len(), 2);
+                assert!(frames[0].is_entry());
+                assert!(!truncated && *native_complete);
+            }
+            other => panic!("{other:?}"),
+        }
+        let native = stacks.iter().find(|s| s.count == 1).unwrap();
+        assert_eq!(native.python, PythonFrames::None);
     }
 
     #[test]

@@ -2,6 +2,8 @@
 
 /// The eBPF source: the real sampler, loaded as root, sampling workloads the tests build.
 mod ebpf;
+/// CPython: detection, offsets per release, the user-space reader, the kernel walk.
+mod python;
 /// Rules: the documented example on every window, `/exported-metrics`, invalid rules.
 mod rules;
 /// Pull mode: scraping real pprof targets, bad targets, TLS and auth, file and HTTP discovery.

@@ -288,7 +288,7 @@ fn check_time(profile: &Profile, now: SystemTime, retention: Duration) -> Result
 
 #[cfg(test)]
 mod tests {
-    //! The ingest path driven directly, against a real sled store in a temporary directory:
+    //! The ingest path driven directly, against a real block store in a temporary directory:
     //! no listener, no HTTP, no QUIC.
 
     use std::collections::BTreeMap;
@@ -300,12 +300,12 @@ mod tests {
     use super::*;
     use crate::metrics::Metrics;
     use crate::rules::RulesMetrics;
-    use crate::store::{SledStore, StoreConfig, StoreMetrics, TimeRange};
+    use crate::store::{BlockStore, StoreConfig, StoreMetrics, TimeRange};
 
     /// An ingest path over a fresh store, with one provisioned rule counting `app.cpu`.
     struct Fixture {
         _dir: tempfile::TempDir,
-        store: SledStore,
+        store: BlockStore,
         rules: Arc<Rules>,
         metrics: Metrics,
         ingester: Ingester,
@@ -315,7 +315,7 @@ mod tests {
         fn new(config: IngestConfig) -> Fixture {
             let dir = tempfile::tempdir().unwrap();
             let metrics = Metrics::new();
-            let store = SledStore::open(
+            let store = BlockStore::open(
                 dir.path(),
                 StoreConfig::default(),
                 StoreMetrics::new(metrics.registry()),

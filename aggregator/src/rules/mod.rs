@@ -425,14 +425,14 @@ mod tests {
 
     use super::*;
     use crate::metrics::Metrics;
-    use crate::store::{SledStore, StoreConfig, StoreMetrics};
+    use crate::store::{BlockStore, StoreConfig, StoreMetrics};
 
     #[tokio::test]
     async fn increments_of_a_rule_changed_meanwhile_are_dropped_as_intended() {
         let dir = tempfile::tempdir().unwrap();
         let metrics = Metrics::new();
         let store: Arc<dyn Store> = Arc::new(
-            SledStore::open(
+            BlockStore::open(
                 dir.path(),
                 StoreConfig::default(),
                 StoreMetrics::new(metrics.registry()),

@@ -8,12 +8,12 @@
 //!
 //! # The interface
 //!
-//! [`Store`] is a trait object so that a second backend (issue 17: immutable blocks on a local
-//! disk or in object storage, with sled kept only as the head) slots in behind the same calls.
-//! It is shaped by what the stages ask, not by how sled stores it:
+//! [`Store`] is a trait object, shaped by what the stages ask, not by how a backend stores it.
+//! Its backend is the block store ([`BlockStore`], `blocks/`): a head (sled) for recent writes
+//! and immutable blocks (`smolder-block`) in a local directory or, with issue 18, a bucket.
 //!
-//! - Every call names a [`Tenant`]. The sled backend holds only [`Tenant::anonymous`] and
-//!   refuses others ([`StoreError::UnknownTenant`]); a backend with tenants keeps each apart.
+//! - Every call names a [`Tenant`]; the store keeps each tenant's data apart (its own head
+//!   ranges and blocks).
 //! - **Writes** ([`Store::write`], [`Store::delete_app`], [`Store::put_rule`],
 //!   [`Store::delete_rule`]) return an [`Ack`]: a `'static` future that queues the write when
 //!   first polled and resolves once it is durable (fsynced locally; in the bucket, for a store
@@ -24,24 +24,27 @@
 //!   not a list of series from an earlier call: a block store answers a selector from each
 //!   block's own postings, and a handle minted by one read would tie the next to that read's
 //!   view of the index.
-//! - Nothing of sled shows: no keys, no `sled::Error` (its failures are [`StoreError::Engine`]
-//!   with the cause as a source). Below it there is no key-value trait either: a block store
-//!   answers the same calls from immutable files, which a key-value shape would only obstruct.
+//! - Nothing of sled or of the blocks shows: no keys, no `sled::Error` (its failures are
+//!   [`StoreError::Engine`] with the cause as a source), no block type.
 //!
 //! Async functions are not dyn-compatible; boxed futures are, and the reads being synchronous
 //! keeps them free of that cost.
 //!
 //! # What lives here
 //!
-//! - `plan.rs` — the pure planning every backend shares: buckets, rollups, reads, retention.
-//! - `sled/` — the sled backend, [`SledStore`], and its maintenance tasks (rollups, retention).
+//! - `plan.rs` — the pure planning: buckets, head ranges and cuts, compaction, downsampling,
+//!   retention, timelines.
+//! - `blocks/` — the block store, [`BlockStore`]: head, blocks, writer, compaction, migration
+//!   of a v0.1 data directory.
+//! - `check.rs` — `smolder-aggregator check`: every block verified.
 //! - `disk.rs` — the data directory: its lock and its filesystem's free space.
 //! - `metrics.rs` — `smolder_aggregator_store_*`.
 
+mod blocks;
+mod check;
 mod disk;
 mod metrics;
 mod plan;
-mod sled;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -54,9 +57,12 @@ use smolder_common::{Profile, ProfileMeta, Selector, Series, Tree};
 
 use crate::tenant::Tenant;
 
+pub(crate) use self::blocks::BlockStore;
+pub use self::blocks::{LocalConfig, ObjectStoreConfig};
+pub use self::check::CheckReport;
+pub(crate) use self::check::check;
 pub(crate) use self::metrics::StoreMetrics;
 pub(crate) use self::plan::BUCKET;
-pub(crate) use self::sled::SledStore;
 
 /// Where profiles are kept and for how long.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -68,11 +74,24 @@ pub struct StoreConfig {
     /// How often retention runs. Default `1m`.
     #[serde(with = "smolder_common::timestamp::serde_duration")]
     pub retention_interval: Duration,
-    /// When the store grows past this many bytes on disk, the oldest data is deleted as well,
-    /// one 10 000 s bucket per retention pass. 0, the default, sets no limit.
+    /// When the store (blocks and head) grows past this many bytes on disk, the oldest blocks
+    /// are deleted as well, whole, until it fits. 0, the default, sets no limit.
     pub max_disk_bytes: u64,
-    /// Memory for sled's page cache, in bytes. Default 256 MiB.
+    /// Memory for decoded block data kept between queries (each series' shape and tree table
+    /// per block), in bytes. Default 256 MiB.
     pub cache_bytes: u64,
+    /// How often compaction runs: closed ranges' blocks merged (about 17 min → 2.8 h → 28 h)
+    /// and old data downsampled. Default `1m`.
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
+    pub compaction_interval: Duration,
+    /// Data older than this keeps only 100 s resolution (and its rollups). Default `0s`: never.
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
+    pub downsample_to_100s_after: Duration,
+    /// Data older than this keeps only 1000 s resolution. Default `0s`: never.
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
+    pub downsample_to_1000s_after: Duration,
+    /// Where blocks are kept: `type: local` (a directory, by default `<data-dir>/blocks`).
+    pub object_store: ObjectStoreConfig,
 }
 
 impl Default for StoreConfig {
@@ -82,6 +101,10 @@ impl Default for StoreConfig {
             retention_interval: Duration::from_secs(60),
             max_disk_bytes: 0,
             cache_bytes: 256 << 20,
+            compaction_interval: Duration::from_secs(60),
+            downsample_to_100s_after: Duration::ZERO,
+            downsample_to_1000s_after: Duration::ZERO,
+            object_store: ObjectStoreConfig::default(),
         }
     }
 }
@@ -128,11 +151,14 @@ pub(crate) enum StoreError {
         /// What is wrong with it.
         reason: &'static str,
     },
-    /// The backend does not hold this tenant's data (the sled store holds only `anonymous`).
-    #[error("this store holds no tenant {tenant:?}; it holds only the anonymous tenant")]
-    UnknownTenant {
-        /// The tenant asked for.
-        tenant: String,
+    /// The object store (the block directory, `store.object-store`) failed.
+    #[error("object store: {what}")]
+    Object {
+        /// What the store was doing, with the object's name.
+        what: String,
+        /// What the object store said.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The store has been closed; nothing more is accepted.
     #[error("the store is closed")]
@@ -149,7 +175,7 @@ pub(crate) enum StoreError {
 pub(crate) type Ack<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'static>>;
 
 /// The store's interface towards ingest, query, rules and admin. See the module docs for its
-/// shape; [`SledStore`] implements it.
+/// shape; [`BlockStore`] implements it.
 pub(crate) trait Store: Send + Sync {
     /// Adds `profiles` to `tenant`'s data, all or nothing. With a `marker` (an agent's batch),
     /// the write is skipped when that marker is stored already, and otherwise stored with the

@@ -1,7 +1,8 @@
 //! Integration tests of `smolder-aggregator` over real HTTP against a running aggregator on a
 //! temporary data directory; one module per stage.
 
-/// The aggregator as a process: kill -9 durability, the data directory lock.
+/// The aggregator as a process: kill -9 durability (during ingest, cuts and merges), `check`,
+/// the data directory lock.
 mod process;
 /// The binary under systemd: READY=1, watchdog pings, STOPPING=1 over `NOTIFY_SOCKET`.
 mod systemd;

@@ -222,3 +222,62 @@ fn a_coarser_input_sets_the_output_resolution() {
     assert_eq!(index.meta().levels, [100, 1_000, 10_000]);
     assert_eq!(read(&merged, 0, START, START + 100).total(), 8);
 }
+
+/// A merged block names the blocks it replaces, and leaves out the series it is told to drop.
+#[test]
+fn a_merged_block_lists_its_sources_and_drops_deleted_series() {
+    let limits = Limits::default();
+    let mut tree = Tree::new();
+    tree.insert_names(["main", "work"], 5);
+    let mut blocks = Vec::new();
+    for (i, app) in ["keep.cpu", "gone.cpu"].into_iter().enumerate() {
+        let mut builder =
+            BlockBuilder::new("anonymous", START + i as u64 * 1_000, 1_000, 10).unwrap();
+        let series = smolder_common::Series::parse(app).unwrap();
+        let marker = Marker {
+            agent_id: "a".into(),
+            sequence: i as u64,
+        };
+        builder
+            .add(
+                &series,
+                &ProfileMeta::default(),
+                START + i as u64 * 1_000,
+                &tree,
+                Contribution::batch(marker, 1),
+            )
+            .unwrap();
+        blocks.push(builder.finish().unwrap().0);
+    }
+    let inputs: Vec<smolder_block::MergeInput> = blocks
+        .iter()
+        .map(|b| {
+            smolder_block::MergeInput::decode(b.len() as u64, &Fetched::whole(b), &limits).unwrap()
+        })
+        .collect();
+    let mut merger = smolder_block::Merger::new(inputs, whole(None), limits).unwrap();
+    merger.set_sources(vec!["b2".into(), "b1".into(), "b1".into()]);
+    merger.drop_series(|input, series| input == 1 && series.app() == "gone.cpu");
+    assert_eq!(merger.series_count(), 1);
+    let mut out = Vec::new();
+    let chunks: Vec<Fetched<'_>> = merger
+        .chunk_ranges(0)
+        .into_iter()
+        .map(|(i, _)| Fetched::whole(&blocks[i]))
+        .collect();
+    merger.merge_series(0, &chunks).unwrap();
+    out.extend(merger.take_output());
+    out.extend(merger.finish().unwrap().0);
+    let report = verify(&out, &limits).unwrap();
+    assert_eq!((report.series, report.sources), (1, 2));
+    let fetched = Fetched::whole(&out);
+    let tail = Tail::decode(out.len() as u64, &fetched).unwrap();
+    let footer = Footer::decode(&tail, &fetched).unwrap();
+    assert_eq!(footer.sources(&fetched, &limits).unwrap(), ["b1", "b2"]);
+    let index = Index::decode(&footer, &fetched, &limits).unwrap();
+    assert_eq!(index.series()[0].series.app(), "keep.cpu");
+    // A block without sources has no such section.
+    let tail = Tail::decode(blocks[0].len() as u64, &Fetched::whole(&blocks[0])).unwrap();
+    let footer = Footer::decode(&tail, &Fetched::whole(&blocks[0])).unwrap();
+    assert!(footer.sources_range().is_none());
+}

@@ -19,7 +19,7 @@ use super::maps::Files;
 use super::{Request, SymbolizeConfig, SymbolizedSample, TRUNCATED};
 use crate::ebpf::metrics::SymbolizeMetrics;
 use crate::ebpf::process::{FileKey, Object, ProcessMap, process_start_time};
-use crate::ebpf::sample::{Stack, StackCount};
+use crate::ebpf::sample::{PythonFrames, Splice, Stack, StackCount};
 
 /// What a frame's name is cached under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -288,7 +288,7 @@ impl State {
                     .iter()
                     .enumerate()
                     .any(|(depth, &addr)| map.find(call_site(addr, depth)).is_none()),
-                Stack::None | Stack::Lost => false,
+                Stack::Named(_) | Stack::None | Stack::Lost => false,
             })
         };
         let now = Instant::now();
@@ -525,12 +525,28 @@ impl State {
                 if sample.truncated {
                     frames.push(Arc::from(TRUNCATED));
                 }
-                let user: Vec<Arc<str>> = addrs
-                    .iter()
-                    .enumerate()
-                    .map(|(depth, &addr)| self.user_frame(sample.pid, call_site(addr, depth)))
-                    .collect();
+                let splices: &[Splice] = match &sample.python {
+                    PythonFrames::Mixed(splices) => splices,
+                    PythonFrames::None | PythonFrames::Walked { .. } => &[],
+                };
+                let mut splices = splices.iter().peekable();
+                let mut user: Vec<Arc<str>> = Vec::with_capacity(addrs.len());
+                for (depth, &addr) in addrs.iter().enumerate() {
+                    match splices.next_if(|s| s.depth == depth) {
+                        Some(splice) => user.extend(splice.names.iter().cloned()),
+                        None => user.push(self.user_frame(sample.pid, call_site(addr, depth))),
+                    }
+                }
+                if let Some(above) = splices.next_if(|s| s.depth == addrs.len()) {
+                    user.extend(above.names.iter().cloned());
+                }
                 frames.extend(user.into_iter().rev());
+            }
+            Stack::Named(names) => {
+                if sample.truncated {
+                    frames.push(Arc::from(TRUNCATED));
+                }
+                frames.extend(names.iter().rev().cloned());
             }
             Stack::None => {}
             Stack::Lost => frames.push(Arc::from("[user stack lost]")),
@@ -549,7 +565,7 @@ impl State {
                         .collect();
                     frames.extend(kernel.into_iter().rev());
                 }
-                Stack::None => {}
+                Stack::Named(_) | Stack::None => {}
                 Stack::Lost => frames.push(Arc::from("[kernel stack lost]")),
             }
         }
@@ -596,6 +612,7 @@ fn call_site(addr: u64, depth: usize) -> u64 {
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
     use crate::ebpf::SampleKind;
     use crate::metrics::Metrics;
@@ -665,6 +682,7 @@ mod tests {
             user: Stack::Frames(Arc::from(user)),
             truncated,
             kernel,
+            python: PythonFrames::None,
             count: 3,
         }
     }
@@ -710,5 +728,70 @@ mod tests {
             Stack::None,
         ));
         assert_eq!(names(&named), [TRUNCATED, "main", "leaf"]);
+    }
+
+    #[test]
+    fn named_stacks_pass_through_root_first_above_kernel_frames() {
+        let mut state = state();
+        state.frames.insert(
+            FrameKey::Kernel(0xffff_0000 - 1),
+            Arc::from("do_syscall_64"),
+        );
+        state
+            .frames
+            .insert(FrameKey::Kernel(0xffff_1000), Arc::from("ksys_write"));
+        let sample = StackCount {
+            kind: SampleKind::Cpu,
+            pid: 7,
+            user: Stack::Named(Arc::from([
+                Arc::from("leaf (/srv/app.py:9)"),
+                Arc::from("<module> (/srv/app.py:1)"),
+            ])),
+            truncated: false,
+            kernel: Stack::Frames(Arc::from([0xffff_1000, 0xffff_0000].as_slice())),
+            python: PythonFrames::None,
+            count: 4,
+        };
+        assert_eq!(
+            names(&state.name(&sample)),
+            [
+                "<module> (/srv/app.py:1)",
+                "leaf (/srv/app.py:9)",
+                "do_syscall_64",
+                "ksys_write"
+            ]
+        );
+    }
+
+    #[test]
+    fn splices_stand_for_their_native_frames_and_one_past_the_root_goes_above_it() {
+        let mut state = state();
+        let python =
+            |names: &[&str]| -> Arc<[Arc<str>]> { names.iter().map(|n| Arc::from(*n)).collect() };
+        let mut mixed = sample(
+            &[0x55d0c0a01100, 0x55d0c0a01200, 0x7f0000000010],
+            false,
+            Stack::None,
+        );
+        mixed.python = PythonFrames::Mixed(Arc::from([
+            Splice {
+                depth: 1,
+                names: python(&["cb (/a.py:3)", "<module> (/a.py:1)"]),
+            },
+            Splice {
+                depth: 3,
+                names: python(&["outer (/a.py:9)"]),
+            },
+        ]));
+        assert_eq!(
+            names(&state.name(&mixed)),
+            [
+                "outer (/a.py:9)",
+                "__libc_start_call_main",
+                "<module> (/a.py:1)",
+                "cb (/a.py:3)",
+                "leaf"
+            ]
+        );
     }
 }

@@ -1,0 +1,297 @@
+//! The head in memory: every acknowledged write not yet in a block, per tenant and head range
+//! (1000 s, the span of a cut block), per series as self values over one shape.
+//!
+//! Input: [`Record`]s, as the writer applies them and as a restart replays them from the head
+//! database (`wal.rs`). Output: what reads ask of recent data (series, sums over a range,
+//! totals) and, when a range is cut, one tree per batch and bucket for the block builder.
+//! Owned by the store's state lock; the writer thread is its only writer.
+//!
+//! A series keeps the union of its trees' nodes once (parent and frame per node, frames named
+//! in the range's one name table) and each write as `(node, self value)` pairs: about a fifth
+//! of a tree's nodes carry a self value, so the head holds a 10 s tree of 11,000 nodes in about
+//! 30 KB rather than the 400 KB of a `Tree`. Every write keeps its marker and stays apart, so
+//! that a cut block keeps batches separable (see the block format).
+
+use std::collections::{BTreeMap, HashMap};
+
+use smolder_block::Marker;
+use smolder_common::tree::NodeRef;
+use smolder_common::{FrameId, ProfileMeta, Series, Tree};
+
+use super::wal::Record;
+use crate::tenant::Tenant;
+
+/// The head: ranges by tenant and start.
+#[derive(Default)]
+pub(crate) struct Head {
+    ranges: BTreeMap<(Tenant, u64), HeadRange>,
+}
+
+/// One tenant's writes in one head range.
+#[derive(Default)]
+pub(crate) struct HeadRange {
+    names: Vec<String>,
+    ids: HashMap<String, u32, foldhash::fast::RandomState>,
+    pub(crate) series: BTreeMap<Series, HeadSeries>,
+}
+
+/// One series' writes in a head range.
+pub(crate) struct HeadSeries {
+    /// The metadata of its newest data.
+    pub(crate) meta: ProfileMeta,
+    meta_bucket: u64,
+    /// Unix seconds of its first and last 10 s bucket.
+    pub(crate) first: u64,
+    pub(crate) last: u64,
+    parents: Vec<u32>,
+    frames: Vec<u32>,
+    children: HashMap<(u32, u32), u32, foldhash::fast::RandomState>,
+    pub(crate) entries: Vec<Entry>,
+}
+
+/// One write's data of one series in one bucket.
+pub(crate) struct Entry {
+    /// Unix seconds of its 10 s bucket.
+    pub(crate) bucket: u64,
+    pub(crate) marker: Marker,
+    /// Profiles it sums.
+    pub(crate) writes: u64,
+    /// Its total.
+    pub(crate) total: u64,
+    values: Vec<(u32, u64)>,
+}
+
+impl Head {
+    /// Adds a record of head range `range`.
+    pub(crate) fn add(&mut self, range: u64, record: &Record) {
+        let head = self
+            .ranges
+            .entry((record.tenant.clone(), range))
+            .or_default();
+        for (bucket, profile) in &record.profiles {
+            head.add(*bucket, &record.marker, profile);
+        }
+    }
+
+    /// The ranges of `tenant` overlapping `[from, until)`, given the range span.
+    pub(crate) fn ranges_of<'h>(
+        &'h self,
+        tenant: &Tenant,
+        span: u64,
+        from: u64,
+        until: u64,
+    ) -> impl Iterator<Item = (u64, &'h HeadRange)> + 'h {
+        let tenant = tenant.clone();
+        self.ranges
+            .iter()
+            .filter(move |((t, start), _)| *t == tenant && *start < until && start + span > from)
+            .map(|((_, start), range)| (*start, range))
+    }
+
+    /// Every range, as (tenant, start).
+    pub(crate) fn keys(&self) -> Vec<(Tenant, u64)> {
+        self.ranges.keys().cloned().collect()
+    }
+
+    /// The range of `tenant` starting at `start`.
+    pub(crate) fn range(&self, tenant: &Tenant, start: u64) -> Option<&HeadRange> {
+        self.ranges.get(&(tenant.clone(), start))
+    }
+
+    /// Takes the range of `tenant` starting at `start` out of the head.
+    pub(crate) fn remove(&mut self, tenant: &Tenant, start: u64) -> Option<HeadRange> {
+        self.ranges.remove(&(tenant.clone(), start))
+    }
+
+    /// Deletes every series of `app` of `tenant`; returns the series deleted.
+    pub(crate) fn delete_app(&mut self, tenant: &Tenant, app: &str) -> Vec<Series> {
+        let mut deleted = Vec::new();
+        for ((t, _), range) in &mut self.ranges {
+            if t != tenant {
+                continue;
+            }
+            range.series.retain(|series, _| {
+                let gone = series.app() == app;
+                if gone {
+                    deleted.push(series.clone());
+                }
+                !gone
+            });
+        }
+        self.ranges.retain(|_, range| !range.series.is_empty());
+        deleted
+    }
+
+    /// Series in the head.
+    pub(crate) fn series_count(&self) -> usize {
+        self.ranges.values().map(|r| r.series.len()).sum()
+    }
+}
+
+impl HeadRange {
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.to_owned());
+        self.ids.insert(name.to_owned(), id);
+        id
+    }
+
+    fn add(&mut self, bucket: u64, marker: &Marker, profile: &smolder_common::Profile) {
+        let tree = &profile.tree;
+        // Intern the tree's frames once.
+        let frames: Vec<u32> = tree
+            .frames()
+            .iter()
+            .map(|(_, name)| self.intern(name))
+            .collect();
+        let series = match self.series.get_mut(&profile.series) {
+            Some(series) => series,
+            None => self
+                .series
+                .entry(profile.series.clone())
+                .or_insert_with(|| HeadSeries::new(bucket)),
+        };
+        if bucket >= series.meta_bucket {
+            series.meta = profile.meta.clone();
+            series.meta_bucket = bucket;
+        }
+        series.first = series.first.min(bucket);
+        series.last = series.last.max(bucket);
+        let mut values = Vec::new();
+        let root = tree.root();
+        if root.self_value() > 0 {
+            values.push((0, root.self_value()));
+        }
+        let mut pending: Vec<(NodeRef<'_>, u32)> = root.children().map(|c| (c, 0)).collect();
+        while let Some((node, parent)) = pending.pop() {
+            if node.total() == 0 {
+                continue;
+            }
+            let frame = frames[node.frame().expect("only the root has no frame").index()];
+            let at = series.child(parent, frame);
+            if node.self_value() > 0 {
+                values.push((at, node.self_value()));
+            }
+            pending.extend(node.children().map(|c| (c, at)));
+        }
+        let total = tree.total();
+        match series
+            .entries
+            .iter_mut()
+            .find(|e| e.bucket == bucket && e.marker == *marker)
+        {
+            // Several profiles of one series and bucket in one write: one entry.
+            Some(entry) => {
+                entry.values.extend(values);
+                entry.values = sum_values(std::mem::take(&mut entry.values));
+                entry.writes += 1;
+                entry.total = entry.total.saturating_add(total);
+            }
+            None => {
+                values.sort_unstable_by_key(|&(node, _)| node);
+                series.entries.push(Entry {
+                    bucket,
+                    marker: marker.clone(),
+                    writes: 1,
+                    total,
+                    values,
+                });
+            }
+        }
+    }
+
+    /// The tree of one entry of `series`, for the block builder.
+    pub(crate) fn entry_tree(&self, series: &HeadSeries, entry: &Entry) -> Tree {
+        series.to_tree(&self.names, &entry.values)
+    }
+
+    /// The sum of `series`' entries in `[from, until)` and the writes it sums; `None` when
+    /// none falls there.
+    pub(crate) fn sum(&self, series: &HeadSeries, from: u64, until: u64) -> Option<(Tree, u64)> {
+        let mut dense = vec![0u64; series.parents.len()];
+        let mut writes = 0u64;
+        let mut any = false;
+        for entry in &series.entries {
+            if entry.bucket < from || entry.bucket >= until {
+                continue;
+            }
+            any = true;
+            writes = writes.saturating_add(entry.writes);
+            for &(node, value) in &entry.values {
+                let slot = &mut dense[node as usize];
+                *slot = slot.saturating_add(value);
+            }
+        }
+        if !any {
+            return None;
+        }
+        let values: Vec<(u32, u64)> = dense
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| **v > 0)
+            .map(|(node, v)| (node as u32, *v))
+            .collect();
+        Some((series.to_tree(&self.names, &values), writes))
+    }
+}
+
+impl HeadSeries {
+    fn new(bucket: u64) -> HeadSeries {
+        HeadSeries {
+            meta: ProfileMeta::default(),
+            meta_bucket: bucket,
+            first: bucket,
+            last: bucket,
+            parents: vec![0],
+            frames: vec![u32::MAX],
+            children: HashMap::default(),
+            entries: Vec::new(),
+        }
+    }
+
+    fn child(&mut self, parent: u32, frame: u32) -> u32 {
+        let next = self.parents.len() as u32;
+        let at = *self.children.entry((parent, frame)).or_insert(next);
+        if at == next {
+            self.parents.push(parent);
+            self.frames.push(frame);
+        }
+        at
+    }
+
+    /// A tree with these self values over this series' shape.
+    fn to_tree(&self, names: &[String], values: &[(u32, u64)]) -> Tree {
+        let mut tree = Tree::new();
+        let mut ids: Vec<Option<FrameId>> = vec![None; names.len()];
+        let mut path: Vec<FrameId> = Vec::new();
+        for &(node, value) in values {
+            path.clear();
+            let mut at = node;
+            while at != 0 {
+                let frame = self.frames[at as usize] as usize;
+                let id = *ids[frame].get_or_insert_with(|| tree.intern(&names[frame]));
+                path.push(id);
+                at = self.parents[at as usize];
+            }
+            path.reverse();
+            tree.insert(&path, value);
+        }
+        tree
+    }
+}
+
+/// Sums values of the same node; sorts by node.
+fn sum_values(mut values: Vec<(u32, u64)>) -> Vec<(u32, u64)> {
+    values.sort_unstable_by_key(|&(node, _)| node);
+    let mut out: Vec<(u32, u64)> = Vec::with_capacity(values.len());
+    for (node, value) in values {
+        match out.last_mut() {
+            Some(last) if last.0 == node => last.1 = last.1.saturating_add(value),
+            _ => out.push((node, value)),
+        }
+    }
+    out
+}
