@@ -18,7 +18,7 @@ use smolder_common::Profile;
 use tracing::{debug, info_span, warn};
 
 use super::offcpu::{Throttle, monotonic_ns};
-use super::process::{Labeller, ProcessInfo, Processes};
+use super::process::{Labeller, ProcessInfo, Processes, process_start_time};
 use super::python::Pythons;
 use super::samples::{KindCounts, UnwindCounts, WindowSamples};
 use super::symbolize::{DebugDirs, Symbolizer};
@@ -192,9 +192,9 @@ impl Collector {
                     self.symbolizer.capture(pid)?;
                     if let Some(unwinder) = &self.unwinder {
                         if exec {
-                            unwinder.exec(pid);
+                            unwinder.exec(pid, info.start_time);
                         } else {
-                            unwinder.seen(pid);
+                            unwinder.seen(pid, info.start_time);
                         }
                     }
                 }
@@ -221,9 +221,13 @@ impl Collector {
         let mut exited = HashSet::new();
         for event in events.drain(..) {
             match event.kind {
-                // Announced again after the kernel's LRU forgot it; a pid that exited and is
-                // announced again has been reused by a new process.
-                ProcessEventKind::FirstSight if self.processes.is_alive(event.pid) => {}
+                // Announced again after the kernel's LRU forgot it (the same start time); a pid
+                // that exited, or whose exit event was lost, and is announced again has been
+                // reused by a new process.
+                ProcessEventKind::FirstSight
+                    if self.processes.is_alive(event.pid)
+                        && process_start_time(event.pid)
+                            .is_none_or(|t| self.processes.start_time(event.pid) == Some(t)) => {}
                 ProcessEventKind::FirstSight => self.learn(event.pid, false)?,
                 ProcessEventKind::Exec => self.learn(event.pid, true)?,
                 ProcessEventKind::Exit => {
@@ -343,6 +347,8 @@ impl Collector {
         self.window.close(boundary);
         let samples = self.window.take();
         let counts = self.window.take_counts();
+        self.metrics
+            .dropped(metrics::WINDOW_STACKS_FULL, self.window.take_dropped());
         self.count_lost();
         self.metrics
             .drain_duration

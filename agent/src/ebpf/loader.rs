@@ -452,15 +452,7 @@ impl Sampler {
     /// and [`EbpfError::MemoryPeriod`] for settings out of range, [`EbpfError::Btf`] when
     /// off-CPU is enabled and the kernel's BTF cannot be read.
     pub fn load(config: &EbpfConfig, self_pid: u32) -> Result<Sampler, EbpfError> {
-        if config.frequency == 0 {
-            return Err(EbpfError::Frequency);
-        }
-        if config.max_frames == 0 || config.max_frames as usize > contract::MAX_FRAMES {
-            return Err(EbpfError::MaxFrames {
-                value: config.max_frames,
-                max: contract::MAX_FRAMES,
-            });
-        }
+        config.validate()?;
         let unreadable = missing_capabilities(Purpose::Reading);
         if !unreadable.is_empty() {
             warn!(

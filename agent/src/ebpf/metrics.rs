@@ -30,6 +30,20 @@ pub(crate) const MIN_DURATION: DropCause = DropCause::intentional("min_duration"
 pub(crate) const UNMATCHED_SWITCH_IN: DropCause = DropCause::forced("unmatched_switch_in");
 /// Off-CPU switch-outs not followed: too many threads were waiting already.
 pub(crate) const WAITING_FULL: DropCause = DropCause::forced("waiting_full");
+/// Mappings left out of the kernel past a process's share of `unwind_mappings`
+/// (`smolder_agent_dropped_mappings_total`).
+pub(crate) const PROCESS_CAP: DropCause = DropCause::forced("unwind_process_cap");
+/// Mappings the kernel refused: `unwind_mappings` is full.
+pub(crate) const MAP_FULL: DropCause = DropCause::forced("unwind_mappings_full");
+/// Requests to the `smolder-unwind` thread past its queue's bound
+/// (`smolder_agent_dropped_requests_total`).
+pub(crate) const UNWIND_QUEUE_FULL: DropCause = DropCause::forced("unwind_queue_full");
+/// Build ids asked of the debuginfod client past its queue's bound
+/// (`smolder_agent_dropped_requests_total{stage="symbolize"}`).
+pub(crate) const DEBUGINFOD_QUEUE_FULL: DropCause = DropCause::forced("debuginfod_queue_full");
+/// Samples of new distinct stacks past a window's bound
+/// ([`crate::ebpf::samples::MAX_WINDOW_STACKS`]).
+pub(crate) const WINDOW_STACKS_FULL: DropCause = DropCause::forced("window_stacks_full");
 
 /// The `error_type`s of `smolder_agent_errors_total{stage="ebpf"}`: reading the kernel's loss
 /// counters failed, the samples ring buffer held a malformed record, putting an unwind table or
@@ -102,15 +116,19 @@ pub struct EbpfMetrics {
 impl EbpfMetrics {
     /// Creates the sampler's metrics in `registry`.
     pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
-        let drops = [
+        let mut drops: Vec<(DroppedUnit, DropCause)> = [
             RING_BUFFER_FULL,
             RELABEL,
             UNKNOWN_PROCESS,
             MIN_DURATION,
             UNMATCHED_SWITCH_IN,
             WAITING_FULL,
+            WINDOW_STACKS_FULL,
         ]
-        .map(|cause| (DroppedUnit::Samples, cause));
+        .map(|cause| (DroppedUnit::Samples, cause))
+        .into();
+        drops.push((DroppedUnit::Requests, UNWIND_QUEUE_FULL));
+        drops.extend([PROCESS_CAP, MAP_FULL].map(|cause| (DroppedUnit::Mappings, cause)));
         let metrics = EbpfMetrics {
             samples: counter(
                 registry,
@@ -242,11 +260,13 @@ pub struct SymbolizeMetrics {
     pub cached_frames: IntGauge,
     /// `smolder_agent_symbolize_duration_seconds`: symbolizing one drain.
     pub duration: Histogram,
+    /// The tier's counters with `stage="symbolize"`.
+    pub tier: StageCounters,
 }
 
 impl SymbolizeMetrics {
     /// Creates the symbolizer's metrics in `registry`.
-    pub(crate) fn new(registry: &Registry) -> Self {
+    pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
         let metrics = SymbolizeMetrics {
             frames_resolved: counter(
                 registry,
@@ -327,6 +347,11 @@ impl SymbolizeMetrics {
                 registry,
                 "smolder_agent_symbolize_duration_seconds",
                 "Time to symbolize one drain's samples.",
+            ),
+            tier: tier.stage(
+                "symbolize",
+                &[],
+                &[(DroppedUnit::Requests, DEBUGINFOD_QUEUE_FULL)],
             ),
         };
         for source in [DebugSource::Local, DebugSource::Debuginfod] {

@@ -138,6 +138,27 @@ impl Default for EbpfConfig {
 }
 
 impl EbpfConfig {
+    /// Checks the settings that have a range, so that `check-config` refuses what the loader
+    /// would.
+    ///
+    /// # Errors
+    ///
+    /// [`EbpfError::Frequency`] for a zero `frequency`, [`EbpfError::MaxFrames`] for
+    /// `max-frames` of 0 or above what a sample holds.
+    pub fn validate(&self) -> Result<(), EbpfError> {
+        if self.frequency == 0 {
+            return Err(EbpfError::Frequency);
+        }
+        if self.max_frames == 0 || self.max_frames as usize > smolder_agent_ebpf::unwind::MAX_FRAMES
+        {
+            return Err(EbpfError::MaxFrames {
+                value: self.max_frames,
+                max: smolder_agent_ebpf::unwind::MAX_FRAMES,
+            });
+        }
+        Ok(())
+    }
+
     /// The deprecated keys this config sets.
     pub fn deprecated_keys(&self) -> Vec<&'static str> {
         let mut keys = Vec::new();

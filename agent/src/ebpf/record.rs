@@ -37,11 +37,14 @@ pub struct ProcessReady {
     pub pid: u32,
     /// When; samples taken from then on are walked with its tables.
     pub at: SystemTime,
-    /// How long after its first sample (after the walk that left its mappings, for a
-    /// refresh).
+    /// How long after its first sample (the agent's start, for a preloaded process; after the
+    /// walk that left its mappings, for a refresh).
     pub after: Duration,
     /// Whether its mappings were read again because walks left them (a `dlopen`).
     pub refresh: bool,
+    /// Whether it was loaded because it ran at the agent's start; `after` then counts from
+    /// the agent's start.
+    pub preloaded: bool,
 }
 
 /// Samples every process for `duration`, in windows of `window.length` as the daemon does, with
@@ -87,6 +90,7 @@ pub fn record(
             at: now - instant.saturating_duration_since(ready.at),
             after: ready.after,
             refresh: ready.refresh,
+            preloaded: ready.preloaded,
         })
         .collect();
     let metrics = metrics.render().context("rendering the metrics")?;
@@ -133,6 +137,7 @@ struct JsonReady {
     at: u128,
     after_ms: u128,
     refresh: bool,
+    preloaded: bool,
 }
 
 fn unix_ms(time: SystemTime) -> u128 {
@@ -196,6 +201,7 @@ pub fn print_record(
                     at: unix_ms(ready.at),
                     after_ms: ready.after.as_millis(),
                     refresh: ready.refresh,
+                    preloaded: ready.preloaded,
                 })
                 .collect();
             let document = JsonRecording {

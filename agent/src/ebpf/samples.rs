@@ -127,6 +127,17 @@ pub struct Miss {
     pub frames: Vec<u64>,
 }
 
+/// The most distinct stacks one window holds (each up to 3 KiB with its key: frames of user
+/// and kernel): a window of 10 s on 128 CPUs at 99 Hz takes at most 127 Ki samples, and
+/// distinct stacks are far fewer. Past it, samples of new stacks are dropped and counted
+/// (`smolder_agent_dropped_samples_total{reason="window_stacks_full"}`); samples of stacks
+/// already held still count.
+pub const MAX_WINDOW_STACKS: usize = 1 << 17;
+
+/// The most walks that left the tables kept between two polls: they are hints for the
+/// unwinder, one per new distinct stack, and the next poll brings more.
+const MAX_MISSES: usize = 1024;
+
 /// The samples of one window, summed per distinct stack, and the threads waiting off the CPU.
 pub struct WindowSamples {
     stacks: HashMap<Box<[u8]>, Counted>,
@@ -137,6 +148,9 @@ pub struct WindowSamples {
     waiting: Pending<Waiter>,
     kinds: KindCounts,
     page_size: u64,
+    /// Samples left out since the last [`WindowSamples::take_dropped`]: the window held
+    /// [`MAX_WINDOW_STACKS`] stacks.
+    dropped: u64,
     /// The Python frames of each new stack since the last call of
     /// [`WindowSamples::take_new_python`].
     new_python: Vec<(u32, Arc<[PythonFrame]>)>,
@@ -167,6 +181,7 @@ impl WindowSamples {
             kinds: KindCounts::default(),
             page_size,
             new_python: Vec::new(),
+            dropped: 0,
         }
     }
 
@@ -196,7 +211,12 @@ impl WindowSamples {
                 self.kinds.off_cpu_unwinds += 1;
                 let counted = match self.stack(sample, kind) {
                     Some(counted) => counted,
-                    None => self.stacks[&self.key[..]].clone(),
+                    None => match self.stacks.get(&self.key[..]) {
+                        Some(counted) => counted.clone(),
+                        // The window is full: the wait is not followed (its switch-in is
+                        // counted unmatched), its sample counted as dropped.
+                        None => return,
+                    },
                 };
                 let waiter = Waiter {
                     key: Arc::from(self.key.as_slice()),
@@ -221,7 +241,8 @@ impl WindowSamples {
     }
 
     /// Accounts a sample's walk, sets `self.key` to its stack's key, and returns the stack's
-    /// entry: the window's own when it has the stack, else a new one (with a zero count).
+    /// entry: a new one (with a zero count) when the window does not have the stack, else
+    /// none (the window's own, or, when the window is full, none at all: dropped).
     fn stack(&mut self, sample: &Sample<'_>, kind: SampleKind) -> Option<Counted> {
         let header = &sample.header;
         let status = Status::from_raw(header.status);
@@ -263,8 +284,16 @@ impl WindowSamples {
         if self.stacks.contains_key(&self.key[..]) {
             return None;
         }
+        if self.stacks.len() >= MAX_WINDOW_STACKS {
+            // One record is one sample, whatever its value measures (a count, a switch-out
+            // time, a fault period).
+            self.dropped += 1;
+            return None;
+        }
         let user: Arc<[u64]> = sample.user().collect();
-        if status == Some(Status::NoTable) || header.fp_frames > 0 {
+        if (status == Some(Status::NoTable) || header.fp_frames > 0)
+            && self.misses.len() < MAX_MISSES
+        {
             self.misses.push(Miss {
                 pid: header.tgid,
                 frames: user.to_vec(),
@@ -358,6 +387,11 @@ impl WindowSamples {
     /// The walks that left the tables since the last call: one per new distinct stack.
     pub fn take_misses(&mut self) -> Vec<Miss> {
         std::mem::take(&mut self.misses)
+    }
+
+    /// Samples left out since the last call because the window was full.
+    pub fn take_dropped(&mut self) -> u64 {
+        std::mem::take(&mut self.dropped)
     }
 
     /// The Python frames of each new stack since the last call, by process: to be named while
@@ -528,6 +562,42 @@ mod tests {
         assert_eq!(split.kernel, Stack::Frames(Arc::from([3u64].as_slice())));
         assert!(stacks.iter().any(|s| s.truncated));
         assert!(window.take().is_empty());
+    }
+
+    #[test]
+    fn a_full_window_drops_new_stacks_and_counts_them_but_keeps_counting_known_ones() {
+        let mut window = WindowSamples::default();
+        for i in 0..MAX_WINDOW_STACKS as u64 {
+            add(&mut window, &record(1, Status::Complete, 0, &[i], &[]));
+        }
+        assert_eq!(window.take_dropped(), 0);
+        add(
+            &mut window,
+            &record(1, Status::Complete, 0, &[u64::MAX], &[]),
+        );
+        add(
+            &mut window,
+            &record(1, Status::NoTable, 0, &[u64::MAX - 1], &[]),
+        );
+        add(&mut window, &record(1, Status::Complete, 0, &[0], &[]));
+        assert_eq!(window.take_dropped(), 2);
+        assert_eq!(window.take_dropped(), 0);
+        assert!(
+            window.take_misses().is_empty(),
+            "a dropped stack is no miss"
+        );
+        let stacks = window.take();
+        assert_eq!(stacks.len(), MAX_WINDOW_STACKS);
+        assert_eq!(
+            stacks.iter().map(|s| s.count).sum::<u64>(),
+            MAX_WINDOW_STACKS as u64 + 1
+        );
+        // Emptied by the drain: room again.
+        add(
+            &mut window,
+            &record(1, Status::Complete, 0, &[u64::MAX], &[]),
+        );
+        assert_eq!((window.take().len(), window.take_dropped()), (1, 0));
     }
 
     #[test]
