@@ -6,7 +6,9 @@
 //! of a process and once per drain). The source's errors and dropped samples are counted in the tier's counters with
 //! `stage="ebpf"`.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Registry};
+use prometheus::{
+    Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
 use smolder_agent_ebpf::unwind::Status;
 
 use super::symbolize::DebugSource;
@@ -22,6 +24,12 @@ pub(crate) const RING_BUFFER_FULL: DropCause = DropCause::forced("ring_buffer_fu
 pub(crate) const RELABEL: DropCause = DropCause::intentional("relabel");
 /// Samples of a process that exited before the agent could read it.
 pub(crate) const UNKNOWN_PROCESS: DropCause = DropCause::forced("unknown_process");
+/// Off-CPU waits shorter than `ebpf.off-cpu.min-duration`.
+pub(crate) const MIN_DURATION: DropCause = DropCause::intentional("min_duration");
+/// Off-CPU switch-ins whose switch-out was lost (to a full ring buffer).
+pub(crate) const UNMATCHED_SWITCH_IN: DropCause = DropCause::forced("unmatched_switch_in");
+/// Off-CPU switch-outs not followed: too many threads were waiting already.
+pub(crate) const WAITING_FULL: DropCause = DropCause::forced("waiting_full");
 /// Mappings left out of the kernel past a process's share of `unwind_mappings`
 /// (`smolder_agent_dropped_mappings_total`).
 pub(crate) const PROCESS_CAP: DropCause = DropCause::forced("unwind_process_cap");
@@ -55,6 +63,20 @@ pub struct EbpfMetrics {
     /// `smolder_agent_ebpf_samples_total`: CPU samples read from the kernel, before
     /// relabelling.
     pub samples: IntCounter,
+    /// `smolder_agent_ebpf_off_cpu_probability`: the probability a context switch is sampled
+    /// with now (`ebpf.off-cpu.probability`, lowered to keep within
+    /// `ebpf.off-cpu.max-unwinds-per-second`); absent 0 with off-CPU disabled.
+    pub off_cpu_probability: Gauge,
+    /// `smolder_agent_ebpf_off_cpu_unwinds_total`: switch-outs sampled and unwound.
+    pub off_cpu_unwinds: IntCounter,
+    /// `smolder_agent_ebpf_off_cpu_waiting_threads`: threads sampled at switch-out and not back
+    /// on a CPU yet.
+    pub off_cpu_waiting: IntGauge,
+    /// `smolder_agent_ebpf_memory_samples_total`: page-fault samples read.
+    pub memory_samples: IntCounter,
+    /// `smolder_agent_ebpf_memory_huge_samples_total`: page-fault samples whose fault mapped a
+    /// transparent huge page (counted as 2 MiB per fault).
+    pub memory_huge_samples: IntCounter,
     /// `smolder_agent_ebpf_unwind_samples_total{outcome}`: samples of the processes profiled
     /// (kept by relabelling) by why their user-stack walk ended: `complete` (it reached the
     /// stack's root), `truncated` (`ebpf.max-frames`), or where it stopped short (`no_table`,
@@ -84,7 +106,10 @@ pub struct EbpfMetrics {
     /// failed, malformed ring-buffer records, tables and mappings the kernel refused;
     /// `smolder_agent_dropped_samples_total{stage="ebpf",reason,intentional}`: samples not
     /// profiled: `ring_buffer_full` (the agent fell behind), `relabel` (a rule dropped the
-    /// process, intentional), `unknown_process` (it exited before the agent could read it).
+    /// process, intentional), `unknown_process` (it exited before the agent could read it),
+    /// and off-CPU waits: `min_duration` (shorter than `ebpf.off-cpu.min-duration`,
+    /// intentional), `unmatched_switch_in` (its switch-out was lost), `waiting_full` (too many
+    /// threads waiting at once).
     pub tier: StageCounters,
 }
 
@@ -95,6 +120,9 @@ impl EbpfMetrics {
             RING_BUFFER_FULL,
             RELABEL,
             UNKNOWN_PROCESS,
+            MIN_DURATION,
+            UNMATCHED_SWITCH_IN,
+            WAITING_FULL,
             WINDOW_STACKS_FULL,
         ]
         .map(|cause| (DroppedUnit::Samples, cause))
@@ -107,10 +135,38 @@ impl EbpfMetrics {
                 "smolder_agent_ebpf_samples_total",
                 "CPU samples read from the kernel, before relabelling.",
             ),
+            off_cpu_probability: register(
+                registry,
+                Gauge::with_opts(Opts::new(
+                    "smolder_agent_ebpf_off_cpu_probability",
+                    "The probability a context switch is sampled with now (0 with off-CPU disabled).",
+                ))
+                .expect("a valid gauge"),
+            ),
+            off_cpu_unwinds: counter(
+                registry,
+                "smolder_agent_ebpf_off_cpu_unwinds_total",
+                "Threads sampled and unwound as they left the CPU.",
+            ),
+            off_cpu_waiting: gauge(
+                registry,
+                "smolder_agent_ebpf_off_cpu_waiting_threads",
+                "Threads sampled as they left the CPU and not back on one yet.",
+            ),
+            memory_samples: counter(
+                registry,
+                "smolder_agent_ebpf_memory_samples_total",
+                "Page-fault samples read from the kernel, before relabelling.",
+            ),
+            memory_huge_samples: counter(
+                registry,
+                "smolder_agent_ebpf_memory_huge_samples_total",
+                "Page-fault samples whose fault mapped a transparent huge page.",
+            ),
             unwind_samples: counter_vec(
                 registry,
                 "smolder_agent_ebpf_unwind_samples_total",
-                "CPU samples of the processes profiled, by how their user-stack walk ended (complete: it reached the root).",
+                "Samples (CPU, off-CPU, memory) of the processes profiled, by how their user-stack walk ended (complete: it reached the root).",
                 &["outcome"],
             ),
             unwind_frames: register(
@@ -118,7 +174,7 @@ impl EbpfMetrics {
                 Histogram::with_opts(
                     HistogramOpts::new(
                         "smolder_agent_ebpf_unwind_frames",
-                        "User frames per CPU sample of the processes profiled.",
+                        "User frames per sample of the processes profiled.",
                     )
                     .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
                 )

@@ -658,6 +658,7 @@ fn a_uprobe_walked_with_the_agents_tables_gives_the_known_call_path() {
             kernel: Stack::None,
             python: PythonFrames::None,
             count: 1,
+            samples: 1,
         })
         .collect();
     let pending = symbolizer.submit(stacks).unwrap();

@@ -684,6 +684,7 @@ mod tests {
             kernel,
             python: PythonFrames::None,
             count: 3,
+            samples: 3,
         }
     }
 
@@ -751,6 +752,7 @@ mod tests {
             kernel: Stack::Frames(Arc::from([0xffff_1000, 0xffff_0000].as_slice())),
             python: PythonFrames::None,
             count: 4,
+            samples: 4,
         };
         assert_eq!(
             names(&state.name(&sample)),

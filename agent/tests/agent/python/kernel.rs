@@ -687,6 +687,8 @@ fn the_kernel_walk_reads_the_frames_and_entry_frames_the_reader_reads() {
 
         let mut ebpf = aya::EbpfLoader::new()
             .override_global(kernel::GLOBAL_SELF_TGID, &std::process::id(), true)
+            // The off-CPU task storage, which aya creates but has no type for.
+            .allow_unsupported_maps()
             .load(kernel::OBJECT)
             .expect("loading the sampler (as root)");
         let mut procs: BpfHashMap<_, u32, PythonProc> =
