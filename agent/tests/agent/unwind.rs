@@ -645,6 +645,9 @@ fn a_uprobe_walked_with_the_agents_tables_gives_the_known_call_path() {
         SymbolizeConfig::default(),
         DebugDirs::default(),
         metrics.symbolize.clone(),
+        metrics
+            .health
+            .register("symbolize", std::time::Duration::from_secs(10)),
     )
     .unwrap();
     symbolizer.capture(workload.pid).unwrap();

@@ -435,7 +435,7 @@ mod tests {
             BlockStore::open(
                 dir.path(),
                 StoreConfig::default(),
-                StoreMetrics::new(metrics.registry()),
+                StoreMetrics::new(metrics.registry(), &metrics.health),
             )
             .unwrap(),
         );

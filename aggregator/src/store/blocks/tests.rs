@@ -38,6 +38,12 @@ fn open(dir: &Path) -> BlockStore {
     open_with(dir, StoreConfig::default())
 }
 
+/// The store's metrics in a registry of their own.
+fn store_metrics() -> StoreMetrics {
+    let metrics = Metrics::new();
+    StoreMetrics::new(metrics.registry(), &metrics.health)
+}
+
 /// Opens the store in `dir`; sled releases its file lock from background threads a moment
 /// after a closed database drops, so a reopen retries that for a while.
 fn open_with(dir: &Path, config: StoreConfig) -> BlockStore {
@@ -46,7 +52,7 @@ fn open_with(dir: &Path, config: StoreConfig) -> BlockStore {
         match BlockStore::open(
             dir,
             config.clone(),
-            StoreMetrics::new(Metrics::new().registry()),
+            store_metrics(),
         ) {
             Ok(store) => return store,
             Err(StoreError::Engine { source })
@@ -572,7 +578,7 @@ async fn concurrent_writes_sum_exactly_and_survive_reopening() {
         BlockStore::open(
             dir.path(),
             StoreConfig::default(),
-            StoreMetrics::new(Metrics::new().registry())
+            store_metrics()
         ),
         Err(StoreError::Locked { .. })
     ));

@@ -12,10 +12,12 @@ use std::time::{Instant, SystemTime};
 
 use smolder_block::{BlockBuilder, Contribution, Marker};
 use smolder_common::{Profile, Series};
+use smolder_daemon::Heartbeat;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info};
 
 use super::files::{BlockFile, BlockName, BlockSet};
+use super::head::Head;
 use super::wal::{Record, Wal};
 use super::{RetentionReport, Shared, Tombstones, block_plans, plan};
 use crate::store::{BatchMarker, StoreError, Written, unix};
@@ -105,7 +107,25 @@ enum Pending {
 }
 
 impl Writer {
-    /// The writer over `shared`, replaying the head from its database.
+    /// A writer again over `shared`, after the last one panicked: the head in memory is rebuilt
+    /// from its logs (a panic may have left it without a write that is durable), the app
+    /// deletions read again from the database.
+    ///
+    /// # Errors
+    ///
+    /// As [`Writer::open`].
+    pub(crate) fn reopen(shared: Arc<Shared>) -> Result<Writer, StoreError> {
+        let present: BTreeSet<String> = shared
+            .state()
+            .blocks
+            .all()
+            .map(|b| b.name.id.clone())
+            .collect();
+        let tombstones = super::tombstones(&shared.wal, &present)?;
+        Writer::open(shared, tombstones)
+    }
+
+    /// The writer over `shared`, replaying the head from its database (into an empty head).
     pub(crate) fn open(shared: Arc<Shared>, tombstones: Tombstones) -> Result<Writer, StoreError> {
         let wal = &shared.wal;
         let id = match wal.meta("aggregator_id")? {
@@ -143,6 +163,7 @@ impl Writer {
         let mut changed: BTreeSet<u64> = BTreeSet::new();
         {
             let mut state = writer.shared.state_mut();
+            state.head = Head::default();
             let blocks = Arc::clone(&state.blocks);
             for (range, record) in &records {
                 next_write = next_write.max(record.write + 1);
@@ -201,9 +222,11 @@ impl Writer {
         self.shared.config.retention.as_secs()
     }
 
-    /// Serves commands until `Close` or until every sender is gone.
-    pub(crate) fn run(mut self, mut queue: mpsc::Receiver<Command>) {
+    /// Serves commands until `Close` or until every sender is gone, beating `beat` after each
+    /// group (the cut task sends a command every 10 s, so an idle writer beats too).
+    pub(crate) fn run(mut self, queue: &mut mpsc::Receiver<Command>, beat: &Heartbeat) {
         let _span = tracing::info_span!("store_writer").entered();
+        beat.beat();
         while let Some(first) = queue.blocking_recv() {
             let mut group = vec![first];
             while group.len() < GROUP {
@@ -231,6 +254,7 @@ impl Writer {
             }
             let flushed = self.flush();
             self.answer(pending, &flushed);
+            beat.beat();
             if let Some(reply) = close {
                 let _ = reply.send(flushed.map_err(|err| StoreError::Flush {
                     reason: err.to_string(),
@@ -257,22 +281,31 @@ impl Writer {
                 marker,
                 reply,
                 queued,
-            } => match self.write(tenant, &profiles, marker.as_ref()) {
-                Ok((written, records)) => pending.push(Pending::Write {
-                    reply,
-                    queued,
-                    profiles: if written == Written::Stored {
-                        profiles.len()
-                    } else {
-                        0
-                    },
-                    written,
-                    records,
-                }),
-                Err(err) => {
-                    let _ = reply.send(Err(err));
+            } => {
+                let result = self.write(tenant, &profiles, marker.as_ref());
+                // The test-only fault hook (`smolder_daemon::fault`), where a restart is hardest:
+                // the write is in the head's log, neither durable nor acknowledged nor in the
+                // head in memory.
+                if smolder_daemon::fault::fire("store-writer-panic") {
+                    panic!("injected fault store-writer-panic (SMOLDER_FAULTS)");
                 }
-            },
+                match result {
+                    Ok((written, records)) => pending.push(Pending::Write {
+                        reply,
+                        queued,
+                        profiles: if written == Written::Stored {
+                            profiles.len()
+                        } else {
+                            0
+                        },
+                        written,
+                        records,
+                    }),
+                    Err(err) => {
+                        let _ = reply.send(Err(err));
+                    }
+                }
+            }
             Command::DeleteApp { tenant, app, reply } => match self.delete_app(&tenant, &app) {
                 Ok(count) => pending.push(Pending::Count(reply, count)),
                 Err(err) => {
