@@ -315,7 +315,11 @@ fn the_agents_own_process_is_never_sampled() {
     let me = std::env::current_exe().unwrap();
     let me = me.file_name().unwrap().to_str().unwrap();
     let beside = samples_with(&stacks(&profiles, "smolder-beside"), "busy_function");
-    assert!(beside > 0, "the workload beside the agent was not sampled: {:?}", services(&profiles));
+    assert!(
+        beside > 0,
+        "the workload beside the agent was not sampled: {:?}",
+        services(&profiles)
+    );
     for profile in &profiles {
         assert_ne!(profile.series.service(), me, "{}", profile.series);
     }
