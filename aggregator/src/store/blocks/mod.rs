@@ -65,7 +65,7 @@ use self::cache::ChunkCache;
 use self::files::{BlockFile, BlockSet, Files, OpenError};
 use self::head::Head;
 use self::wal::Wal;
-use self::writer::Command;
+use self::writer::{Command, Prepared, WriteIds};
 
 pub use self::files::{LocalConfig, ObjectStoreConfig};
 
@@ -147,6 +147,8 @@ pub(crate) struct BlockStore {
 struct Inner {
     shared: Arc<Shared>,
     commands: mpsc::Sender<Command>,
+    /// Numbers writes as callers prepare them.
+    ids: Arc<WriteIds>,
     writer: Mutex<Option<JoinHandle<()>>>,
     maintenance: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// One compaction pass at a time.
@@ -198,6 +200,7 @@ impl BlockStore {
             pause,
         });
         let state = writer::Writer::open(Arc::clone(&shared), tombstones)?;
+        let ids = state.ids();
         let (commands, queue) = mpsc::channel(QUEUE);
         let handle = std::thread::Builder::new()
             .name("smolder-store-writer".to_owned())
@@ -210,6 +213,7 @@ impl BlockStore {
             inner: Arc::new(Inner {
                 shared,
                 commands,
+                ids,
                 writer: Mutex::new(Some(handle)),
                 maintenance: Mutex::new(Vec::new()),
                 compacting: Arc::new(Mutex::new(())),
@@ -455,12 +459,31 @@ impl Store for BlockStore {
         marker: Option<BatchMarker>,
     ) -> Ack<Written> {
         let tenant = tenant.clone();
-        self.ask(move |reply| Command::Write {
-            tenant,
-            profiles,
-            marker,
-            reply,
-            queued: Instant::now(),
+        let ids = Arc::clone(&self.inner.ids);
+        let commands = self.inner.commands.clone();
+        Box::pin(async move {
+            let queued = Instant::now();
+            // Encoding and compressing the records is most of a write's work: done here, in
+            // parallel across requests, the writer thread only appends and syncs.
+            let (write, marker) = tokio::task::spawn_blocking(move || {
+                let write = Prepared::new(&ids, tenant, profiles, marker.as_ref());
+                (write, marker)
+            })
+            .await
+            .map_err(|err| StoreError::Engine {
+                source: Box::new(err),
+            })?;
+            let (reply, answer) = oneshot::channel();
+            commands
+                .send(Command::Write {
+                    write,
+                    marker,
+                    reply,
+                    queued,
+                })
+                .await
+                .map_err(|_| StoreError::Closed)?;
+            answer.await.map_err(|_| StoreError::Closed)?
         })
     }
 

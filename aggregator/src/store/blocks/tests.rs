@@ -264,7 +264,12 @@ async fn a_crash_between_writing_a_cut_and_deleting_the_head_counts_nothing_twic
     store.cut(at(base + 2_000)).await.unwrap();
     // As if the process died after the block was written and before the records went.
     for (range, record) in &records {
-        store.inner.shared.wal.append(*range, record).unwrap();
+        store
+            .inner
+            .shared
+            .wal
+            .append(*range, &record.frame())
+            .unwrap();
     }
     store.inner.shared.wal.flush().unwrap();
     let store = reopen(store, dir.path(), StoreConfig::default()).await;

@@ -145,10 +145,9 @@ impl Wal {
         logs + self.db.size_on_disk().unwrap_or(0)
     }
 
-    /// Appends `record` to the log of head range `range` (durable at the next
-    /// [`Wal::flush`]).
-    pub(crate) fn append(&self, range: u64, record: &Record) -> Result<(), StoreError> {
-        let frame = record.frame();
+    /// Appends a record's `frame` ([`Record::frame`]) to the log of head range `range`
+    /// (durable at the next [`Wal::flush`]).
+    pub(crate) fn append(&self, range: u64, frame: &[u8]) -> Result<(), StoreError> {
         let mut open = self.logs.lock();
         let (files, dirty) = &mut *open;
         let path = self.logs.path(range);
@@ -169,7 +168,7 @@ impl Wal {
                 slot.insert(file)
             }
         };
-        file.write_all(&frame).map_err(io)?;
+        file.write_all(frame).map_err(io)?;
         dirty.insert(range);
         Ok(())
     }
@@ -508,7 +507,7 @@ pub(crate) fn printable(key: &[u8]) -> String {
 
 impl Record {
     /// The record as its log frames it.
-    fn frame(&self) -> Vec<u8> {
+    pub(crate) fn frame(&self) -> Vec<u8> {
         RecordRef {
             tenant: self.tenant.as_str(),
             marker: &self.marker,

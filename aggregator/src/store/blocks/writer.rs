@@ -2,12 +2,15 @@
 //!
 //! It takes every request waiting in the queue, applies each to the head (`wal.rs`), makes the
 //! whole group durable with one fsync, then adds the group's writes to the head in memory and
-//! answers (group commit). Cuts, app deletions, rules, retention and the publication of a
+//! answers (group commit). A write arrives [`Prepared`]: numbered, split by head range and
+//! framed for the logs by its caller, so that concurrent writes encode and compress in parallel
+//! and the writer only appends. Cuts, app deletions, rules, retention and the publication of a
 //! compaction take the same path, so that none of them races another: a cut never loses a
 //! write that arrived while it ran, and a deletion never misses a block being published.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime};
 
 use smolder_block::{BlockBuilder, Contribution, Marker};
@@ -25,8 +28,7 @@ use crate::tenant::Tenant;
 pub(crate) enum Command {
     /// Store profiles, with an agent batch's marker.
     Write {
-        tenant: Tenant,
-        profiles: Vec<Profile>,
+        write: Prepared,
         marker: Option<BatchMarker>,
         reply: oneshot::Sender<Result<Written, StoreError>>,
         queued: Instant,
@@ -84,10 +86,86 @@ const HTTP_AGENT: &str = "\u{b7}http\u{b7}";
 /// The writer's state, owned by its thread.
 pub(crate) struct Writer {
     shared: Arc<Shared>,
-    /// The marker agent id of this aggregator's HTTP writes.
-    http_agent: String,
+    ids: Arc<WriteIds>,
+    /// One past the highest write number applied or replayed, as stored with each group.
     next_write: u64,
     tombstones: Tombstones,
+}
+
+/// What callers need to prepare a write: its number and the marker of HTTP writes.
+pub(crate) struct WriteIds {
+    /// The marker agent id of this aggregator's HTTP writes.
+    http_agent: String,
+    /// The next write's number. Given out before the writer applies the write, so numbers
+    /// reach the logs out of order and a write given up before it was sent leaves a gap; both
+    /// are harmless: a number only has to be unique (it is an HTTP write's marker), and replay
+    /// orders a range's records by it.
+    next: AtomicU64,
+}
+
+/// A write the writer appended: the profiles it holds and its records by head range, for the
+/// head in memory once the group is durable.
+type Appended = (usize, Vec<(u64, Record)>);
+
+/// One write, numbered, split by head range and each range's record framed for its log.
+pub(crate) struct Prepared {
+    write: u64,
+    /// Profiles the write holds.
+    profiles: usize,
+    /// Per head range: its record and the record's frame.
+    records: Vec<(u64, Record, Vec<u8>)>,
+}
+
+impl Prepared {
+    /// Numbers `profiles` of `tenant`, splits them by head range and frames each range's
+    /// record (the tree encoding and lz4 of [`Record::frame`], the costly part of a write).
+    pub(crate) fn new(
+        ids: &WriteIds,
+        tenant: Tenant,
+        profiles: Vec<Profile>,
+        marker: Option<&BatchMarker>,
+    ) -> Prepared {
+        let write = ids.next.fetch_add(1, Ordering::Relaxed);
+        let window_end = marker.map(|m| m.window_end);
+        let marker = match marker {
+            Some(m) => Marker {
+                agent_id: m.agent_id.clone(),
+                sequence: m.sequence,
+            },
+            None => Marker {
+                agent_id: ids.http_agent.clone(),
+                sequence: write,
+            },
+        };
+        let count = profiles.len();
+        let mut ranges: BTreeMap<u64, Vec<(u64, Profile)>> = BTreeMap::new();
+        for profile in profiles {
+            let bucket = plan::bucket_of(unix(profile.from), unix(profile.until));
+            ranges
+                .entry(plan::head_range(bucket))
+                .or_default()
+                .push((bucket, profile));
+        }
+        let records = ranges
+            .into_iter()
+            .map(|(range, profiles)| {
+                let record = Record {
+                    tenant: tenant.clone(),
+                    marker: marker.clone(),
+                    window_end,
+                    write,
+                    profiles,
+                };
+                let frame = record.frame();
+                (range, record, frame)
+            })
+            .collect();
+        Prepared {
+            write,
+            profiles: count,
+            records,
+        }
+    }
 }
 
 /// An answer held back until the group it belongs to is durable.
@@ -129,8 +207,11 @@ impl Writer {
             None => 1,
         };
         let mut writer = Writer {
-            http_agent: format!("{HTTP_AGENT}{id}"),
             shared,
+            ids: Arc::new(WriteIds {
+                http_agent: format!("{HTTP_AGENT}{id}"),
+                next: AtomicU64::new(0),
+            }),
             next_write: 0,
             tombstones,
         };
@@ -193,8 +274,14 @@ impl Writer {
         writer.shared.wal.apply(batch)?;
         writer.shared.wal.flush()?;
         writer.next_write = next_write;
+        writer.ids.next.store(next_write, Ordering::Relaxed);
         info!(replayed, dropped, "head replayed");
         Ok(writer)
+    }
+
+    /// What callers need to prepare writes for this writer.
+    pub(crate) fn ids(&self) -> Arc<WriteIds> {
+        Arc::clone(&self.ids)
     }
 
     fn retention(&self) -> u64 {
@@ -252,20 +339,15 @@ impl Writer {
     ) {
         match command {
             Command::Write {
-                tenant,
-                profiles,
+                write,
                 marker,
                 reply,
                 queued,
-            } => match self.write(tenant, &profiles, marker.as_ref()) {
-                Ok((written, records)) => pending.push(Pending::Write {
+            } => match self.write(write, marker.as_ref()) {
+                Ok((written, (profiles, records))) => pending.push(Pending::Write {
                     reply,
                     queued,
-                    profiles: if written == Written::Stored {
-                        profiles.len()
-                    } else {
-                        0
-                    },
+                    profiles,
                     written,
                     records,
                 }),
@@ -384,18 +466,17 @@ impl Writer {
         }
     }
 
-    /// Appends one write to the head's logs, one record per head range it touches, with
-    /// its marker (an agent batch's, checked first and stored in the same atomic batch, or the
-    /// aggregator's own). The head in memory gets the records once the group is durable.
+    /// Appends one prepared write to the head's logs, one record per head range it touches,
+    /// with its marker (an agent batch's, checked first and stored in the same atomic batch, or
+    /// the aggregator's own). Returns what it did, the profiles it stored and the records, which
+    /// the head in memory gets once the group is durable.
     fn write(
         &mut self,
-        tenant: Tenant,
-        profiles: &[Profile],
+        prepared: Prepared,
         marker: Option<&BatchMarker>,
-    ) -> Result<(Written, Vec<(u64, Record)>), StoreError> {
+    ) -> Result<(Written, Appended), StoreError> {
         let wal = &self.shared.wal;
         let mut batch = sled::Batch::default();
-        let window_end = marker.map(|m| m.window_end);
         if let Some(marker) = marker {
             if wal.has_batch(&marker.agent_id, marker.sequence)? {
                 debug!(
@@ -403,7 +484,7 @@ impl Writer {
                     sequence = marker.sequence,
                     "batch stored before; not written again"
                 );
-                return Ok((Written::Duplicate, Vec::new()));
+                return Ok((Written::Duplicate, (0, Vec::new())));
             }
             Wal::put_batch(
                 &mut batch,
@@ -412,47 +493,19 @@ impl Writer {
                 marker.window_end,
             );
         }
-        let write = self.next_write;
-        let marker = match marker {
-            Some(m) => Marker {
-                agent_id: m.agent_id.clone(),
-                sequence: m.sequence,
-            },
-            None => Marker {
-                agent_id: self.http_agent.clone(),
-                sequence: write,
-            },
-        };
-        let mut ranges: BTreeMap<u64, Vec<(u64, Profile)>> = BTreeMap::new();
-        for profile in profiles {
-            let bucket = plan::bucket_of(unix(profile.from), unix(profile.until));
-            ranges
-                .entry(plan::head_range(bucket))
-                .or_default()
-                .push((bucket, profile.clone()));
+        for (range, _, frame) in &prepared.records {
+            wal.append(*range, frame)?;
         }
-        let records: Vec<(u64, Record)> = ranges
-            .into_iter()
-            .map(|(range, profiles)| {
-                (
-                    range,
-                    Record {
-                        tenant: tenant.clone(),
-                        marker: marker.clone(),
-                        window_end,
-                        write,
-                        profiles,
-                    },
-                )
-            })
-            .collect();
-        for (range, record) in &records {
-            wal.append(*range, record)?;
-        }
-        Wal::set_meta(&mut batch, "next_write", &(write + 1).to_be_bytes());
+        let next_write = self.next_write.max(prepared.write + 1);
+        Wal::set_meta(&mut batch, "next_write", &next_write.to_be_bytes());
         wal.apply(batch)?;
-        self.next_write = write + 1;
-        Ok((Written::Stored, records))
+        self.next_write = next_write;
+        let records = prepared
+            .records
+            .into_iter()
+            .map(|(range, record, _)| (range, record))
+            .collect();
+        Ok((Written::Stored, (prepared.profiles, records)))
     }
 
     /// Cuts every head range closed as of `now`: one block per tenant, written durably, then
