@@ -15,6 +15,7 @@ fn main() {
         "src/unwind.bpf.h",
         "src/unwind.h",
         "src/process.h",
+        "src/offcpu.h",
         "src/python.h",
         "src/python.bpf.h",
     ] {

@@ -35,6 +35,8 @@ const MEASURE: Duration = Duration::from_secs(3);
 /// Runs one scenario; returns (ns per sample, frames per sample, samples, share complete).
 fn scenario(depth: u32, tables: bool) -> (f64, f64, u64, f64) {
     let mut ebpf = EbpfLoader::new()
+        // The off-CPU task storage, which aya creates but has no type for.
+        .allow_unsupported_maps()
         .load(OBJECT)
         .expect("load the unwinder (as root)");
     let mut victim = Victim::start(depth, "plain");

@@ -4,18 +4,20 @@
 //! program [`PROGRAM_CPU`] (perf_event, one per online CPU: a whole user stack and the kernel
 //! stack per tick, unwound by the BPF unwinder), [`PROGRAM_UPROBE`] (the same walk at a probed
 //! instruction, the tests' point check), and the process-lifecycle programs [`PROGRAM_EXEC`] and
-//! [`PROGRAM_EXIT`] (raw tracepoints).
+//! [`PROGRAM_EXIT`] (raw tracepoints), and the off-CPU and memory-growth programs of
+//! [`offcpu`] (`tp_btf/sched_switch`, page faults).
 //!
-//! Two contracts, each a C header mirrored here byte for byte: `src/process.h`, the process
+//! Three contracts, each a C header mirrored here byte for byte: `src/process.h`, the process
 //! events ([`ProcessEvent`], [`EventKind`]) a process's first sample, exec and exit send through
-//! [`MAP_EVENTS`]; and `src/unwind.h`, the unwinder's tables, mappings and samples, mirrored in
-//! [`unwind`].
+//! [`MAP_EVENTS`]; `src/unwind.h`, the unwinder's tables, mappings and samples, mirrored in
+//! [`unwind`]; and `src/offcpu.h`, the off-CPU settings and the huge-page flag, in [`offcpu`].
 //!
 //! CPython processes (`src/python.h`): the agent registers each in [`MAP_PYTHON_PROCS`]
-//! ([`PythonProc`]); the samples of their threads carry the Python frames the walk found
-//! ([`PythonFrame`]s after the kernel frames, [`PythonStatus`] in the sample header), which the
-//! agent mixes into the native stack.
+//! ([`PythonProc`]); the samples of their threads (CPU, off-CPU, memory growth, uprobe) carry
+//! the Python frames the walk found ([`PythonFrame`]s after the kernel frames, [`PythonStatus`]
+//! in the sample header), which the agent mixes into the native stack.
 
+pub mod offcpu;
 pub mod unwind;
 
 /// The compiled object, aligned for aya's ELF parser.

@@ -1,16 +1,16 @@
 /* The BPF unwinder: walks a user stack with the unwind tables user space built from .eh_frame
  * (smolder-unwind), falling back to one checked frame-pointer step where no table applies.
  *
- * Calling contract, for every entry point (the perf_event CPU sampler now; tp_btf/sched_switch,
- * page faults, uprobes and the Python unwinder later):
+ * Calling contract, for every entry point (the perf_event CPU and page-fault samplers,
+ * tp_btf/sched_switch, uprobes):
  *   1. take the caller's OWN per-CPU scratch (struct unwind_scratch): a program that can interrupt
  *      another (perf_event runs in NMI, inside tp_btf or uprobe programs) must never share one;
- *   2. fill scratch->sample's kind, tgid, tid, cpu and value, and zero python_status and
- *      python_len;
+ *   2. fill scratch->sample's kind, tgid, tid, cpu, value, threshold, addr and flags, and zero
+ *      python_status and python_len;
  *   3. unwind_user(scratch, &regs, tgid) with the user registers the caller found (or
  *      unwind_none(scratch) when there are none);
- *   4. unwind_kernel(ctx, scratch) appends the kernel stack, or unwind_no_kernel(scratch); then,
- *      for a CPython process, python_walk (python.bpf.h) appends its Python frames;
+ *   4. unwind_kernel(ctx, scratch, skip) appends the kernel stack, or unwind_no_kernel(scratch);
+ *      then, for a CPython process, python_walk (python.bpf.h) appends its Python frames;
  *   5. unwind_output(scratch) sends the header and the frames used through `unwind_samples`.
  * The walk never invents a frame: every step either follows a table row or passes the
  * frame-pointer checks (8-aligned, above rsp, within 8 MiB, moving up), and the sample says why
@@ -280,15 +280,17 @@ static __always_inline void unwind_none(struct unwind_scratch *st)
 }
 
 /* Appends the kernel stack of `ctx` (a program context bpf_get_stack accepts) after the user
- * frames. A sample taken in user mode has none. Kernel frames are sent as they are: kernel
+ * frames, leaving out its `skip` innermost frames (the BPF program's own, for a tracing
+ * program). A sample taken in user mode has none. Kernel frames are sent as they are: kernel
  * stacks are not walked by this unwinder. */
-static __always_inline void unwind_kernel(void *ctx, struct unwind_scratch *st)
+static __always_inline void unwind_kernel(void *ctx, struct unwind_scratch *st, __u64 skip)
 {
 	__u32 len = st->sample.len;
 	if (len > SMOLDER_UNWIND_MAX_FRAMES)
 		len = SMOLDER_UNWIND_MAX_FRAMES;
 	long bytes = bpf_get_stack(ctx, &st->frames[len],
-				   SMOLDER_UNWIND_KERNEL_FRAMES * sizeof(__u64), 0);
+				   SMOLDER_UNWIND_KERNEL_FRAMES * sizeof(__u64),
+				   skip & BPF_F_SKIP_FIELD_MASK);
 	if (bytes < 0) {
 		st->sample.kernel_len = 0;
 		st->sample.kernel_error = (__u16)-bytes;
@@ -306,8 +308,8 @@ static __always_inline void unwind_no_kernel(struct unwind_scratch *st)
 }
 
 /* Sends the sample header and the frames used (Python frames included, when a walk of them
- * filled sample.python_len); a full ring buffer is counted. */
-static __always_inline void unwind_output(struct unwind_scratch *st)
+ * filled sample.python_len); a full ring buffer is counted. Returns 0 when the sample went out. */
+static __always_inline long unwind_output(struct unwind_scratch *st)
 {
 	__u64 len = st->sample.len;
 	if (len > SMOLDER_UNWIND_MAX_FRAMES)
@@ -318,11 +320,13 @@ static __always_inline void unwind_output(struct unwind_scratch *st)
 	__u64 python_words = 2 * (__u64)st->sample.python_len;
 	if (python_words > SMOLDER_UNWIND_PYTHON_WORDS)
 		python_words = SMOLDER_UNWIND_PYTHON_WORDS;
-	if (bpf_ringbuf_output(&unwind_samples, &st->sample,
-			       sizeof(struct unwind_sample) +
-				       (len + kernel_len + python_words) * sizeof(__u64),
-			       BPF_RB_NO_WAKEUP))
+	long err = bpf_ringbuf_output(&unwind_samples, &st->sample,
+				      sizeof(struct unwind_sample) +
+					      (len + kernel_len + python_words) * sizeof(__u64),
+				      BPF_RB_NO_WAKEUP);
+	if (err)
 		unwind_count(SMOLDER_UNWIND_SAMPLES_LOST);
+	return err;
 }
 
 #endif

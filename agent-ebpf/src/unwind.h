@@ -85,8 +85,12 @@ enum smolder_unwind_status {
 
 /* What a sample measures. */
 enum smolder_sample_kind {
-	SMOLDER_SAMPLE_CPU = 1,    /* a cpu-clock tick (perf_event) */
-	SMOLDER_SAMPLE_UPROBE = 2, /* a uprobe hit (the point check of the tests) */
+	SMOLDER_SAMPLE_CPU = 1,          /* a cpu-clock tick (perf_event) */
+	SMOLDER_SAMPLE_UPROBE = 2,       /* a uprobe hit (the point check of the tests) */
+	SMOLDER_SAMPLE_OFF_CPU = 3,      /* a thread blocked (switch-out): value = ktime, threshold */
+	SMOLDER_SAMPLE_RUN_QUEUE = 4,    /* a thread preempted while runnable: as OFF_CPU */
+	SMOLDER_SAMPLE_OFF_CPU_END = 5,  /* that thread ran again: value = ktime, no frames */
+	SMOLDER_SAMPLE_MEMORY = 6,       /* a page fault: value = faults it stands for, addr */
 };
 
 /* Per-CPU counters in `unwind_counters`. */
@@ -135,7 +139,7 @@ struct unwind_regs {
 /* What the samples ring buffer carries: this header, then `len` user frames (u64 instruction
  * pointers, leaf first; return addresses as read, not minus one), then `kernel_len` kernel
  * frames (leaf first, from bpf_get_stack), then `python_len` struct python_frame (innermost
- * first) for a thread of a CPython process (python.h). 40 bytes, no padding. */
+ * first) for a thread of a CPython process (python.h). 56 bytes, no padding. */
 struct unwind_sample {
 	__u32 kind;            /* enum smolder_sample_kind */
 	__u32 tgid;
@@ -149,8 +153,14 @@ struct unwind_sample {
 	__u16 detail;          /* the unsupported reason, with SMOLDER_UNWIND_UNSUPPORTED */
 	__u16 python_status;   /* enum smolder_python_status; 0 outside CPython processes */
 	__u16 python_len;      /* Python frames after the kernel frames */
-	__u64 value;           /* 1 for CPU samples and uprobe hits */
+	__u64 value;           /* 1 for CPU samples and uprobe hits; see enum smolder_sample_kind */
+	__u64 addr;            /* memory: the faulting address; 0 otherwise */
+	__u32 threshold;       /* off-CPU: the sampling threshold it was taken with (offcpu.h) */
+	__u32 flags;           /* memory: SMOLDER_SAMPLE_HUGE when the fault mapped a huge page */
 };
+
+/* Flags of struct unwind_sample. */
+#define SMOLDER_SAMPLE_HUGE 1
 
 /* A caller's scratch: the sample being built and the walk's registers. Every program type that
  * can interrupt another (perf_event's NMI inside tp_btf or a uprobe) has its own per-CPU
@@ -176,7 +186,12 @@ struct unwind_scratch {
 _Static_assert(sizeof(struct unwind_row) == 8, "unwind_row is 8 bytes");
 _Static_assert(sizeof(struct unwind_mapping_key) == 16, "unwind_mapping_key is 16 bytes");
 _Static_assert(sizeof(struct unwind_mapping) == 32, "unwind_mapping is 32 bytes");
-_Static_assert(sizeof(struct unwind_sample) == 40, "unwind_sample is 40 bytes");
+_Static_assert(sizeof(struct unwind_sample) == 56, "unwind_sample is 56 bytes");
+_Static_assert(__builtin_offsetof(struct unwind_sample, python_status) == 28, "as unwind.rs");
+_Static_assert(__builtin_offsetof(struct unwind_sample, value) == 32, "as unwind.rs");
+_Static_assert(__builtin_offsetof(struct unwind_sample, addr) == 40, "as unwind.rs");
+_Static_assert(__builtin_offsetof(struct unwind_sample, threshold) == 48, "as unwind.rs");
+_Static_assert(__builtin_offsetof(struct unwind_sample, flags) == 52, "as unwind.rs");
 _Static_assert(__builtin_offsetof(struct unwind_scratch, frames) == sizeof(struct unwind_sample),
 	       "the frames follow the sample header, so that both go out in one ring-buffer write");
 

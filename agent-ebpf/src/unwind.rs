@@ -5,8 +5,10 @@
 //! [`MappingKey`] → [`Mapping`] entries covering each process's executable mappings
 //! ([`mapping_prefixes`] splits a range into trie prefixes); samples come back through
 //! [`MAP_SAMPLES`] as a [`SampleHeader`] followed by its user and kernel frames, and by its
-//! Python frames in a CPython process ([`parse_sample`]). The programs that walk are in [`crate::OBJECT`]; the walk's depth is the
-//! global [`GLOBAL_MAX_FRAMES`].
+//! Python frames in a CPython process ([`parse_sample`]). The programs that walk are in
+//! [`crate::OBJECT`]; the walk's depth is the global [`GLOBAL_MAX_FRAMES`].
+
+use std::mem::offset_of;
 
 use crate::PythonFrame;
 
@@ -24,6 +26,10 @@ pub const MAP_COUNTERS: &str = "unwind_counters";
 pub const MAP_SCRATCH_CPU: &str = "scratch_cpu";
 /// Per-CPU scratch of [`crate::PROGRAM_UPROBE`].
 pub const MAP_SCRATCH_UPROBE: &str = "scratch_uprobe";
+/// Per-CPU scratch of [`crate::offcpu::PROGRAM_SWITCH`].
+pub const MAP_SCRATCH_SWITCH: &str = "scratch_switch";
+/// Per-CPU scratch of [`crate::offcpu::PROGRAM_FAULT`].
+pub const MAP_SCRATCH_FAULT: &str = "scratch_fault";
 /// The global holding the walk's depth (at most [`MAX_FRAMES`]).
 pub const GLOBAL_MAX_FRAMES: &str = "unwind_max_frames";
 
@@ -143,6 +149,16 @@ pub enum SampleKind {
     Cpu = 1,
     /// A uprobe hit.
     Uprobe = 2,
+    /// A thread that blocked, unwound at its switch-out: `value` is the switch-out time (ktime
+    /// ns), `threshold` the sampling threshold ([`crate::offcpu`]).
+    OffCpu = 3,
+    /// A thread preempted while runnable, as [`SampleKind::OffCpu`].
+    RunQueue = 4,
+    /// A thread sampled at its switch-out runs again: `value` is the switch-in time; no frames.
+    OffCpuEnd = 5,
+    /// A page fault: `value` is the faults it stands for (the period), `addr` the faulting
+    /// address, `flags` has [`SAMPLE_HUGE`] when it mapped a huge page.
+    Memory = 6,
 }
 
 impl SampleKind {
@@ -151,10 +167,17 @@ impl SampleKind {
         match raw {
             1 => Some(SampleKind::Cpu),
             2 => Some(SampleKind::Uprobe),
+            3 => Some(SampleKind::OffCpu),
+            4 => Some(SampleKind::RunQueue),
+            5 => Some(SampleKind::OffCpuEnd),
+            6 => Some(SampleKind::Memory),
             _ => None,
         }
     }
 }
+
+/// `SMOLDER_SAMPLE_HUGE`: a flag of [`SampleHeader::flags`], the fault mapped a huge page.
+pub const SAMPLE_HUGE: u32 = 1;
 
 /// `enum smolder_unwind_counter`: indexes into [`MAP_COUNTERS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -273,12 +296,24 @@ pub struct SampleHeader {
     pub python_status: u16,
     /// Python frames after the kernel frames.
     pub python_len: u16,
-    /// What the sample counts (1 for CPU ticks and uprobe hits).
+    /// What the sample counts (1 for CPU ticks and uprobe hits; see [`SampleKind`]).
     pub value: u64,
+    /// Memory: the faulting address; 0 otherwise.
+    pub addr: u64,
+    /// Off-CPU: the sampling threshold the sample was taken with; 0 otherwise.
+    pub threshold: u32,
+    /// Memory: [`SAMPLE_HUGE`] or 0.
+    pub flags: u32,
 }
 
-// 4 * 4 + 2 * 8 + 8 = 40 bytes, the u64 at offset 32: no padding.
-const _: () = assert!(size_of::<SampleHeader>() == 40);
+// 4 * 4 + 2 * 8 + 8 + 8 + 4 + 4 = 56 bytes, the u64s at offsets 32 and 40: no padding. The
+// offsets are asserted in unwind.h too, and `parse_sample` reads at them.
+const _: () = assert!(size_of::<SampleHeader>() == 56);
+const _: () = assert!(offset_of!(SampleHeader, python_status) == 28);
+const _: () = assert!(offset_of!(SampleHeader, value) == 32);
+const _: () = assert!(offset_of!(SampleHeader, addr) == 40);
+const _: () = assert!(offset_of!(SampleHeader, threshold) == 48);
+const _: () = assert!(offset_of!(SampleHeader, flags) == 52);
 
 // SAFETY: `SampleHeader` is `repr(C)`, `Copy`, made only of integers and has no padding.
 unsafe impl aya::Pod for SampleHeader {}
@@ -399,6 +434,9 @@ pub fn parse_sample(record: &[u8]) -> Result<Sample<'_>, ShortSample> {
         python_status: u16_at(28)?,
         python_len: u16_at(30)?,
         value: u64_at(32)?,
+        addr: u64_at(40)?,
+        threshold: u32_at(48)?,
+        flags: u32_at(52)?,
     };
     let (user, kernel) = (usize::from(header.len), usize::from(header.kernel_len));
     let python = usize::from(header.python_len);
@@ -428,7 +466,7 @@ mod tests {
         /// Whatever the ring buffer holds, reading it never panics, and a sample's frames are
         /// exactly the ones its header counts.
         #[test]
-        fn any_record_reads_or_is_refused(record in proptest::collection::vec(any::<u8>(), 0..600)) {
+        fn any_record_reads_or_is_refused(record in proptest::collection::vec(any::<u8>(), 0..700)) {
             if let Ok(sample) = parse_sample(&record) {
                 prop_assert_eq!(sample.user().count(), usize::from(sample.header.len));
                 prop_assert_eq!(sample.kernel().count(), usize::from(sample.header.kernel_len));
@@ -470,8 +508,11 @@ mod tests {
         for half in [1u16, 0, 0, 2, 0, 0] {
             record.extend_from_slice(&half.to_le_bytes());
         }
+        // No Python frames, value 1, addr 0, threshold and flags 0.
         record.extend_from_slice(&0u32.to_le_bytes());
         record.extend_from_slice(&1u64.to_le_bytes());
+        record.extend_from_slice(&0u64.to_le_bytes());
+        record.extend_from_slice(&[0; 8]);
         for frame in [0x1111u64, 0x2222, 0xffff_ffff_8100_0000] {
             record.extend_from_slice(&frame.to_le_bytes());
         }
@@ -494,6 +535,7 @@ mod tests {
             })
         );
         assert!(parse_sample(&record[..10]).is_err());
+        assert!(parse_sample(&record[..50]).is_err());
     }
 
     #[test]
@@ -507,6 +549,8 @@ mod tests {
             record.extend_from_slice(&half.to_le_bytes());
         }
         record.extend_from_slice(&1u64.to_le_bytes());
+        // addr, threshold, flags.
+        record.extend_from_slice(&[0; 16]);
         for word in [
             0x1111u64,
             0xffff_ffff_8100_0000,

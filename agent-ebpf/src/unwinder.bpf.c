@@ -5,12 +5,17 @@
  * .eh_frame tables user space loaded, and its kernel stack, through `unwind_samples`; a process's
  * first sample also puts a FIRST_SIGHT event in `events`, so that user space reads the process
  * and loads its tables. on_exec and on_exit (raw tracepoints) send EXEC and EXIT.
+ * on_switch (tp_btf/sched_switch) samples threads leaving the CPU and sends when they come back
+ * (off-CPU, offcpu.h); on_fault (perf_event on page-faults-min) samples page faults and
+ * tells those that mapped a transparent huge page (memory growth, offcpu.h); both unwind only
+ * the processes user space put in `profiled`.
  * on_uprobe (uprobe) unwinds at a probed instruction: the point check of the tests, where the
- * expected call path is known exactly. Both add the Python frames of a thread of a CPython
- * process the agent registered in `python_procs` (python.bpf.h, contract in python.h).
+ * expected call path is known exactly. All four add the Python frames of a thread of a CPython
+ * process the agent registered in `python_procs` (python.bpf.h, contract in python.h), walked
+ * with the program's own scratch.
  *
- * Each entry point has its own per-CPU scratch: on_cpu runs in NMI context and can interrupt a
- * uprobe program on the same CPU.
+ * Each entry point has its own per-CPU scratch: on_cpu runs in NMI context and can interrupt the
+ * other programs on the same CPU.
  *
  * The kernel requires a GPL-compatible licence for bpf_get_stack, bpf_loop and the ring buffer
  * helpers.
@@ -20,6 +25,7 @@
 #include <linux/bpf_perf_event.h>
 #include <bpf/bpf_helpers.h>
 
+#include "offcpu.h"
 #include "process.h"
 #include "unwind.bpf.h"
 #include "python.bpf.h"
@@ -34,7 +40,8 @@ struct {
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct unwind_scratch);
-} scratch_cpu SEC(".maps"), scratch_uprobe SEC(".maps");
+} scratch_cpu SEC(".maps"), scratch_uprobe SEC(".maps"), scratch_switch SEC(".maps"),
+	scratch_fault SEC(".maps");
 
 /* Processes already announced. LRU, so it never fills: an evicted process is announced again
  * and the agent ignores what it already knows. */
@@ -108,9 +115,42 @@ static __always_inline struct unwind_scratch *scratch(void *map, __u32 kind, __u
 	st->sample.tid = (__u32)pid_tgid;
 	st->sample.cpu = bpf_get_smp_processor_id();
 	st->sample.value = 1;
+	st->sample.threshold = 0;
+	st->sample.addr = 0;
+	st->sample.flags = 0;
 	st->sample.python_status = SMOLDER_PYTHON_NONE;
 	st->sample.python_len = 0;
 	return st;
+}
+
+/* Announces a process at its first sample. */
+static __always_inline void announce(__u32 tgid)
+{
+	if (!bpf_map_lookup_elem(&seen, &tgid)) {
+		__u8 yes = 1;
+		if (bpf_map_update_elem(&seen, &tgid, &yes, BPF_NOEXIST) == 0)
+			send_event(tgid, SMOLDER_EVENT_FIRST_SIGHT);
+	}
+}
+
+/* Processes the agent profiles (its relabelling keeps them), written by user space: off-CPU
+ * and memory-growth samples are unwound for these only, so that the rest of the host's
+ * switches and faults cost a lookup, not an unwind and a record the agent would drop. A
+ * process not in it is announced, so that the agent decides. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SMOLDER_SEEN_ENTRIES);
+	__type(key, __u32);
+	__type(value, __u8);
+} profiled SEC(".maps");
+
+/* Whether `tgid` is profiled; announces it when it is not (yet). */
+static __always_inline int is_profiled(__u32 tgid)
+{
+	if (bpf_map_lookup_elem(&profiled, &tgid))
+		return 1;
+	announce(tgid);
+	return 0;
 }
 
 SEC("perf_event")
@@ -121,11 +161,7 @@ int on_cpu(struct bpf_perf_event_data *ctx)
 	/* tgid 0 is the idle task. */
 	if (tgid == 0 || tgid == self_tgid)
 		return 0;
-	if (!bpf_map_lookup_elem(&seen, &tgid)) {
-		__u8 yes = 1;
-		if (bpf_map_update_elem(&seen, &tgid, &yes, BPF_NOEXIST) == 0)
-			send_event(tgid, SMOLDER_EVENT_FIRST_SIGHT);
-	}
+	announce(tgid);
 	struct unwind_scratch *st = scratch(&scratch_cpu, SMOLDER_SAMPLE_CPU, pid_tgid);
 	if (!st)
 		return 0;
@@ -134,7 +170,187 @@ int on_cpu(struct bpf_perf_event_data *ctx)
 		unwind_user(st, &regs, tgid);
 	else
 		unwind_none(st);
-	unwind_kernel(ctx, st);
+	unwind_kernel(ctx, st, 0);
+	python_frames(st, pid_tgid);
+	unwind_output(st);
+	return 0;
+}
+
+/* Off-CPU: the sampling threshold and flags, written by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct offcpu_config);
+} offcpu_config SEC(".maps");
+
+/* Off-CPU: the switch-out of each thread sampled and not yet back; freed with the task. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct offcpu_pending);
+} offcpu_pending SEC(".maps");
+
+/* The switch-in half: a sampled thread runs again. */
+static __always_inline void switch_in(struct task_struct *next, __u64 now)
+{
+	struct offcpu_pending *pending = bpf_task_storage_get(&offcpu_pending, next, 0, 0);
+	if (!pending || !pending->start)
+		return;
+	struct unwind_sample end = {
+		.kind = SMOLDER_SAMPLE_OFF_CPU_END,
+		.tgid = pending->tgid,
+		.tid = pending->tid,
+		.cpu = bpf_get_smp_processor_id(),
+		.status = SMOLDER_UNWIND_NO_USER_STACK,
+		.value = now,
+	};
+	pending->start = 0;
+	if (bpf_ringbuf_output(&unwind_samples, &end, sizeof(end), BPF_RB_NO_WAKEUP))
+		unwind_count(SMOLDER_UNWIND_SAMPLES_LOST);
+}
+
+/* The switch-out half: `prev` is the current task. Everything here runs with the run-queue lock
+ * held: the path of an unsampled switch is a few compares and one random number. */
+static __always_inline void switch_out(void *ctx, struct task_struct *prev, int preempt,
+				       unsigned int prev_state, __u64 now)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	if (tgid == 0 || tgid == self_tgid)
+		return;
+	__u32 zero = 0;
+	struct offcpu_config *config = bpf_map_lookup_elem(&offcpu_config, &zero);
+	if (!config || !config->threshold)
+		return;
+	__u32 kind = SMOLDER_SAMPLE_OFF_CPU;
+	if (preempt || prev_state == SMOLDER_TASK_RUNNING) {
+		if (!(config->flags & SMOLDER_OFF_CPU_RUN_QUEUE))
+			return;
+		kind = SMOLDER_SAMPLE_RUN_QUEUE;
+	} else if (prev_state & SMOLDER_TASK_DEAD) {
+		return; /* its last switch: it never comes back */
+	}
+	__u32 threshold = config->threshold;
+	if (threshold != SMOLDER_OFF_CPU_ALWAYS && bpf_get_prandom_u32() > threshold)
+		return;
+	if (!is_profiled(tgid))
+		return;
+	/* Kernel threads have no user registers saved: they are not sampled. */
+	struct pt_regs regs;
+	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(prev)) ||
+	    !user_mode(&regs))
+		return;
+	struct offcpu_pending *pending = bpf_task_storage_get(&offcpu_pending, prev, 0,
+							      BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!pending)
+		return;
+	struct unwind_scratch *st = scratch(&scratch_switch, kind, pid_tgid);
+	if (!st)
+		return;
+	st->sample.value = now;
+	st->sample.threshold = threshold;
+	struct unwind_regs user;
+	regs_of(&regs, &user);
+	unwind_user(st, &user, tgid);
+	unwind_kernel(ctx, st, SMOLDER_SWITCH_SKIP_FRAMES);
+	python_frames(st, pid_tgid);
+	if (unwind_output(st) == 0) {
+		pending->tgid = tgid;
+		pending->tid = (__u32)pid_tgid;
+		pending->start = now;
+	}
+}
+
+/* tp_btf/sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
+ * unsigned int prev_state), on the CPU switching, in prev's context. */
+SEC("tp_btf/sched_switch")
+int on_switch(__u64 *ctx)
+{
+	int preempt = (int)ctx[0];
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	struct task_struct *next = (struct task_struct *)ctx[2];
+	unsigned int prev_state = (unsigned int)ctx[3];
+	__u64 now = bpf_ktime_get_ns();
+	switch_out(ctx, prev, preempt, prev_state, now);
+	switch_in(next, now);
+	return 0;
+}
+
+/* Memory growth. Whether the system maps huge pages without MADV_HUGEPAGE
+ * (/sys/kernel/mm/transparent_hugepage/enabled is "always"), patched in at load time. */
+const volatile __u32 thp_always = 0;
+
+/* The fields of struct vm_area_struct read here, relocated against the kernel's BTF (CO-RE):
+ * the kernel's own names, so that they match. */
+struct vm_area_struct {
+	unsigned long vm_start;
+	unsigned long vm_end;
+	unsigned long vm_flags;
+	void *vm_file;
+} __attribute__((preserve_access_index));
+
+struct huge_check {
+	__u64 addr;
+	__u32 eligible;
+};
+
+/* bpf_find_vma's callback: whether the fault's 2 MiB block can hold a transparent huge page. */
+static long huge_eligible(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	struct huge_check *check = data;
+	__u64 block = check->addr & SMOLDER_HUGE_PAGE_MASK;
+	if (vma->vm_file)
+		return 0; /* file and shared memory: not counted as huge (offcpu.h) */
+	unsigned long flags = vma->vm_flags;
+	if (flags & SMOLDER_VM_NOHUGEPAGE)
+		return 0;
+	if (!(flags & SMOLDER_VM_HUGEPAGE) && !thp_always)
+		return 0;
+	if (block < vma->vm_start || block + (1ull << SMOLDER_HUGE_PAGE_SHIFT) > vma->vm_end)
+		return 0;
+	check->eligible = 1;
+	return 0;
+}
+
+/* Whether the fault at `addr` (already handled: the event fires at its end) mapped a whole
+ * huge page: its block is eligible, and both ends of it are mapped now (a fault that fell back
+ * to a base page maps one 4 KiB page, not the block's first and last). */
+static __always_inline int mapped_huge(__u64 addr)
+{
+	struct huge_check check = { .addr = addr };
+	if (bpf_find_vma(bpf_get_current_task_btf(), addr, huge_eligible, &check, 0) ||
+	    !check.eligible)
+		return 0;
+	__u64 block = addr & SMOLDER_HUGE_PAGE_MASK;
+	__u8 byte;
+	/* bpf_probe_read_user never faults a page in: it fails where nothing is mapped. */
+	return bpf_probe_read_user(&byte, 1, (void *)block) == 0 &&
+	       bpf_probe_read_user(&byte, 1,
+				   (void *)(block + (1ull << SMOLDER_HUGE_PAGE_SHIFT) - 1)) == 0;
+}
+
+SEC("perf_event")
+int on_fault(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	if (tgid == 0 || tgid == self_tgid)
+		return 0;
+	struct unwind_regs regs;
+	/* Kernel threads fault on user memory only through another process's mm: not sampled. */
+	if (!sample_user_regs(ctx, &regs) || !is_profiled(tgid))
+		return 0;
+	struct unwind_scratch *st = scratch(&scratch_fault, SMOLDER_SAMPLE_MEMORY, pid_tgid);
+	if (!st)
+		return 0;
+	st->sample.value = ctx->sample_period;
+	st->sample.addr = ctx->addr;
+	if (mapped_huge(ctx->addr))
+		st->sample.flags = SMOLDER_SAMPLE_HUGE;
+	unwind_user(st, &regs, tgid);
+	unwind_kernel(ctx, st, 0);
 	python_frames(st, pid_tgid);
 	unwind_output(st);
 	return 0;

@@ -141,6 +141,8 @@ fn bpf_cost() {
     let _stats = BpfStats::enable();
     let mut ebpf = EbpfLoader::new()
         .override_global(kernel::GLOBAL_SELF_TGID, &std::process::id(), true)
+        // The off-CPU task storage, which aya creates but has no type for.
+        .allow_unsupported_maps()
         .load(kernel::OBJECT)
         .expect("loading the sampler (needs root)");
     let mut procs: HashMap<_, u32, PythonProc> =

@@ -61,6 +61,7 @@ impl DaemonConfig for Config {
         // Keys that mean nothing any more (not renamed, so not in RENAMED) are read and named
         // here, where every load passes.
         self.ebpf.warn_deprecated();
+        self.ebpf.validate()?;
         Ok(())
     }
 
@@ -90,6 +91,22 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_frames_out_of_range_is_refused_by_check_config() {
+        for (text, ok) in [
+            ("ebpf:\n  max-frames: 0\n", false),
+            ("ebpf:\n  max-frames: 1000\n", false),
+            ("ebpf:\n  frequency: 0\n", false),
+            ("ebpf:\n  max-frames: 256\n", true),
+        ] {
+            let parsed = smolder_daemon::parse::<Config>(text);
+            assert_eq!(parsed.is_ok(), ok, "{text}");
+            if let Err(err) = parsed {
+                assert!(format!("{err:#}").contains("ebpf."), "{err:#}");
+            }
+        }
+    }
 
     #[test]
     fn check_config_refuses_missing_tls_files() {

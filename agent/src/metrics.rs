@@ -59,7 +59,7 @@ impl Metrics {
         let tier = TierCounters::new(&registry);
         Metrics {
             ebpf: EbpfMetrics::new(&registry, &tier),
-            symbolize: SymbolizeMetrics::new(&registry),
+            symbolize: SymbolizeMetrics::new(&registry, &tier),
             python: PythonMetrics::new(&registry),
             scrape: ScrapeMetrics::new(&registry, &tier),
             window: WindowMetrics::new(&registry),
@@ -97,6 +97,11 @@ pub enum DroppedUnit {
     Bytes,
     /// `smolder_agent_dropped_increments_total`: rule counter increments.
     Increments,
+    /// `smolder_agent_dropped_mappings_total`: LPM entries of process mappings the unwinder
+    /// did not put into the kernel.
+    Mappings,
+    /// `smolder_agent_dropped_requests_total`: requests to a background thread not queued.
+    Requests,
 }
 
 /// Why a stage drops data: the `reason` label, and whether the configuration asked for it.
@@ -138,6 +143,8 @@ pub(crate) struct TierCounters {
     batches: IntCounterVec,
     bytes: IntCounterVec,
     increments: IntCounterVec,
+    mappings: IntCounterVec,
+    requests: IntCounterVec,
 }
 
 impl TierCounters {
@@ -167,6 +174,14 @@ impl TierCounters {
             increments: dropped(
                 "smolder_agent_dropped_increments_total",
                 "Rule counter increments not added, by stage and reason.",
+            ),
+            mappings: dropped(
+                "smolder_agent_dropped_mappings_total",
+                "LPM entries of process mappings the unwinder did not put into the kernel (walked with frame pointers there), by stage and reason.",
+            ),
+            requests: dropped(
+                "smolder_agent_dropped_requests_total",
+                "Requests to a background thread not queued because its queue was full, by stage and reason.",
             ),
         }
     }
@@ -223,6 +238,8 @@ impl StageCounters {
             DroppedUnit::Batches => &self.tier.batches,
             DroppedUnit::Bytes => &self.tier.bytes,
             DroppedUnit::Increments => &self.tier.increments,
+            DroppedUnit::Mappings => &self.tier.mappings,
+            DroppedUnit::Requests => &self.tier.requests,
         };
         counters.with_label_values(&[self.stage, cause.reason, cause.intentional_label()])
     }

@@ -13,6 +13,7 @@
 //! | `cpu`, `itimer` | `process_cpu:cpu:nanoseconds:cpu:nanoseconds` |
 //! | `wall` | `wall:wall:nanoseconds:wall:nanoseconds` |
 //! | `off_cpu` | `off_cpu:off_cpu:nanoseconds:off_cpu:nanoseconds` |
+//! | `run_queue` | `run_queue:run_queue:nanoseconds:run_queue:nanoseconds` |
 //! | `memory_growth` | `memory_growth:memory_growth:bytes:memory_growth:bytes` |
 //! | `alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space` | `memory:<suffix>:<count or bytes>:space:bytes` |
 //! | `goroutines` | `goroutine:goroutine:count:goroutine:count` |
@@ -120,6 +121,16 @@ const TABLE: &[Row] = &[
             "off_cpu",
             "nanoseconds",
             "off_cpu",
+            "nanoseconds",
+        ],
+    ),
+    (
+        "run_queue",
+        [
+            "run_queue",
+            "run_queue",
+            "nanoseconds",
+            "run_queue",
             "nanoseconds",
         ],
     ),

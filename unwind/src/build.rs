@@ -62,6 +62,18 @@ const GO_STACK_ROOTS: [&str; 6] = [
     "runtime.rt0_go",
 ];
 
+/// Every symbol a Go binary's table is built from: its text's bounds and its stack roots.
+pub(crate) const GO_SYMBOLS: [&str; 8] = [
+    "runtime.text",
+    "runtime.etext",
+    GO_STACK_ROOTS[0],
+    GO_STACK_ROOTS[1],
+    GO_STACK_ROOTS[2],
+    GO_STACK_ROOTS[3],
+    GO_STACK_ROOTS[4],
+    GO_STACK_ROOTS[5],
+];
+
 /// Builds the unwind table of an ELF file; `debug` is its separate debug file.
 ///
 /// Rows come from `.eh_frame`, then from the FDEs of `.debug_frame` (the file's own, then the

@@ -11,15 +11,16 @@
 //!
 //! ```text
 //! 0    8   magic "SMOLUNWT"
-//! 8    4   format version (1)
+//! 8    4   format version (2; 1 had no source digest)
 //! 12   1   identity kind (1 build id, 2 SHA-256 content hash)
-//! 13   1   identity length (1..=64)
+//! 13   1   identity length (build id: 1..=64; content hash: 32)
 //! 14   2   zero
 //! 16   64  identity bytes, zero padded
-//! 80   88  statistics: 11 u64 (cfi kind, FDEs, skipped, signal FDEs, CFI rows, rows, rbp lost,
+//! 80   16  source digest of a build id identity, zero for a content hash
+//! 96   88  statistics: 11 u64 (cfi kind, FDEs, skipped, signal FDEs, CFI rows, rows, rbp lost,
 //!          unsupported by reason x 4)
-//! 168  8   entry count n
-//! 176  8n  entries (header, page directory, rows)
+//! 184  8   entry count n
+//! 192  8n  entries (header, page directory, rows)
 //! end  4   CRC-32 (IEEE) of every byte before it
 //! ```
 
@@ -27,23 +28,25 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::elf::{CfiKind, ExeId, MAX_BUILD_ID};
+use crate::elf::{CfiKind, ExeId, MAX_BUILD_ID, SOURCE_DIGEST};
 use crate::error::UnwindError;
 use crate::table::{Limits, Stats, UnwindTable};
 
 /// The first 8 bytes of every cache file.
 pub const MAGIC: [u8; 8] = *b"SMOLUNWT";
 /// The format version this build reads and writes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 const ID_OFFSET: usize = 16;
-const STATS_OFFSET: usize = ID_OFFSET + MAX_BUILD_ID;
+const DIGEST_OFFSET: usize = ID_OFFSET + MAX_BUILD_ID;
+const STATS_OFFSET: usize = DIGEST_OFFSET + SOURCE_DIGEST;
 const STATS_FIELDS: usize = 11;
 const COUNT_OFFSET: usize = STATS_OFFSET + STATS_FIELDS * 8;
 const ENTRIES_OFFSET: usize = COUNT_OFFSET + 8;
 const CRC_BYTES: usize = 4;
 
-/// The file name of a table in the cache directory: `<id>.v<VERSION>`.
+/// The file name of a table in the cache directory: `<id>.v<VERSION>`. Files of other versions
+/// are never read (a reader may delete them).
 pub fn file_name(id: &ExeId) -> String {
     format!("{id}.v{VERSION}")
 }
@@ -54,17 +57,16 @@ pub fn encode(table: &UnwindTable) -> Vec<u8> {
     let mut out = Vec::with_capacity(ENTRIES_OFFSET + entries.len() * 8 + CRC_BYTES);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
-    let id = table.id();
-    let kind: u8 = match id {
-        ExeId::BuildId(_) => 1,
-        ExeId::ContentHash(_) => 2,
+    let (kind, bytes, digest): (u8, &[u8], [u8; SOURCE_DIGEST]) = match table.id() {
+        ExeId::BuildId(id, digest) => (1, id, *digest),
+        ExeId::ContentHash(hash) => (2, hash, [0; SOURCE_DIGEST]),
     };
-    let bytes = id.bytes();
     out.push(kind);
     out.push(bytes.len() as u8);
     out.extend_from_slice(&[0, 0]);
     out.extend_from_slice(bytes);
-    out.resize(STATS_OFFSET, 0);
+    out.resize(DIGEST_OFFSET, 0);
+    out.extend_from_slice(&digest);
     let stats = table.stats();
     let fields: [u64; STATS_FIELDS] = [
         stats.cfi.map_or(0, CfiKind::code),
@@ -144,19 +146,23 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<UnwindTable, UnwindError>
         return Err(malformed(format!("identity length {id_len}")));
     }
     let id_bytes = &bytes[ID_OFFSET..ID_OFFSET + id_len];
-    if bytes[ID_OFFSET + id_len..STATS_OFFSET]
+    if bytes[ID_OFFSET + id_len..DIGEST_OFFSET]
         .iter()
         .any(|&b| b != 0)
     {
         return Err(malformed("identity padding is not zero".into()));
     }
+    let digest: [u8; SOURCE_DIGEST] = bytes[DIGEST_OFFSET..STATS_OFFSET]
+        .try_into()
+        .expect("SOURCE_DIGEST bytes");
     let id = match bytes[12] {
-        1 => ExeId::BuildId(id_bytes.to_vec()),
-        2 => ExeId::ContentHash(
+        1 => ExeId::BuildId(id_bytes.to_vec(), digest),
+        2 if digest == [0; SOURCE_DIGEST] => ExeId::ContentHash(
             id_bytes
                 .try_into()
                 .map_err(|_| malformed(format!("content hash of {id_len} bytes")))?,
         ),
+        2 => return Err(malformed("a content hash with a source digest".into())),
         kind => return Err(malformed(format!("identity kind {kind}"))),
     };
     let field = |i: usize| u64_at(STATS_OFFSET + 8 * i);

@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::io::Read as _;
+use std::sync::OnceLock;
 
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader as _, ProgramHeader as _};
@@ -23,36 +24,44 @@ pub const MAX_BUILD_ID: usize = 64;
 /// Largest `.debug_frame` decompressed, so that a hostile size field allocates nothing.
 const MAX_DECOMPRESSED: u64 = 256 << 20;
 
+/// Bytes of a [`ExeId::BuildId`]'s source digest.
+pub(crate) const SOURCE_DIGEST: usize = 16;
+
 /// The identity of an executable: the table built from one file is valid for every file with
 /// the same identity.
+///
+/// A build id alone is not enough: anyone can write a file with libc's build id and garbage
+/// call-frame information, and the table built from it would serve every process mapping the
+/// real libc (and be cached on disk). So the build id goes with a digest of everything a table
+/// is built from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ExeId {
-    /// The GNU build id note (1 to [`MAX_BUILD_ID`] bytes).
-    BuildId(Vec<u8>),
+    /// The GNU build id note (1 to [`MAX_BUILD_ID`] bytes) and the first [`SOURCE_DIGEST`]
+    /// bytes of the SHA-256 of what the table is built from: the CFI sections' bytes and
+    /// addresses, the `PT_LOAD` segments, `.text`, and a Go binary's symbols the builder reads.
+    BuildId(Vec<u8>, [u8; SOURCE_DIGEST]),
     /// SHA-256 of the whole file, for files without a build id.
     ContentHash([u8; 32]),
 }
 
-impl ExeId {
-    /// The identity's bytes.
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            ExeId::BuildId(bytes) => bytes,
-            ExeId::ContentHash(hash) => hash,
-        }
-    }
-}
-
 impl fmt::Display for ExeId {
-    /// Lowercase hex, content hashes prefixed `sha256-`: usable as a file name.
+    /// Lowercase hex, the build id then `-` and the source digest; content hashes prefixed
+    /// `sha256-`: usable as a file name.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if matches!(self, ExeId::ContentHash(_)) {
-            f.write_str("sha256-")?;
+        let hex = |f: &mut fmt::Formatter<'_>, bytes: &[u8]| {
+            bytes.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+        };
+        match self {
+            ExeId::BuildId(id, source) => {
+                hex(f, id)?;
+                f.write_str("-")?;
+                hex(f, source)
+            }
+            ExeId::ContentHash(hash) => {
+                f.write_str("sha256-")?;
+                hex(f, hash)
+            }
         }
-        for byte in self.bytes() {
-            write!(f, "{byte:02x}")?;
-        }
-        Ok(())
     }
 }
 
@@ -99,6 +108,15 @@ pub struct LoadSegment {
     pub vaddr: u64,
     /// `p_filesz`.
     pub file_size: u64,
+    /// `p_flags` (`PF_X` = 1, `PF_W` = 2, `PF_R` = 4).
+    pub flags: u32,
+}
+
+impl LoadSegment {
+    /// Whether the segment is executable (`PF_X`).
+    pub fn is_executable(&self) -> bool {
+        self.flags & elf::PF_X != 0
+    }
 }
 
 /// The loadable segments of an ELF file, which turn a mapping into a load bias.
@@ -117,7 +135,10 @@ impl Layout {
     /// (lld, `-z noseparate-code`) put the end of one segment and the start of the next in one
     /// page, and the two can have different address deltas, so containment alone is ambiguous;
     /// it decides only for a mapping that starts inside a segment (one split by `mprotect`),
-    /// where the latest segment starting at or before the offset is the one.
+    /// where the latest segment starting at or before the offset is the one. Two small segments
+    /// can even start in the same page (lld: read-only data of 0x5a0 bytes at offset 0, text at
+    /// offset 0x5a0); the mappings asked about are executable ones (the unwinder and the
+    /// symbolizer keep no other), so the executable segment (`PF_X`) is preferred.
     pub fn bias(&self, start: u64, offset: u64) -> Option<u64> {
         // A mapping starts page-aligned, at or before the segment's first byte.
         const PAGE: u64 = 4096;
@@ -127,11 +148,15 @@ impl Layout {
                 .checked_add(segment.file_size)
                 .is_some_and(|end| offset >= segment.offset & !(PAGE - 1) && offset < end)
         };
-        let segment = self
-            .segments
-            .iter()
-            .filter(contains)
-            .find(|segment| segment.offset & !(PAGE - 1) == offset)
+        let starting_here = || {
+            self.segments
+                .iter()
+                .filter(contains)
+                .filter(|segment| segment.offset & !(PAGE - 1) == offset)
+        };
+        let segment = starting_here()
+            .find(|segment| segment.is_executable())
+            .or_else(|| starting_here().next())
             .or_else(|| {
                 self.segments
                     .iter()
@@ -168,6 +193,8 @@ pub(crate) struct Cfi<'data> {
 pub struct Elf<'data> {
     data: &'data [u8],
     file: ElfFile64<'data, Endianness>,
+    /// [`Elf::id`], computed once: it hashes the call-frame information.
+    id: OnceLock<ExeId>,
 }
 
 impl<'data> Elf<'data> {
@@ -191,15 +218,69 @@ impl<'data> Elf<'data> {
                 ),
             });
         }
-        Ok(Elf { data, file })
+        Ok(Elf {
+            data,
+            file,
+            id: OnceLock::new(),
+        })
     }
 
-    /// The file's identity: its GNU build id, else the SHA-256 of its bytes.
+    /// The file's identity: its GNU build id with the digest of its table's sources, else the
+    /// SHA-256 of its bytes.
     pub fn id(&self) -> ExeId {
-        match self.build_id() {
-            Some(id) => ExeId::BuildId(id.to_vec()),
-            None => ExeId::ContentHash(Sha256::digest(self.data).into()),
+        self.id
+            .get_or_init(|| match self.build_id() {
+                Some(id) => ExeId::BuildId(id.to_vec(), self.source_digest()),
+                None => ExeId::ContentHash(Sha256::digest(self.data).into()),
+            })
+            .clone()
+    }
+
+    /// The digest of what [`crate::build`] reads of this file (see [`ExeId::BuildId`]); each
+    /// part length-prefixed, so that no two files' parts run together alike.
+    fn source_digest(&self) -> [u8; SOURCE_DIGEST] {
+        let mut hash = Sha256::new();
+        let mut part = |tag: &[u8], address: u64, bytes: &[u8]| {
+            hash.update(tag);
+            hash.update(address.to_le_bytes());
+            hash.update((bytes.len() as u64).to_le_bytes());
+            hash.update(bytes);
+        };
+        if let Some(cfi) = self.eh_frame() {
+            part(b"eh_frame", cfi.address, &cfi.data);
         }
+        if let Some(section) = self.file.section_by_name(".debug_frame") {
+            part(
+                b"debug_frame",
+                section.address(),
+                section.data().unwrap_or_default(),
+            );
+        }
+        let endian = self.file.endian();
+        for ph in self.file.elf_program_headers() {
+            if ph.p_type(endian) == elf::PT_LOAD {
+                let fields = [
+                    ph.p_offset(endian),
+                    ph.p_vaddr(endian),
+                    ph.p_filesz(endian),
+                    u64::from(ph.p_flags(endian)),
+                ];
+                part(b"load", 0, &fields.map(u64::to_le_bytes).concat());
+            }
+        }
+        if let Some((start, end)) = self.text() {
+            part(b"text", start, &end.to_le_bytes());
+        }
+        if self.is_go() {
+            for name in crate::build::GO_SYMBOLS {
+                let (address, size) = self.symbol(name).unwrap_or_default();
+                part(name.as_bytes(), address, &size.to_le_bytes());
+            }
+        }
+        let digest = hash.finalize();
+        let mut out = [0; SOURCE_DIGEST];
+        out.copy_from_slice(&digest[..SOURCE_DIGEST]);
+        out
     }
 
     /// The GNU build id, if the file has one of a sane length.
@@ -262,6 +343,7 @@ impl<'data> Elf<'data> {
                 offset: ph.p_offset(endian),
                 vaddr: ph.p_vaddr(endian),
                 file_size: ph.p_filesz(endian),
+                flags: ph.p_flags(endian),
             })
             .collect();
         Layout { segments }

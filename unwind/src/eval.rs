@@ -309,7 +309,7 @@ mod tests {
             (0x4010, Rule::NoFde),
         ];
         let table = UnwindTable::from_rows(
-            ExeId::BuildId(vec![1]),
+            ExeId::BuildId(vec![1], [0; 16]),
             &rows,
             Stats::default(),
             &Limits::default(),
@@ -360,7 +360,7 @@ mod tests {
                 (0x1600, Rule::Frame { cfa: Cfa::Rsp(65_600), fp: Fp::Lost }),
                 (0x1700, Rule::End),
             ];
-            let table = UnwindTable::from_rows(ExeId::BuildId(vec![1]), &rows, Stats::default(), &Limits::default()).unwrap();
+            let table = UnwindTable::from_rows(ExeId::BuildId(vec![1], [0; 16]), &rows, Stats::default(), &Limits::default()).unwrap();
             // The words lie from rsp up.
             let stack: HashMap<u64, u64> = words
                 .iter()
@@ -385,7 +385,7 @@ mod tests {
             (0x8000, Rule::NoFde),
         ];
         let table = UnwindTable::from_rows(
-            ExeId::BuildId(vec![1]),
+            ExeId::BuildId(vec![1], [0; 16]),
             &rows,
             Stats::default(),
             &Limits::default(),

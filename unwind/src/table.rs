@@ -332,7 +332,7 @@ mod tests {
     use super::*;
 
     fn id() -> ExeId {
-        ExeId::BuildId(vec![1, 2, 3])
+        ExeId::BuildId(vec![1, 2, 3], [0; 16])
     }
 
     const A: Rule = Rule::Frame {

@@ -1,4 +1,5 @@
-//! The BPF unwinder on this kernel (as root): the object passes the verifier; at a uprobe on
+//! The BPF unwinder on this kernel (as root): the object passes the verifier (the off-CPU and
+//! memory programs too); at a uprobe on
 //! `burn` the walk gives exactly the victim's call path, leaf at the probed instruction;
 //! cpu-clock samples of the same program reach `_start` or `clone3`, also from inside system
 //! calls (with their kernel stacks) and PLT stubs; a uprobe in a signal handler sees through the signal frame; stacks
@@ -9,10 +10,11 @@ use std::time::Duration;
 
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::uprobe::UProbeScope;
-use aya::programs::{PerfEvent, RawTracePoint, UProbe};
-use aya::{Ebpf, EbpfLoader};
+use aya::programs::{BtfTracePoint, PerfEvent, RawTracePoint, UProbe};
+use aya::{Btf, Ebpf, EbpfLoader};
 use object::{Object as _, ObjectSymbol as _};
 use regex::Regex;
+use smolder_agent_ebpf::offcpu::{PROGRAM_FAULT, PROGRAM_SWITCH, TRACEPOINT_SWITCH};
 use smolder_agent_ebpf::unwind::{DEFAULT_FRAMES, SampleHeader, SampleKind, Status};
 use smolder_agent_ebpf::{
     GLOBAL_SELF_TGID, OBJECT, PROGRAM_CPU, PROGRAM_EXEC, PROGRAM_EXIT, PROGRAM_UPROBE,
@@ -26,6 +28,8 @@ fn load() -> Ebpf {
     let self_tgid = std::process::id();
     EbpfLoader::new()
         .override_global(GLOBAL_SELF_TGID, &self_tgid, true)
+        // The off-CPU task storage, which aya creates but has no type for.
+        .allow_unsupported_maps()
         .load(OBJECT)
         .expect("load the unwinder object (as root)")
 }
@@ -69,6 +73,22 @@ fn unwinder_object_passes_the_verifier() {
             .load()
             .expect("the verifier accepts the process-event programs");
     }
+}
+
+#[test]
+fn offcpu_and_memory_programs_pass_the_verifier() {
+    let mut ebpf = load();
+    let btf = Btf::from_sys_fs().expect("the kernel's BTF");
+    let switch: &mut BtfTracePoint = ebpf
+        .program_mut(PROGRAM_SWITCH)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    switch
+        .load(TRACEPOINT_SWITCH, &btf)
+        .expect("the verifier accepts on_switch");
+    let fault: &mut PerfEvent = ebpf.program_mut(PROGRAM_FAULT).unwrap().try_into().unwrap();
+    fault.load().expect("the verifier accepts on_fault");
 }
 
 #[test]

@@ -17,12 +17,15 @@ use smolder_agent_ebpf::unwind::Status;
 use smolder_common::Profile;
 use tracing::{debug, info_span, warn};
 
-use super::process::{Labeller, ProcessInfo, Processes};
+use super::offcpu::{Throttle, monotonic_ns};
+use super::process::{Labeller, ProcessInfo, Processes, process_start_time};
 use super::python::Pythons;
-use super::samples::{UnwindCounts, WindowSamples};
+use super::samples::{KindCounts, UnwindCounts, WindowSamples};
 use super::symbolize::{DebugDirs, Symbolizer};
 use super::unwind::{Ready, Unwinder};
-use super::{EbpfMetrics, ProcessEvent, ProcessEventKind, Sampler, metrics, profiles};
+use super::{
+    EbpfMetrics, ProcessEvent, ProcessEventKind, SampleKind, Sampler, memory, metrics, profiles,
+};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::relabel::Relabeler;
@@ -49,6 +52,13 @@ pub(super) struct Collector {
     /// Drains completed.
     drained: u64,
     events: Vec<ProcessEvent>,
+    /// Keeps off-CPU unwinds under `ebpf.off-cpu.max-unwinds-per-second`; `None` with
+    /// off-CPU disabled.
+    throttle: Option<Throttle>,
+    /// `ebpf.off-cpu.run-queue`, as the kernel's flags.
+    off_cpu_flags: u32,
+    /// What the off-CPU and memory samples came to since the last drain.
+    kinds: KindCounts,
     /// The CPython processes walked; `None` with `ebpf.python.enabled: false`.
     python: Option<Pythons>,
     /// Processes learned and not yet looked at for CPython.
@@ -73,6 +83,15 @@ fn running(labeller: &Labeller) -> Vec<u32> {
                 .is_ok_and(|info| info.exe.is_some() && labeller.labels(&info).is_some())
         })
         .collect()
+}
+
+/// Has the kernel take (or stop taking) off-CPU and memory-growth samples of `pid`. A map
+/// that cannot be written (full) loses that process's samples, not the agent.
+fn follow(sampler: &mut Sampler, metrics: &EbpfMetrics, pid: u32, profiled: bool) {
+    if let Err(err) = sampler.follow(pid, profiled) {
+        metrics.tier.error("profiled_map");
+        warn!(pid, error = %err, "the kernel's table of profiled processes could not be written");
+    }
 }
 
 impl Collector {
@@ -108,16 +127,37 @@ impl Collector {
             None
         };
         let labeller = Labeller::new(relabeler, hostname);
-        if let Some(unwinder) = &unwinder
-            && config.ebpf.unwind.load_at_start
-        {
-            unwinder.preload(running(&labeller));
+        let follows = config.ebpf.off_cpu.enabled || config.ebpf.memory.enabled;
+        let preloads = unwinder.is_some() && config.ebpf.unwind.load_at_start;
+        if follows || preloads {
+            let running = running(&labeller);
+            // A process asleep since before the start is followed from its next switch, not
+            // only once a CPU sample or a switch announced it.
+            for &pid in &running {
+                follow(&mut sampler, &metrics.ebpf, pid, true);
+            }
+            if let Some(unwinder) = &unwinder
+                && preloads
+            {
+                unwinder.preload(running);
+            }
         }
         let symbolizer =
             Symbolizer::start(config.symbolize.clone(), debug, metrics.symbolize.clone())?;
+        let throttle = config
+            .ebpf
+            .off_cpu
+            .enabled
+            .then(|| Throttle::new(&config.ebpf.off_cpu, Instant::now()));
+        if let Some(throttle) = &throttle {
+            metrics.ebpf.off_cpu_probability.set(throttle.probability());
+        }
         Ok(Collector {
             sampler,
-            window: WindowSamples::default(),
+            window: WindowSamples::new(config.ebpf.off_cpu.min_duration, memory::page_size()),
+            throttle,
+            off_cpu_flags: config.ebpf.off_cpu.flags(),
+            kinds: KindCounts::default(),
             unwinder,
             symbolizer,
             labeller,
@@ -147,13 +187,14 @@ impl Collector {
             Ok(info) if !exec && self.processes.start_time(pid) == Some(info.start_time) => {}
             Ok(info) => {
                 let labels = self.labeller.labels(&info);
+                follow(&mut self.sampler, &self.metrics, pid, labels.is_some());
                 if labels.is_some() {
                     self.symbolizer.capture(pid)?;
                     if let Some(unwinder) = &self.unwinder {
                         if exec {
-                            unwinder.exec(pid);
+                            unwinder.exec(pid, info.start_time);
                         } else {
-                            unwinder.seen(pid);
+                            unwinder.seen(pid, info.start_time);
                         }
                     }
                 }
@@ -177,14 +218,21 @@ impl Collector {
         let mut events = std::mem::take(&mut self.events);
         self.sampler.poll_events(&mut events);
         let now = Instant::now();
+        let mut exited = HashSet::new();
         for event in events.drain(..) {
             match event.kind {
-                // Announced again after the kernel's LRU forgot it; a pid that exited and is
-                // announced again has been reused by a new process.
-                ProcessEventKind::FirstSight if self.processes.is_alive(event.pid) => {}
+                // Announced again after the kernel's LRU forgot it (the same start time); a pid
+                // that exited, or whose exit event was lost, and is announced again has been
+                // reused by a new process.
+                ProcessEventKind::FirstSight
+                    if self.processes.is_alive(event.pid)
+                        && process_start_time(event.pid)
+                            .is_none_or(|t| self.processes.start_time(event.pid) == Some(t)) => {}
                 ProcessEventKind::FirstSight => self.learn(event.pid, false)?,
                 ProcessEventKind::Exec => self.learn(event.pid, true)?,
                 ProcessEventKind::Exit => {
+                    exited.insert(event.pid);
+                    follow(&mut self.sampler, &self.metrics, event.pid, false);
                     self.processes.exited(event.pid, now, self.drained);
                     if let Some(unwinder) = &self.unwinder {
                         unwinder.exited(event.pid);
@@ -209,6 +257,11 @@ impl Collector {
                 python.read_names(pid, &frames);
             }
         }
+        // After the samples: a thread's switch-in is read before its process's exit is acted on.
+        if !exited.is_empty() {
+            self.window.forget(&exited);
+        }
+        self.throttle(now)?;
         if let Some(unwinder) = &self.unwinder {
             unwinder.missed(self.window.take_misses());
             let ready = unwinder.take_ready();
@@ -217,6 +270,24 @@ impl Collector {
             }
         } else {
             self.window.take_misses();
+        }
+        Ok(())
+    }
+
+    /// Adapts the off-CPU probability to the unwinds seen, and sets it in the kernel when it
+    /// changes.
+    fn throttle(&mut self, now: Instant) -> anyhow::Result<()> {
+        let kinds = self.window.take_kinds();
+        self.kinds.add(&kinds);
+        let Some(throttle) = &mut self.throttle else {
+            return Ok(());
+        };
+        if let Some(probability) = throttle.observe(kinds.off_cpu_unwinds, now) {
+            self.sampler
+                .set_off_cpu(probability, self.off_cpu_flags)
+                .context("setting the off-CPU probability")?;
+            self.metrics.off_cpu_probability.set(probability);
+            debug!(probability, "off-CPU probability changed");
         }
         Ok(())
     }
@@ -265,16 +336,32 @@ impl Collector {
         let _span = info_span!("drain").entered();
         self.poll()?;
         let started = Instant::now();
+        // The window's end on the kernel's clock: threads still waiting count up to it.
+        let (mono, wall) = (monotonic_ns(), SystemTime::now());
+        let boundary = match wall.duration_since(until) {
+            Ok(past) => mono.saturating_sub(u64::try_from(past.as_nanos()).unwrap_or(u64::MAX)),
+            Err(ahead) => {
+                mono.saturating_add(u64::try_from(ahead.duration().as_nanos()).unwrap_or(u64::MAX))
+            }
+        };
+        self.window.close(boundary);
         let samples = self.window.take();
         let counts = self.window.take_counts();
+        self.metrics
+            .dropped(metrics::WINDOW_STACKS_FULL, self.window.take_dropped());
         self.count_lost();
         self.metrics
             .drain_duration
             .observe(started.elapsed().as_secs_f64());
         self.metrics.drains.inc();
 
-        let total: u64 = samples.iter().map(|s| s.count).sum();
-        self.metrics.samples.inc_by(total);
+        let cpu: u64 = samples
+            .iter()
+            .filter(|s| s.kind == SampleKind::Cpu)
+            .map(|s| s.samples)
+            .sum();
+        self.metrics.samples.inc_by(cpu);
+        self.count_kinds();
         let mut relabel_dropped = 0;
         let mut unknown = 0;
         let mut kept = Vec::with_capacity(samples.len());
@@ -289,8 +376,8 @@ impl Collector {
                     sampled.insert(sample.pid);
                     kept.push(sample);
                 }
-                Some(None) => relabel_dropped += sample.count,
-                None => unknown += sample.count,
+                Some(None) => relabel_dropped += sample.samples,
+                None => unknown += sample.samples,
             }
         }
         self.metrics.dropped(metrics::RELABEL, relabel_dropped);
@@ -353,6 +440,20 @@ impl Collector {
         }
         frames.flush();
         self.metrics.unwind_fp_frames.inc_by(counts.fp_frames);
+    }
+
+    /// Counts what the off-CPU and memory samples came to since the last drain.
+    fn count_kinds(&mut self) {
+        let kinds = std::mem::take(&mut self.kinds);
+        let m = &self.metrics;
+        m.off_cpu_unwinds.inc_by(kinds.off_cpu_unwinds);
+        m.off_cpu_waiting
+            .set(i64::try_from(self.window.waiting()).unwrap_or(i64::MAX));
+        m.memory_samples.inc_by(kinds.memory_samples);
+        m.memory_huge_samples.inc_by(kinds.memory_huge);
+        m.dropped(metrics::MIN_DURATION, kinds.off_cpu_too_short);
+        m.dropped(metrics::UNMATCHED_SWITCH_IN, kinds.off_cpu_unmatched);
+        m.dropped(metrics::WAITING_FULL, kinds.off_cpu_pending_full);
     }
 
     /// Counts what the kernel lost since the last drain.

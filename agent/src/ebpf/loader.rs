@@ -12,17 +12,18 @@
 //!
 //! What loading yields, [`Sampler`], holds the object and one field per kernel object the
 //! source reads; the readers beside this file (`samples.rs`, `events.rs`, `counters.rs`) and
-//! `python/maps.rs` (the CPython processes the kernel walks) read them. The unwinder's tables and mappings maps are handed to [`super::unwind`] whole
-//! ([`Sampler::take_unwind_maps`]).
+//! `python/maps.rs` (the CPython processes the kernel walks) read them. The unwinder's tables
+//! and mappings maps are handed to [`super::unwind`] whole ([`Sampler::take_unwind_maps`]).
 
 use std::io;
 
 use aya::maps::lpm_trie::LpmTrie;
 use aya::maps::{Array, HashMap, HashOfMaps, MapData, MapType, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
-use aya::programs::{PerfEvent, Program, ProgramError, ProgramType, RawTracePoint};
+use aya::programs::{BtfTracePoint, PerfEvent, Program, ProgramError, ProgramType, RawTracePoint};
 use aya::sys::{BpfHelper, is_helper_supported, is_map_supported};
-use aya::{Ebpf, EbpfLoader};
+use aya::{Btf, Ebpf, EbpfLoader};
+use smolder_agent_ebpf::offcpu::{self as offcpu_contract, OffCpuConfig as KernelOffCpu};
 use smolder_agent_ebpf::unwind::{self as contract, Mapping, MappingKey};
 use smolder_agent_ebpf::{self as kernel};
 use tracing::{debug, info, warn};
@@ -81,6 +82,21 @@ pub enum EbpfError {
     /// `ebpf.frequency` is zero.
     #[error("ebpf.frequency must be at least 1 Hz")]
     Frequency,
+    /// `ebpf.off-cpu.probability` is not in (0, 1].
+    #[error("ebpf.off-cpu.probability is {value}; it must be above 0 and at most 1")]
+    OffCpuProbability {
+        /// The configured value.
+        value: f64,
+    },
+    /// `ebpf.memory.period` is zero.
+    #[error("ebpf.memory.period must be at least 1 fault")]
+    MemoryPeriod,
+    /// The kernel's BTF, which the off-CPU program attaches through, could not be read.
+    #[error("reading the kernel's BTF (/sys/kernel/btf/vmlinux) for ebpf.off-cpu failed")]
+    Btf {
+        /// What aya reported.
+        source: Box<aya::BtfError>,
+    },
     /// `ebpf.max-frames` is zero or above what a sample holds.
     #[error("ebpf.max-frames is {value}; it must be between 1 and {max}")]
     MaxFrames {
@@ -115,6 +131,11 @@ pub struct Sampler {
     pub(super) counters: PerCpuArray<MapData, u64>,
     /// Counters as last read, to report increments.
     pub(super) counters_seen: [u64; contract::Counter::ALL.len()],
+    /// `offcpu_config`: the off-CPU sampling threshold; `None` when off-CPU is disabled.
+    off_cpu: Option<Array<MapData, KernelOffCpu>>,
+    /// `profiled`: the processes off-CPU and memory-growth samples are taken of; `None` when
+    /// both are disabled.
+    profiled: Option<HashMap<MapData, u32, u8>>,
     /// `python_procs`: the CPython processes the kernel walks.
     pub(super) python: PythonMaps,
     cpus: usize,
@@ -138,6 +159,52 @@ impl Sampler {
     /// check of the tests ([`kernel::PROGRAM_UPROBE`]) is not attached by the agent itself.
     pub fn program_mut(&mut self, name: &str) -> Option<&mut Program> {
         self.ebpf.program_mut(name)
+    }
+
+    /// Sets the probability the kernel samples switch-outs with (off-CPU enabled only).
+    ///
+    /// # Errors
+    ///
+    /// [`EbpfError::Map`] when the config map cannot be written.
+    pub fn set_off_cpu(&mut self, probability: f64, flags: u32) -> Result<(), EbpfError> {
+        let Some(map) = &mut self.off_cpu else {
+            return Ok(());
+        };
+        let config = KernelOffCpu {
+            threshold: offcpu_contract::threshold(probability),
+            flags,
+        };
+        map.set(0, config, 0).map_err(|source| EbpfError::Map {
+            map: offcpu_contract::MAP_CONFIG,
+            action: "setting the off-CPU threshold",
+            source: Some(Box::new(source)),
+        })
+    }
+
+    /// Whether the kernel takes off-CPU and memory-growth samples of process `pid` (the
+    /// relabelling keeps it); a no-op when both are disabled. Forgetting a process not
+    /// followed is no error.
+    ///
+    /// # Errors
+    ///
+    /// [`EbpfError::Map`] when the map cannot be written (it holds 65,536 processes).
+    pub fn follow(&mut self, pid: u32, profiled: bool) -> Result<(), EbpfError> {
+        let Some(map) = &mut self.profiled else {
+            return Ok(());
+        };
+        let result = if profiled {
+            map.insert(pid, 1, 0)
+        } else {
+            match map.remove(&pid) {
+                Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                other => other,
+            }
+        };
+        result.map_err(|source| EbpfError::Map {
+            map: offcpu_contract::MAP_PROFILED,
+            action: "following a process",
+            source: Some(Box::new(source)),
+        })
     }
 
     /// Takes the maps the table lifecycle fills, once.
@@ -372,24 +439,20 @@ fn typed<T>(map: &'static str, result: Result<T, aya::maps::MapError>) -> Result
 
 impl Sampler {
     /// Loads the sampler, skipping the process `self_pid` (the agent), and attaches it to every
-    /// online CPU at `config.frequency` and to `sched_process_exec` / `sched_process_exit`.
+    /// online CPU at `config.frequency` and to `sched_process_exec` / `sched_process_exit`;
+    /// with `ebpf.off-cpu.enabled` to `sched_switch` (BTF), with `ebpf.memory.enabled` to
+    /// every CPU's minor page faults.
     ///
     /// # Errors
     ///
     /// [`EbpfError::Load`] or [`EbpfError::Program`] naming the missing capabilities when the
     /// kernel refuses, [`EbpfError::Feature`] when it lacks a feature, [`EbpfError::Map`] when
     /// the object lacks a map, [`EbpfError::OnlineCpus`] when the CPU list cannot be read,
-    /// [`EbpfError::Frequency`] and [`EbpfError::MaxFrames`] for settings out of range.
+    /// [`EbpfError::Frequency`], [`EbpfError::MaxFrames`], [`EbpfError::OffCpuProbability`]
+    /// and [`EbpfError::MemoryPeriod`] for settings out of range, [`EbpfError::Btf`] when
+    /// off-CPU is enabled and the kernel's BTF cannot be read.
     pub fn load(config: &EbpfConfig, self_pid: u32) -> Result<Sampler, EbpfError> {
-        if config.frequency == 0 {
-            return Err(EbpfError::Frequency);
-        }
-        if config.max_frames == 0 || config.max_frames as usize > contract::MAX_FRAMES {
-            return Err(EbpfError::MaxFrames {
-                value: config.max_frames,
-                max: contract::MAX_FRAMES,
-            });
-        }
+        config.validate()?;
         let unreadable = missing_capabilities(Purpose::Reading);
         if !unreadable.is_empty() {
             warn!(
@@ -408,9 +471,22 @@ impl Sampler {
         if !missing.is_empty() {
             return Err(EbpfError::Feature { missing });
         }
+        let off_cpu = &config.off_cpu;
+        if off_cpu.enabled && !(off_cpu.probability > 0.0 && off_cpu.probability <= 1.0) {
+            return Err(EbpfError::OffCpuProbability {
+                value: off_cpu.probability,
+            });
+        }
+        if config.memory.enabled && config.memory.period == 0 {
+            return Err(EbpfError::MemoryPeriod);
+        }
+        let thp_always = u32::from(super::memory::host_thp_always());
         let mut ebpf = EbpfLoader::new()
             .override_global(kernel::GLOBAL_SELF_TGID, &self_pid, true)
             .override_global(contract::GLOBAL_MAX_FRAMES, &config.max_frames, true)
+            .override_global(offcpu_contract::GLOBAL_THP_ALWAYS, &thp_always, true)
+            // The off-CPU task storage, which aya creates but has no type for.
+            .allow_unsupported_maps()
             .load(kernel::OBJECT)
             .map_err(|source| EbpfError::Load {
                 missing: missing_capabilities(Purpose::Loading),
@@ -463,6 +539,15 @@ impl Sampler {
             })?;
         }
 
+        let off_cpu_map = if off_cpu.enabled {
+            Some(attach_off_cpu(&mut ebpf)?)
+        } else {
+            None
+        };
+        if config.memory.enabled {
+            attach_memory(&mut ebpf, &cpus, config.memory.period)?;
+        }
+
         let samples = typed(
             contract::MAP_SAMPLES,
             RingBuf::try_from(take_map(&mut ebpf, contract::MAP_SAMPLES)?),
@@ -475,6 +560,14 @@ impl Sampler {
             contract::MAP_COUNTERS,
             PerCpuArray::try_from(take_map(&mut ebpf, contract::MAP_COUNTERS)?),
         )?;
+        let profiled = if off_cpu.enabled || config.memory.enabled {
+            Some(typed(
+                offcpu_contract::MAP_PROFILED,
+                HashMap::try_from(take_map(&mut ebpf, offcpu_contract::MAP_PROFILED)?),
+            )?)
+        } else {
+            None
+        };
         let python = PythonMaps {
             procs: typed(
                 kernel::MAP_PYTHON_PROCS,
@@ -485,16 +578,84 @@ impl Sampler {
             cpus = cpus.len(),
             frequency = config.frequency,
             max_frames = config.max_frames,
+            off_cpu = off_cpu.enabled,
+            memory = config.memory.enabled,
             "eBPF sampler attached"
         );
-        Ok(Sampler {
+        let mut sampler = Sampler {
             ebpf,
             samples,
             events,
             counters,
             counters_seen: [0; contract::Counter::ALL.len()],
+            off_cpu: off_cpu_map,
+            profiled,
             python,
             cpus: cpus.len(),
-        })
+        };
+        sampler.set_off_cpu(off_cpu.probability, off_cpu.flags())?;
+        Ok(sampler)
     }
+}
+
+/// Attaches the off-CPU program to `sched_switch` through BTF; returns its config map, whose
+/// threshold (0 until set) turns sampling on.
+fn attach_off_cpu(ebpf: &mut Ebpf) -> Result<Array<MapData, KernelOffCpu>, EbpfError> {
+    let btf = Btf::from_sys_fs().map_err(|source| EbpfError::Btf {
+        source: Box::new(source),
+    })?;
+    let program = offcpu_contract::PROGRAM_SWITCH;
+    let switch: &mut BtfTracePoint = ebpf
+        .program_mut(program)
+        .ok_or_else(|| missing_program(program))?
+        .try_into()
+        .map_err(|source| program_error(program, "typing".into(), source))?;
+    switch
+        .load(offcpu_contract::TRACEPOINT_SWITCH, &btf)
+        .map_err(|source| program_error(program, "loading".into(), source))?;
+    switch.attach().map_err(|source| {
+        program_error(
+            program,
+            format!(
+                "attaching to BTF tracepoint {}",
+                offcpu_contract::TRACEPOINT_SWITCH
+            ),
+            source,
+        )
+    })?;
+    typed(
+        offcpu_contract::MAP_CONFIG,
+        Array::try_from(take_map(ebpf, offcpu_contract::MAP_CONFIG)?),
+    )
+}
+
+/// Attaches the page-fault program to the minor-fault event of every CPU in `cpus`, one sample
+/// every `period` faults.
+fn attach_memory(ebpf: &mut Ebpf, cpus: &[u32], period: u64) -> Result<(), EbpfError> {
+    let program = offcpu_contract::PROGRAM_FAULT;
+    let fault: &mut PerfEvent = ebpf
+        .program_mut(program)
+        .ok_or_else(|| missing_program(program))?
+        .try_into()
+        .map_err(|source| program_error(program, "typing".into(), source))?;
+    fault
+        .load()
+        .map_err(|source| program_error(program, "loading".into(), source))?;
+    for &id in cpus {
+        fault
+            .attach(
+                PerfEventConfig::Software(SoftwareEvent::PageFaultsMin),
+                PerfEventScope::AllProcessesOneCpu { cpu: id },
+                SamplePolicy::Period(period),
+                false,
+            )
+            .map_err(|source| {
+                program_error(
+                    program,
+                    format!("attaching to the page-faults-min event of CPU {id}"),
+                    source,
+                )
+            })?;
+    }
+    Ok(())
 }

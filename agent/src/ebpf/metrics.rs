@@ -6,7 +6,9 @@
 //! of a process and once per drain). The source's errors and dropped samples are counted in the tier's counters with
 //! `stage="ebpf"`.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Registry};
+use prometheus::{
+    Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
 use smolder_agent_ebpf::unwind::Status;
 
 use super::symbolize::DebugSource;
@@ -22,6 +24,26 @@ pub(crate) const RING_BUFFER_FULL: DropCause = DropCause::forced("ring_buffer_fu
 pub(crate) const RELABEL: DropCause = DropCause::intentional("relabel");
 /// Samples of a process that exited before the agent could read it.
 pub(crate) const UNKNOWN_PROCESS: DropCause = DropCause::forced("unknown_process");
+/// Off-CPU waits shorter than `ebpf.off-cpu.min-duration`.
+pub(crate) const MIN_DURATION: DropCause = DropCause::intentional("min_duration");
+/// Off-CPU switch-ins whose switch-out was lost (to a full ring buffer).
+pub(crate) const UNMATCHED_SWITCH_IN: DropCause = DropCause::forced("unmatched_switch_in");
+/// Off-CPU switch-outs not followed: too many threads were waiting already.
+pub(crate) const WAITING_FULL: DropCause = DropCause::forced("waiting_full");
+/// Mappings left out of the kernel past a process's share of `unwind_mappings`
+/// (`smolder_agent_dropped_mappings_total`).
+pub(crate) const PROCESS_CAP: DropCause = DropCause::forced("unwind_process_cap");
+/// Mappings the kernel refused: `unwind_mappings` is full.
+pub(crate) const MAP_FULL: DropCause = DropCause::forced("unwind_mappings_full");
+/// Requests to the `smolder-unwind` thread past its queue's bound
+/// (`smolder_agent_dropped_requests_total`).
+pub(crate) const UNWIND_QUEUE_FULL: DropCause = DropCause::forced("unwind_queue_full");
+/// Build ids asked of the debuginfod client past its queue's bound
+/// (`smolder_agent_dropped_requests_total{stage="symbolize"}`).
+pub(crate) const DEBUGINFOD_QUEUE_FULL: DropCause = DropCause::forced("debuginfod_queue_full");
+/// Samples of new distinct stacks past a window's bound
+/// ([`crate::ebpf::samples::MAX_WINDOW_STACKS`]).
+pub(crate) const WINDOW_STACKS_FULL: DropCause = DropCause::forced("window_stacks_full");
 
 /// The `error_type`s of `smolder_agent_errors_total{stage="ebpf"}`: reading the kernel's loss
 /// counters failed, the samples ring buffer held a malformed record, putting an unwind table or
@@ -41,6 +63,20 @@ pub struct EbpfMetrics {
     /// `smolder_agent_ebpf_samples_total`: CPU samples read from the kernel, before
     /// relabelling.
     pub samples: IntCounter,
+    /// `smolder_agent_ebpf_off_cpu_probability`: the probability a context switch is sampled
+    /// with now (`ebpf.off-cpu.probability`, lowered to keep within
+    /// `ebpf.off-cpu.max-unwinds-per-second`); absent 0 with off-CPU disabled.
+    pub off_cpu_probability: Gauge,
+    /// `smolder_agent_ebpf_off_cpu_unwinds_total`: switch-outs sampled and unwound.
+    pub off_cpu_unwinds: IntCounter,
+    /// `smolder_agent_ebpf_off_cpu_waiting_threads`: threads sampled at switch-out and not back
+    /// on a CPU yet.
+    pub off_cpu_waiting: IntGauge,
+    /// `smolder_agent_ebpf_memory_samples_total`: page-fault samples read.
+    pub memory_samples: IntCounter,
+    /// `smolder_agent_ebpf_memory_huge_samples_total`: page-fault samples whose fault mapped a
+    /// transparent huge page (counted as 2 MiB per fault).
+    pub memory_huge_samples: IntCounter,
     /// `smolder_agent_ebpf_unwind_samples_total{outcome}`: samples of the processes profiled
     /// (kept by relabelling) by why their user-stack walk ended: `complete` (it reached the
     /// stack's root), `truncated` (`ebpf.max-frames`), or where it stopped short (`no_table`,
@@ -70,25 +106,67 @@ pub struct EbpfMetrics {
     /// failed, malformed ring-buffer records, tables and mappings the kernel refused;
     /// `smolder_agent_dropped_samples_total{stage="ebpf",reason,intentional}`: samples not
     /// profiled: `ring_buffer_full` (the agent fell behind), `relabel` (a rule dropped the
-    /// process, intentional), `unknown_process` (it exited before the agent could read it).
+    /// process, intentional), `unknown_process` (it exited before the agent could read it),
+    /// and off-CPU waits: `min_duration` (shorter than `ebpf.off-cpu.min-duration`,
+    /// intentional), `unmatched_switch_in` (its switch-out was lost), `waiting_full` (too many
+    /// threads waiting at once).
     pub tier: StageCounters,
 }
 
 impl EbpfMetrics {
     /// Creates the sampler's metrics in `registry`.
     pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
-        let drops =
-            [RING_BUFFER_FULL, RELABEL, UNKNOWN_PROCESS].map(|cause| (DroppedUnit::Samples, cause));
+        let mut drops: Vec<(DroppedUnit, DropCause)> = [
+            RING_BUFFER_FULL,
+            RELABEL,
+            UNKNOWN_PROCESS,
+            MIN_DURATION,
+            UNMATCHED_SWITCH_IN,
+            WAITING_FULL,
+            WINDOW_STACKS_FULL,
+        ]
+        .map(|cause| (DroppedUnit::Samples, cause))
+        .into();
+        drops.push((DroppedUnit::Requests, UNWIND_QUEUE_FULL));
+        drops.extend([PROCESS_CAP, MAP_FULL].map(|cause| (DroppedUnit::Mappings, cause)));
         let metrics = EbpfMetrics {
             samples: counter(
                 registry,
                 "smolder_agent_ebpf_samples_total",
                 "CPU samples read from the kernel, before relabelling.",
             ),
+            off_cpu_probability: register(
+                registry,
+                Gauge::with_opts(Opts::new(
+                    "smolder_agent_ebpf_off_cpu_probability",
+                    "The probability a context switch is sampled with now (0 with off-CPU disabled).",
+                ))
+                .expect("a valid gauge"),
+            ),
+            off_cpu_unwinds: counter(
+                registry,
+                "smolder_agent_ebpf_off_cpu_unwinds_total",
+                "Threads sampled and unwound as they left the CPU.",
+            ),
+            off_cpu_waiting: gauge(
+                registry,
+                "smolder_agent_ebpf_off_cpu_waiting_threads",
+                "Threads sampled as they left the CPU and not back on one yet.",
+            ),
+            memory_samples: counter(
+                registry,
+                "smolder_agent_ebpf_memory_samples_total",
+                "Page-fault samples read from the kernel, before relabelling.",
+            ),
+            memory_huge_samples: counter(
+                registry,
+                "smolder_agent_ebpf_memory_huge_samples_total",
+                "Page-fault samples whose fault mapped a transparent huge page.",
+            ),
             unwind_samples: counter_vec(
                 registry,
                 "smolder_agent_ebpf_unwind_samples_total",
-                "CPU samples of the processes profiled, by how their user-stack walk ended (complete: it reached the root).",
+                "Samples (CPU, off-CPU, memory) of the processes profiled, by how their user-stack walk ended (complete: it reached the root).",
                 &["outcome"],
             ),
             unwind_frames: register(
@@ -96,7 +174,7 @@ impl EbpfMetrics {
                 Histogram::with_opts(
                     HistogramOpts::new(
                         "smolder_agent_ebpf_unwind_frames",
-                        "User frames per CPU sample of the processes profiled.",
+                        "User frames per sample of the processes profiled.",
                     )
                     .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
                 )
@@ -182,11 +260,13 @@ pub struct SymbolizeMetrics {
     pub cached_frames: IntGauge,
     /// `smolder_agent_symbolize_duration_seconds`: symbolizing one drain.
     pub duration: Histogram,
+    /// The tier's counters with `stage="symbolize"`.
+    pub tier: StageCounters,
 }
 
 impl SymbolizeMetrics {
     /// Creates the symbolizer's metrics in `registry`.
-    pub(crate) fn new(registry: &Registry) -> Self {
+    pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
         let metrics = SymbolizeMetrics {
             frames_resolved: counter(
                 registry,
@@ -267,6 +347,11 @@ impl SymbolizeMetrics {
                 registry,
                 "smolder_agent_symbolize_duration_seconds",
                 "Time to symbolize one drain's samples.",
+            ),
+            tier: tier.stage(
+                "symbolize",
+                &[],
+                &[(DroppedUnit::Requests, DEBUGINFOD_QUEUE_FULL)],
             ),
         };
         for source in [DebugSource::Local, DebugSource::Debuginfod] {

@@ -2,7 +2,8 @@
 //! symbolized and labelled, as one profile per series and window.
 //!
 //! Input: the `ebpf:` and `symbolize:` config sections. Output: [`Profile`](smolder_common::Profile)s, one per series
-//! (process labels and [`SampleKind`]: `<service_name>.cpu` today) and window, submitted to the
+//! (process labels and [`SampleKind`]: `<service_name>.cpu`, and with their sections enabled
+//! `.off_cpu`, `.run_queue` and `.memory_growth`) and window, submitted to the
 //! window loop at every window boundary ([`start`]), or returned by [`record`] for
 //! `smolder-agent record`. Caller: [`crate::app`] and the `record` subcommand. Owns the
 //! `smolder-ebpf` thread, which owns the [`Sampler`] (the BPF object, its perf events and maps),
@@ -23,19 +24,23 @@
 //! `process.h`), each read by its own file: [`loader`] loads and attaches the programs, checks
 //! capabilities and probes kernel features, `samples.rs` reads the samples ring buffer and
 //! counts a window's stacks, `events.rs` reads the process-event ring buffer, `counters.rs` the
-//! per-CPU loss counters. Then [`unwind`] (the tables' lifecycle), [`process`] (the process
-//! table and labels from `/proc`), `collector.rs` (the loop body), [`symbolize`] (addresses to
-//! names), `profiles.rs` (symbolized samples to one tree per series and kind), `record.rs`
-//! (`smolder-agent record`'s output), [`python`] (CPython processes: their release, threads and
-//! frames read from their memory, Python frames mixed into the native stacks) and [`metrics`]
-//! (`smolder_agent_ebpf_*`, `smolder_agent_symbolize_*`, `smolder_agent_python_*`). `sample.rs` holds what every stage of this source passes on:
-//! [`SampleKind`], [`Stack`], [`StackCount`].
+//! per-CPU loss counters. [`offcpu`] joins the off-CPU switch-outs and switch-ins and keeps the
+//! unwind rate under its limit; [`memory`] sizes page-fault samples. Then [`unwind`] (the
+//! tables' lifecycle), [`process`] (the process table and labels from `/proc`), `collector.rs`
+//! (the loop body), [`symbolize`] (addresses to names), `profiles.rs` (symbolized samples to one
+//! tree per series and kind), `record.rs` (`smolder-agent record`'s output), [`python`]
+//! (CPython processes: their release, threads and frames read from their memory, Python frames
+//! mixed into the native stacks of every kind) and [`metrics`] (`smolder_agent_ebpf_*`,
+//! `smolder_agent_symbolize_*`, `smolder_agent_python_*`). `sample.rs` holds what every stage
+//! of this source passes on: [`SampleKind`], [`Stack`], [`StackCount`].
 
 mod collector;
 mod counters;
 mod events;
 pub mod loader;
+pub mod memory;
 pub mod metrics;
+pub mod offcpu;
 pub mod process;
 mod profiles;
 pub mod python;
@@ -58,7 +63,9 @@ use tracing::{info_span, warn};
 pub use counters::LostCounts;
 pub use events::{ProcessEvent, ProcessEventKind};
 pub use loader::{EbpfError, Sampler, UnwindMaps};
+pub use memory::MemoryConfig;
 pub use metrics::{EbpfMetrics, PythonMetrics, SymbolizeMetrics};
+pub use offcpu::OffCpuConfig;
 pub use record::{ProcessReady, RecordFormat, Recording, print_record, record};
 pub use sample::{PythonFrames, SPY_NAME, SampleKind, Splice, Stack, StackCount};
 pub use unwind::{UnwindConfig, Unwinder};
@@ -74,7 +81,8 @@ use crate::window::{Submitter, window_start};
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct EbpfConfig {
-    /// Whether the agent samples every process's CPU stacks. Default `true`.
+    /// Whether the eBPF source runs: every process's CPU stacks, and the off-CPU and memory
+    /// profiles their own sections enable. `false` turns all three off. Default `true`.
     pub enabled: bool,
     /// Samples per second on each CPU. Default `99`: a prime just under 100 Hz, so that sampling
     /// does not fall in lock-step with periodic work.
@@ -89,6 +97,11 @@ pub struct EbpfConfig {
     pub max_frames: u32,
     /// The unwind tables (whole stacks for code built without frame pointers).
     pub unwind: UnwindConfig,
+    /// Off-CPU profiles: where threads wait (`<service>.off_cpu`). Off by default.
+    pub off_cpu: OffCpuConfig,
+    /// Memory-growth profiles: where memory is first touched (`<service>.memory_growth`). Off
+    /// by default.
+    pub memory: MemoryConfig,
     /// How long an exited process's labels, memory map and unwind mappings are kept for its
     /// last samples. Default `30s`; they are kept at least until the drain after the exit in
     /// any case.
@@ -114,6 +127,8 @@ impl Default for EbpfConfig {
             relabel_configs: Vec::new(),
             max_frames: smolder_agent_ebpf::unwind::DEFAULT_FRAMES,
             unwind: UnwindConfig::default(),
+            off_cpu: OffCpuConfig::default(),
+            memory: MemoryConfig::default(),
             exit_grace: Duration::from_secs(30),
             python: PythonConfig::default(),
             counts_map_entries: None,
@@ -123,6 +138,27 @@ impl Default for EbpfConfig {
 }
 
 impl EbpfConfig {
+    /// Checks the settings that have a range, so that `check-config` refuses what the loader
+    /// would.
+    ///
+    /// # Errors
+    ///
+    /// [`EbpfError::Frequency`] for a zero `frequency`, [`EbpfError::MaxFrames`] for
+    /// `max-frames` of 0 or above what a sample holds.
+    pub fn validate(&self) -> Result<(), EbpfError> {
+        if self.frequency == 0 {
+            return Err(EbpfError::Frequency);
+        }
+        if self.max_frames == 0 || self.max_frames as usize > smolder_agent_ebpf::unwind::MAX_FRAMES
+        {
+            return Err(EbpfError::MaxFrames {
+                value: self.max_frames,
+                max: smolder_agent_ebpf::unwind::MAX_FRAMES,
+            });
+        }
+        Ok(())
+    }
+
     /// The deprecated keys this config sets.
     pub fn deprecated_keys(&self) -> Vec<&'static str> {
         let mut keys = Vec::new();

@@ -2,8 +2,8 @@
 //! windows, unwinder and symbolizer as the daemon, and what it prints.
 //!
 //! Input: the config, a duration, the data directory (the unwinder's and debuginfod's caches).
-//! Output: a [`Recording`]: the profiles of every window, and when each process's unwind
-//! tables went in, printed as folded stacks or JSON ([`print_record`]). Caller: the `record`
+//! Output: a [`Recording`]: the profiles of every window, when each process's unwind
+//! tables went in and the metrics at the end, printed as folded stacks or JSON ([`print_record`]). Caller: the `record`
 //! subcommand and the tests.
 
 use std::collections::BTreeMap;
@@ -26,6 +26,8 @@ pub struct Recording {
     pub profiles: Vec<Profile>,
     /// The processes whose unwind tables went into the kernel during the recording.
     pub ready: Vec<ProcessReady>,
+    /// The agent's own metrics at the end, in Prometheus' text format.
+    pub metrics: String,
 }
 
 /// A process whose unwind tables and mappings went into the kernel.
@@ -35,11 +37,14 @@ pub struct ProcessReady {
     pub pid: u32,
     /// When; samples taken from then on are walked with its tables.
     pub at: SystemTime,
-    /// How long after its first sample (after the walk that left its mappings, for a
-    /// refresh).
+    /// How long after its first sample (the agent's start, for a preloaded process; after the
+    /// walk that left its mappings, for a refresh).
     pub after: Duration,
     /// Whether its mappings were read again because walks left them (a `dlopen`).
     pub refresh: bool,
+    /// Whether it was loaded because it ran at the agent's start; `after` then counts from
+    /// the agent's start.
+    pub preloaded: bool,
 }
 
 /// Samples every process for `duration`, in windows of `window.length` as the daemon does, with
@@ -85,20 +90,29 @@ pub fn record(
             at: now - instant.saturating_duration_since(ready.at),
             after: ready.after,
             refresh: ready.refresh,
+            preloaded: ready.preloaded,
         })
         .collect();
-    Ok(Recording { profiles, ready })
+    let metrics = metrics.render().context("rendering the metrics")?;
+    Ok(Recording {
+        profiles,
+        ready,
+        metrics,
+    })
 }
 
 /// What `smolder-agent record` prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum RecordFormat {
     /// One `service_name;frame;...;leaf count` line per stack over the whole recording,
-    /// heaviest first: the input of `flamegraph.pl` and of the aggregator's `/ingest`.
+    /// heaviest first: the input of `flamegraph.pl` and of the aggregator's `/ingest`. Stacks
+    /// of the off-CPU and memory types start with `service_name.off_cpu` (nanoseconds),
+    /// `.run_queue` (nanoseconds) or `.memory_growth` (bytes).
     Folded,
     /// One JSON document: every window's series with their stacks (`frame;...;leaf`) and
-    /// counts, and when each process's unwind tables went in (times in Unix milliseconds), so
-    /// that a script can tell the stacks walked with tables from those before.
+    /// counts, when each process's unwind tables went in (times in Unix milliseconds), so
+    /// that a script can tell the stacks walked with tables from those before, and the
+    /// agent's own metrics at the end (Prometheus text, `metrics`).
     Json,
 }
 
@@ -106,6 +120,7 @@ pub enum RecordFormat {
 struct JsonRecording<'a> {
     profiles: Vec<JsonProfile>,
     ready: &'a [JsonReady],
+    metrics: &'a str,
 }
 
 #[derive(Serialize)]
@@ -122,6 +137,7 @@ struct JsonReady {
     at: u128,
     after_ms: u128,
     refresh: bool,
+    preloaded: bool,
 }
 
 fn unix_ms(time: SystemTime) -> u128 {
@@ -160,9 +176,14 @@ pub fn print_record(
         RecordFormat::Folded => {
             let mut lines: BTreeMap<String, u64> = BTreeMap::new();
             for profile in &recording.profiles {
-                let service = profile.series.service();
+                // CPU stacks under the service's name, as before; other types (off-CPU
+                // nanoseconds, memory bytes) under `service.type`, never summed with them.
+                let root = match profile.series.profile_type() {
+                    Some("cpu") | None => profile.series.service(),
+                    Some(_) => profile.series.app(),
+                };
                 for (stack, value) in stacks(profile) {
-                    *lines.entry(format!("{service};{stack}")).or_default() += value;
+                    *lines.entry(format!("{root};{stack}")).or_default() += value;
                 }
             }
             let mut lines: Vec<(String, u64)> = lines.into_iter().collect();
@@ -180,6 +201,7 @@ pub fn print_record(
                     at: unix_ms(ready.at),
                     after_ms: ready.after.as_millis(),
                     refresh: ready.refresh,
+                    preloaded: ready.preloaded,
                 })
                 .collect();
             let document = JsonRecording {
@@ -194,6 +216,7 @@ pub fn print_record(
                     })
                     .collect(),
                 ready: &ready,
+                metrics: &recording.metrics,
             };
             serde_json::to_writer(&mut out, &document).context("writing the recording")?;
             writeln!(out).context("writing the recording")?;

@@ -3,8 +3,9 @@
 //!
 //! A ring-buffer reader ([`samples`](super::samples) today) turns kernel records into
 //! [`StackCount`]s; [`python`](super::python) names the Python frames of CPython processes and
-//! places them in the native stack; the symbolizer names the native frames; [`profiles`](super::profiles) files them under one series
-//! per process and [`SampleKind`]. Nothing here reads a map or a file.
+//! places them in the native stack; the symbolizer names the native frames;
+//! [`profiles`](super::profiles) files them under one series per process and [`SampleKind`].
+//! Nothing here reads a map or a file.
 
 use std::sync::Arc;
 
@@ -19,25 +20,49 @@ pub const SPY_NAME: &str = "ebpfspy";
 pub enum SampleKind {
     /// On-CPU time: one sample per `ebpf.frequency` tick of a CPU the process ran on.
     Cpu,
+    /// Time blocked off the CPU (sleeping, waiting for a lock, I/O or an event), in
+    /// nanoseconds weighted by 1 / the sampling probability (`ebpf.off-cpu`).
+    OffCpu,
+    /// Time waiting in the run queue for a CPU after a preemption, in nanoseconds weighted the
+    /// same way (`ebpf.off-cpu.run-queue`).
+    RunQueue,
+    /// Memory first touched (page faults), in bytes (`ebpf.memory`).
+    MemoryGrowth,
 }
 
 impl SampleKind {
-    /// The profile type that ends the series' app name (`checkout.cpu`).
+    /// Every kind.
+    pub const ALL: [SampleKind; 4] = [
+        SampleKind::Cpu,
+        SampleKind::OffCpu,
+        SampleKind::RunQueue,
+        SampleKind::MemoryGrowth,
+    ];
+
+    /// The profile type that ends the series' app name (`checkout.cpu`, `checkout.off_cpu`,
+    /// `checkout.run_queue`, `checkout.memory_growth`): `smolder_common::ProfileTypeId`'s
+    /// table names their ids.
     pub fn profile_type(self) -> &'static str {
         match self {
             SampleKind::Cpu => "cpu",
+            SampleKind::OffCpu => "off_cpu",
+            SampleKind::RunQueue => "run_queue",
+            SampleKind::MemoryGrowth => "memory_growth",
         }
     }
 
     /// The meta of this kind's profiles, for a sampler running at `frequency` Hz.
     pub fn meta(self, frequency: u64) -> ProfileMeta {
-        match self {
-            SampleKind::Cpu => ProfileMeta {
-                spy_name: SPY_NAME.to_owned(),
-                sample_rate: u32::try_from(frequency).unwrap_or(u32::MAX),
-                units: "samples".to_owned(),
-                aggregation: Aggregation::Sum,
-            },
+        let (sample_rate, units) = match self {
+            SampleKind::Cpu => (u32::try_from(frequency).unwrap_or(u32::MAX), "samples"),
+            SampleKind::OffCpu | SampleKind::RunQueue => (0, "nanoseconds"),
+            SampleKind::MemoryGrowth => (0, "bytes"),
+        };
+        ProfileMeta {
+            spy_name: SPY_NAME.to_owned(),
+            sample_rate,
+            units: units.to_owned(),
+            aggregation: Aggregation::Sum,
         }
     }
 }
@@ -57,8 +82,8 @@ pub enum Stack {
     Lost,
 }
 
-/// How many samples of one kind one process had with one pair of stacks, over one window: the
-/// reader counts samples per (process, kind, user stack, kernel stack).
+/// What the samples of one kind one process had with one pair of stacks add up to, over one
+/// window: the reader sums them per (process, kind, user stack, kernel stack).
 #[derive(Clone, Debug)]
 pub struct StackCount {
     /// What the samples measure.
@@ -74,8 +99,11 @@ pub struct StackCount {
     pub kernel: Stack,
     /// The Python frames of a thread of a CPython process.
     pub python: PythonFrames,
-    /// How many times this pair was sampled.
+    /// What the samples add up to in the kind's unit: samples (CPU), weighted nanoseconds
+    /// (off-CPU, run queue) or bytes (memory growth).
     pub count: u64,
+    /// How many samples of the kernel's this is.
+    pub samples: u64,
 }
 
 /// The Python frames of a sample, from the kernel's walk to their place in the user stack.

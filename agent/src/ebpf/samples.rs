@@ -1,21 +1,26 @@
-//! Reads the `unwind_samples` ring buffer and counts its samples per window: the CPU samples, as
-//! [`StackCount`]s of [`SampleKind::Cpu`], with the Python frames of CPython threads as the
-//! kernel walked them ([`PythonFrames::Walked`]).
+//! Reads the `unwind_samples` ring buffer and sums its samples per window and stack: CPU ticks,
+//! off-CPU waits (joined from their switch-out and switch-in, [`super::offcpu`]) and page
+//! faults ([`super::memory`]), as [`StackCount`]s of their [`SampleKind`], each with the Python
+//! frames of a CPython thread as the kernel walked them ([`PythonFrames::Walked`]).
 //!
 //! The kernel sends every sample with its whole stack (header, user frames, kernel frames);
 //! [`Sampler::read_samples`] hands each to a closure as it reads the buffer, and
-//! [`WindowSamples`] counts equal stacks once per window, keyed by the record's bytes, so a
+//! [`WindowSamples`] sums equal stacks once per window, keyed by the record's bytes, so a
 //! repeated stack costs a hash lookup and no allocation. Distinct stacks per window are bounded
-//! by the samples per window (`ebpf.frequency` × CPUs × window length). [`WindowSamples`] is
-//! sans IO: it sees records, never the map.
+//! by the samples per window (`ebpf.frequency` × CPUs × window length, plus the off-CPU and
+//! memory samples, themselves bounded by `ebpf.off-cpu.max-unwinds-per-second` and
+//! `ebpf.memory.period`). [`WindowSamples`] is sans IO: it sees records and times, never the
+//! map or the clock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
-use smolder_agent_ebpf::unwind::{self as contract, Sample, Status};
+use smolder_agent_ebpf::unwind::{self as contract, SAMPLE_HUGE, Sample, Status};
 use smolder_agent_ebpf::{PythonFrame, PythonStatus};
 
-use super::{PythonFrames, SampleKind, Sampler, Stack, StackCount};
+use super::offcpu::{Blocked, MAX_PENDING, Pending, Woke};
+use super::{PythonFrames, SampleKind, Sampler, Stack, StackCount, memory};
 
 impl Sampler {
     /// Hands every sample the kernel queued since the last call to `each`, oldest first;
@@ -32,7 +37,8 @@ impl Sampler {
     }
 }
 
-/// One distinct stack of a window.
+/// One distinct stack of a window, or what an off-CPU wait will add to.
+#[derive(Clone)]
 struct Counted {
     kind: SampleKind,
     pid: u32,
@@ -41,6 +47,14 @@ struct Counted {
     kernel: Stack,
     python: PythonFrames,
     count: u64,
+    samples: u64,
+}
+
+/// A thread waiting off the CPU: the key and stack its time goes to.
+#[derive(Clone)]
+struct Waiter {
+    key: Arc<[u8]>,
+    counted: Counted,
 }
 
 /// How one process's samples of a window were unwound, for the metrics: kept per process, so
@@ -74,6 +88,35 @@ impl UnwindCounts {
     }
 }
 
+/// What the off-CPU and memory samples read since the last call came to, for the metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KindCounts {
+    /// Switch-outs sampled (each one unwound in the kernel).
+    pub off_cpu_unwinds: u64,
+    /// Waits shorter than `ebpf.off-cpu.min-duration`.
+    pub off_cpu_too_short: u64,
+    /// Switch-ins whose switch-out is unknown (lost to a full ring buffer).
+    pub off_cpu_unmatched: u64,
+    /// Switch-outs not followed because too many threads were waiting already.
+    pub off_cpu_pending_full: u64,
+    /// Page-fault samples.
+    pub memory_samples: u64,
+    /// Page-fault samples whose fault mapped a huge page.
+    pub memory_huge: u64,
+}
+
+impl KindCounts {
+    /// Adds `other` in.
+    pub fn add(&mut self, other: &KindCounts) {
+        self.off_cpu_unwinds += other.off_cpu_unwinds;
+        self.off_cpu_too_short += other.off_cpu_too_short;
+        self.off_cpu_unmatched += other.off_cpu_unmatched;
+        self.off_cpu_pending_full += other.off_cpu_pending_full;
+        self.memory_samples += other.memory_samples;
+        self.memory_huge += other.memory_huge;
+    }
+}
+
 /// A process whose walk left the tables: its user frames, for the unwinder to check against
 /// the mappings it loaded (a library `dlopen`ed since, say).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,17 +127,39 @@ pub struct Miss {
     pub frames: Vec<u64>,
 }
 
-/// The samples of one window, counted per distinct stack.
-#[derive(Default)]
+/// The most distinct stacks one window holds (each up to 3 KiB with its key: frames of user
+/// and kernel): a window of 10 s on 128 CPUs at 99 Hz takes at most 127 Ki samples, and
+/// distinct stacks are far fewer. Past it, samples of new stacks are dropped and counted
+/// (`smolder_agent_dropped_samples_total{reason="window_stacks_full"}`); samples of stacks
+/// already held still count.
+pub const MAX_WINDOW_STACKS: usize = 1 << 17;
+
+/// The most walks that left the tables kept between two polls: they are hints for the
+/// unwinder, one per new distinct stack, and the next poll brings more.
+const MAX_MISSES: usize = 1024;
+
+/// The samples of one window, summed per distinct stack, and the threads waiting off the CPU.
 pub struct WindowSamples {
     stacks: HashMap<Box<[u8]>, Counted>,
     /// Reused for each sample's key.
     key: Vec<u8>,
     counts: HashMap<u32, UnwindCounts>,
     misses: Vec<Miss>,
+    waiting: Pending<Waiter>,
+    kinds: KindCounts,
+    page_size: u64,
+    /// Samples left out since the last [`WindowSamples::take_dropped`]: the window held
+    /// [`MAX_WINDOW_STACKS`] stacks.
+    dropped: u64,
     /// The Python frames of each new stack since the last call of
     /// [`WindowSamples::take_new_python`].
     new_python: Vec<(u32, Arc<[PythonFrame]>)>,
+}
+
+impl Default for WindowSamples {
+    fn default() -> Self {
+        WindowSamples::new(Duration::from_millis(1), memory::page_size())
+    }
 }
 
 /// Flags of a key: the header fields that change how a stack reads.
@@ -104,14 +169,82 @@ const KERNEL_LOST: u8 = 4;
 const PYTHON_TRUNCATED: u8 = 8;
 
 impl WindowSamples {
+    /// Samples of a window, counting off-CPU waits of at least `min_duration` and page faults
+    /// of `page_size` bytes.
+    pub fn new(min_duration: Duration, page_size: u64) -> Self {
+        WindowSamples {
+            stacks: HashMap::new(),
+            key: Vec::new(),
+            counts: HashMap::new(),
+            misses: Vec::new(),
+            waiting: Pending::new(min_duration, MAX_PENDING),
+            kinds: KindCounts::default(),
+            page_size,
+            new_python: Vec::new(),
+            dropped: 0,
+        }
+    }
+
     /// Counts one sample. Samples of a kind the agent does not profile (uprobe hits, which
     /// only the tests' point check attaches) are left out.
     pub fn add(&mut self, sample: &Sample<'_>) {
         let header = &sample.header;
-        let kind = match contract::SampleKind::from_raw(header.kind) {
-            Some(contract::SampleKind::Cpu) => SampleKind::Cpu,
-            Some(contract::SampleKind::Uprobe) | None => return,
-        };
+        match contract::SampleKind::from_raw(header.kind) {
+            Some(contract::SampleKind::Cpu) => {
+                let counted = self.stack(sample, SampleKind::Cpu);
+                self.credit(counted, header.value, 1);
+            }
+            Some(contract::SampleKind::Memory) => {
+                let huge = header.flags & SAMPLE_HUGE != 0;
+                self.kinds.memory_samples += 1;
+                self.kinds.memory_huge += u64::from(huge);
+                let bytes = memory::bytes(header.value, huge, self.page_size);
+                let counted = self.stack(sample, SampleKind::MemoryGrowth);
+                self.credit(counted, bytes, 1);
+            }
+            Some(raw @ (contract::SampleKind::OffCpu | contract::SampleKind::RunQueue)) => {
+                let kind = if raw == contract::SampleKind::OffCpu {
+                    SampleKind::OffCpu
+                } else {
+                    SampleKind::RunQueue
+                };
+                self.kinds.off_cpu_unwinds += 1;
+                let counted = match self.stack(sample, kind) {
+                    Some(counted) => counted,
+                    None => match self.stacks.get(&self.key[..]) {
+                        Some(counted) => counted.clone(),
+                        // The window is full: the wait is not followed (its switch-in is
+                        // counted unmatched), its sample counted as dropped.
+                        None => return,
+                    },
+                };
+                let waiter = Waiter {
+                    key: Arc::from(self.key.as_slice()),
+                    counted,
+                };
+                if !self
+                    .waiting
+                    .switched_out(header.tid, waiter, header.value, header.threshold)
+                {
+                    self.kinds.off_cpu_pending_full += 1;
+                }
+            }
+            Some(contract::SampleKind::OffCpuEnd) => {
+                match self.waiting.switched_in(header.tid, header.value) {
+                    Woke::Counted(blocked) => self.blocked(blocked),
+                    Woke::TooShort => self.kinds.off_cpu_too_short += 1,
+                    Woke::Unmatched => self.kinds.off_cpu_unmatched += 1,
+                }
+            }
+            Some(contract::SampleKind::Uprobe) | None => {}
+        }
+    }
+
+    /// Accounts a sample's walk, sets `self.key` to its stack's key, and returns the stack's
+    /// entry: a new one (with a zero count) when the window does not have the stack, else
+    /// none (the window's own, or, when the window is full, none at all: dropped).
+    fn stack(&mut self, sample: &Sample<'_>, kind: SampleKind) -> Option<Counted> {
+        let header = &sample.header;
         let status = Status::from_raw(header.status);
         let counts = self.counts.entry(header.tgid).or_default();
         if let Some(status) = status {
@@ -148,12 +281,19 @@ impl WindowSamples {
         for frame in sample.python() {
             self.key.extend_from_slice(&frame.code.to_le_bytes());
         }
-        if let Some(counted) = self.stacks.get_mut(&self.key[..]) {
-            counted.count += header.value;
-            return;
+        if self.stacks.contains_key(&self.key[..]) {
+            return None;
+        }
+        if self.stacks.len() >= MAX_WINDOW_STACKS {
+            // One record is one sample, whatever its value measures (a count, a switch-out
+            // time, a fault period).
+            self.dropped += 1;
+            return None;
         }
         let user: Arc<[u64]> = sample.user().collect();
-        if status == Some(Status::NoTable) || header.fp_frames > 0 {
+        if (status == Some(Status::NoTable) || header.fp_frames > 0)
+            && self.misses.len() < MAX_MISSES
+        {
             self.misses.push(Miss {
                 pid: header.tgid,
                 frames: user.to_vec(),
@@ -171,7 +311,7 @@ impl WindowSamples {
             }
         };
         let kernel: Arc<[u64]> = sample.kernel().collect();
-        let counted = Counted {
+        Some(Counted {
             kind,
             pid: header.tgid,
             user: if flags & NO_USER_STACK != 0 {
@@ -188,14 +328,70 @@ impl WindowSamples {
                 Stack::Frames(kernel)
             },
             python,
-            count: header.value,
-        };
-        self.stacks.insert(self.key.as_slice().into(), counted);
+            count: 0,
+            samples: 0,
+        })
+    }
+
+    /// Adds `value` and `samples` to the stack of `self.key`, which is `new` when the window
+    /// does not have it yet.
+    fn credit(&mut self, new: Option<Counted>, value: u64, samples: u64) {
+        if let Some(counted) = self.stacks.get_mut(&self.key[..]) {
+            counted.count += value;
+            counted.samples += samples;
+        } else if let Some(mut counted) = new {
+            counted.count = value;
+            counted.samples = samples;
+            self.stacks.insert(self.key.as_slice().into(), counted);
+        }
+    }
+
+    /// Adds an off-CPU wait's time to its stack; a wait that ended counts as one sample.
+    fn blocked(&mut self, blocked: Blocked<Waiter>) {
+        let Waiter { key, counted } = blocked.stack;
+        let samples = u64::from(blocked.ended);
+        if let Some(existing) = self.stacks.get_mut(&key[..]) {
+            existing.count += blocked.nanoseconds;
+            existing.samples += samples;
+        } else {
+            self.stacks.insert(
+                Box::from(&key[..]),
+                Counted {
+                    count: blocked.nanoseconds,
+                    samples,
+                    ..counted
+                },
+            );
+        }
+    }
+
+    /// The window ends at `boundary` (kernel monotonic nanoseconds): the threads still waiting
+    /// add the part of their wait since the last boundary.
+    pub fn close(&mut self, boundary: u64) {
+        for blocked in self.waiting.close(boundary) {
+            self.blocked(blocked);
+        }
+    }
+
+    /// Forgets the waits of the threads of `pids` (processes that exited).
+    pub fn forget(&mut self, pids: &HashSet<u32>) {
+        self.waiting
+            .retain(|waiter| !pids.contains(&waiter.counted.pid));
+    }
+
+    /// Threads sampled at switch-out and not back yet.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
     }
 
     /// The walks that left the tables since the last call: one per new distinct stack.
     pub fn take_misses(&mut self) -> Vec<Miss> {
         std::mem::take(&mut self.misses)
+    }
+
+    /// Samples left out since the last call because the window was full.
+    pub fn take_dropped(&mut self) -> u64 {
+        std::mem::take(&mut self.dropped)
     }
 
     /// The Python frames of each new stack since the last call, by process: to be named while
@@ -209,7 +405,12 @@ impl WindowSamples {
         std::mem::take(&mut self.counts)
     }
 
-    /// The window's stacks and their counts, emptying it.
+    /// What the off-CPU and memory samples since the last call came to.
+    pub fn take_kinds(&mut self) -> KindCounts {
+        std::mem::take(&mut self.kinds)
+    }
+
+    /// The window's stacks and their sums, emptying it.
     pub fn take(&mut self) -> Vec<StackCount> {
         self.stacks
             .drain()
@@ -221,6 +422,7 @@ impl WindowSamples {
                 kernel: counted.kernel,
                 python: counted.python,
                 count: counted.count,
+                samples: counted.samples,
             })
             .collect()
     }
@@ -232,8 +434,23 @@ mod tests {
 
     /// A ring-buffer record as the kernel writes it.
     fn record(tgid: u32, status: Status, fp_frames: u16, user: &[u64], kernel: &[u64]) -> Vec<u8> {
+        raw(1, tgid, tgid, status, fp_frames, user, kernel, (0, 1, 0, 0))
+    }
+
+    /// Any record: `kind`, ids, walk, and (threshold, value, addr, flags).
+    #[allow(clippy::too_many_arguments, reason = "one argument per header field")]
+    fn raw(
+        kind: u32,
+        tgid: u32,
+        tid: u32,
+        status: Status,
+        fp_frames: u16,
+        user: &[u64],
+        kernel: &[u64],
+        (threshold, value, addr, flags): (u32, u64, u64, u32),
+    ) -> Vec<u8> {
         let mut bytes = Vec::new();
-        for word in [1u32, tgid, tgid, 0] {
+        for word in [kind, tgid, tid, 0] {
             bytes.extend_from_slice(&word.to_le_bytes());
         }
         for half in [
@@ -246,8 +463,12 @@ mod tests {
         ] {
             bytes.extend_from_slice(&half.to_le_bytes());
         }
+        // No Python frames: python_status and python_len 0.
         bytes.extend_from_slice(&0u32.to_le_bytes());
-        bytes.extend_from_slice(&1u64.to_le_bytes());
+        bytes.extend_from_slice(&value.to_le_bytes());
+        bytes.extend_from_slice(&addr.to_le_bytes());
+        bytes.extend_from_slice(&threshold.to_le_bytes());
+        bytes.extend_from_slice(&flags.to_le_bytes());
         for frame in user.iter().chain(kernel) {
             bytes.extend_from_slice(&frame.to_le_bytes());
         }
@@ -344,6 +565,42 @@ mod tests {
     }
 
     #[test]
+    fn a_full_window_drops_new_stacks_and_counts_them_but_keeps_counting_known_ones() {
+        let mut window = WindowSamples::default();
+        for i in 0..MAX_WINDOW_STACKS as u64 {
+            add(&mut window, &record(1, Status::Complete, 0, &[i], &[]));
+        }
+        assert_eq!(window.take_dropped(), 0);
+        add(
+            &mut window,
+            &record(1, Status::Complete, 0, &[u64::MAX], &[]),
+        );
+        add(
+            &mut window,
+            &record(1, Status::NoTable, 0, &[u64::MAX - 1], &[]),
+        );
+        add(&mut window, &record(1, Status::Complete, 0, &[0], &[]));
+        assert_eq!(window.take_dropped(), 2);
+        assert_eq!(window.take_dropped(), 0);
+        assert!(
+            window.take_misses().is_empty(),
+            "a dropped stack is no miss"
+        );
+        let stacks = window.take();
+        assert_eq!(stacks.len(), MAX_WINDOW_STACKS);
+        assert_eq!(
+            stacks.iter().map(|s| s.count).sum::<u64>(),
+            MAX_WINDOW_STACKS as u64 + 1
+        );
+        // Emptied by the drain: room again.
+        add(
+            &mut window,
+            &record(1, Status::Complete, 0, &[u64::MAX], &[]),
+        );
+        assert_eq!((window.take().len(), window.take_dropped()), (1, 0));
+    }
+
+    #[test]
     fn walks_off_the_tables_are_misses_once_per_stack() {
         let mut window = WindowSamples::default();
         let off = record(9, Status::Complete, 2, &[5, 6, 7], &[]);
@@ -387,5 +644,133 @@ mod tests {
         );
         let failed = stacks.iter().find(|s| s.pid == 3).unwrap();
         assert_eq!(failed.kernel, Stack::Lost);
+    }
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn off_cpu_waits_join_by_thread_and_split_at_boundaries() {
+        let mut window = WindowSamples::new(Duration::from_millis(1), 4096);
+        let always = smolder_agent_ebpf::offcpu::ALWAYS;
+        let out = |tid, start| {
+            raw(
+                3,
+                7,
+                tid,
+                Status::Complete,
+                0,
+                &[1, 2],
+                &[9],
+                (always, start, 0, 0),
+            )
+        };
+        let back = |tid, end| raw(5, 7, tid, Status::NoUserStack, 0, &[], &[], (0, end, 0, 0));
+        // Two threads blocked at the same stack, 5 ms and 2 s; one too short; one unmatched.
+        add(&mut window, &out(8, 100 * MS));
+        add(&mut window, &back(8, 105 * MS));
+        add(&mut window, &out(9, 100 * MS));
+        add(&mut window, &out(10, 100 * MS));
+        add(&mut window, &back(10, 100 * MS + 10));
+        add(&mut window, &back(11, 100 * MS));
+        assert_eq!(window.waiting(), 1);
+        window.close(1100 * MS);
+        let stacks = window.take();
+        assert_eq!(stacks.len(), 1);
+        assert_eq!(stacks[0].kind, SampleKind::OffCpu);
+        assert_eq!(stacks[0].count, 5 * MS + 1000 * MS);
+        assert_eq!(stacks[0].samples, 1);
+        add(&mut window, &back(9, 2100 * MS));
+        let stacks = window.take();
+        assert_eq!((stacks[0].count, stacks[0].samples), (1000 * MS, 1));
+        let kinds = window.take_kinds();
+        assert_eq!(
+            (
+                kinds.off_cpu_unwinds,
+                kinds.off_cpu_too_short,
+                kinds.off_cpu_unmatched
+            ),
+            (3, 1, 1)
+        );
+        // A process that exits while its threads wait: their waits are forgotten.
+        add(&mut window, &out(12, 0));
+        window.forget(&HashSet::from([7]));
+        assert_eq!(window.waiting(), 0);
+    }
+
+    #[test]
+    fn page_faults_count_pages_and_huge_pages() {
+        let mut window = WindowSamples::new(Duration::from_millis(1), 4096);
+        let fault = |flags| {
+            raw(
+                6,
+                4,
+                4,
+                Status::Complete,
+                0,
+                &[1],
+                &[],
+                (0, 1024, 0x7f00_0000_1000, flags),
+            )
+        };
+        add(&mut window, &fault(0));
+        add(&mut window, &fault(SAMPLE_HUGE));
+        let stacks = window.take();
+        assert_eq!(stacks.len(), 1);
+        assert_eq!(stacks[0].kind, SampleKind::MemoryGrowth);
+        assert_eq!(stacks[0].count, 1024 * 4096 + 1024 * (2 << 20));
+        assert_eq!(stacks[0].samples, 2);
+        let kinds = window.take_kinds();
+        assert_eq!((kinds.memory_samples, kinds.memory_huge), (2, 1));
+    }
+
+    /// Python frames after the native ones of an off-CPU or memory record, as the kernel
+    /// appends them.
+    fn with_python(mut bytes: Vec<u8>, python: &[(u64, u64)]) -> Vec<u8> {
+        bytes[28..30].copy_from_slice(&(PythonStatus::Ok as u16).to_le_bytes());
+        bytes[30..32].copy_from_slice(&(python.len() as u16).to_le_bytes());
+        for &(code, instr) in python {
+            bytes.extend_from_slice(&code.to_le_bytes());
+            bytes.extend_from_slice(&instr.to_le_bytes());
+        }
+        bytes
+    }
+
+    #[test]
+    fn off_cpu_and_memory_samples_keep_their_python_frames() {
+        let mut window = WindowSamples::new(Duration::from_millis(1), 4096);
+        let always = smolder_agent_ebpf::offcpu::ALWAYS;
+        let python = [(0x101, 0x150), (0x200, 0x260)];
+        let out = raw(
+            3,
+            7,
+            8,
+            Status::Complete,
+            0,
+            &[1, 2],
+            &[9],
+            (always, 0, 0, 0),
+        );
+        add(&mut window, &with_python(out, &python));
+        add(
+            &mut window,
+            &raw(5, 7, 8, Status::NoUserStack, 0, &[], &[], (0, 5 * MS, 0, 0)),
+        );
+        let fault = raw(6, 7, 8, Status::Complete, 0, &[1], &[], (0, 1, 0x1000, 0));
+        add(&mut window, &with_python(fault, &python));
+        assert_eq!(window.take_new_python().len(), 2);
+        let stacks = window.take();
+        assert_eq!(stacks.len(), 2);
+        for kind in [SampleKind::OffCpu, SampleKind::MemoryGrowth] {
+            let stack = stacks.iter().find(|s| s.kind == kind).unwrap();
+            match &stack.python {
+                PythonFrames::Walked { frames, .. } => assert_eq!(frames.len(), 2, "{kind:?}"),
+                other => panic!("{kind:?}: {other:?}"),
+            }
+        }
+        let off_cpu = stacks
+            .iter()
+            .find(|s| s.kind == SampleKind::OffCpu)
+            .unwrap();
+        assert_eq!((off_cpu.count, off_cpu.samples), (5 * MS, 1));
     }
 }

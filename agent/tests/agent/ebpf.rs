@@ -304,12 +304,18 @@ fn the_agents_own_process_is_never_sampled() {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
         }
     });
-    let profiles = record_during(Config::default(), 3, || {});
+    // And in another process, so that an idle host (CI) still has something to sample.
+    let dir = tempfile::tempdir().unwrap();
+    let busy = build(dir.path(), "smolder-beside", BUSY);
+    let mut child = spawn(&busy, 1.0);
+    let profiles = record_during(Config::default(), 3, || release(&mut child));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     spinner.join().unwrap();
+    assert!(child.wait().unwrap().success());
     let me = std::env::current_exe().unwrap();
     let me = me.file_name().unwrap().to_str().unwrap();
-    assert!(!profiles.is_empty(), "nothing was sampled at all");
+    let beside = samples_with(&stacks(&profiles, "smolder-beside"), "busy_function");
+    assert!(beside > 0, "the workload beside the agent was not sampled: {:?}", services(&profiles));
     for profile in &profiles {
         assert_ne!(profile.series.service(), me, "{}", profile.series);
     }

@@ -2,6 +2,9 @@
 
 /// The eBPF source: the real sampler, loaded as root, sampling workloads the tests build.
 mod ebpf;
+/// Off-CPU and memory growth: blocked time, lock sites, long waits split per window, bytes
+/// touched and huge pages, against workloads that measure themselves.
+mod offcpu;
 /// CPython: detection, offsets per release, the user-space reader, the kernel walk.
 mod python;
 /// Rules: the documented example on every window, `/exported-metrics`, invalid rules.

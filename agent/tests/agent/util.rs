@@ -14,7 +14,7 @@ pub(crate) fn isolated(mut config: Config) -> Config {
     config
 }
 
-/// Serialises the tests that sample the whole host (`ebpf`, `unwind`): each would see the
+/// Serialises the tests that sample the whole host (`ebpf`, `offcpu`, `unwind`): each would see the
 /// others' workloads and compete for the CPUs.
 pub(crate) fn exclusive() -> MutexGuard<'static, ()> {
     static HOST: Mutex<()> = Mutex::new(());

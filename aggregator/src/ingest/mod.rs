@@ -479,6 +479,17 @@ async fn ingest_request(
     ingester.ingest(tenant, set, None).await
 }
 
+/// The media type of a `Content-Type` value, lowercase, without its parameters
+/// (`application/json; charset=utf-8` is `application/json`).
+fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
 /// The `Content-Type` header, or empty.
 fn content_type(headers: &HeaderMap) -> String {
     headers

@@ -31,7 +31,9 @@ use smolder_common::otlp::{self, ExportProfilesServiceResponse, Limits};
 
 use super::body::{self, RequestBody};
 use super::pprof::type_label;
-use super::{IngestError, Ingester, ProfileSet, Stored, Transport, blocking, content_type};
+use super::{
+    IngestError, Ingester, ProfileSet, Stored, Transport, blocking, content_type, media_type,
+};
 use crate::api_error::{ApiError, chain};
 use crate::tenant::Tenant;
 
@@ -86,12 +88,7 @@ async fn export_request(
 ) -> Result<Stored, IngestError> {
     let (parts, body) = request.into_parts();
     let content_type = content_type(&parts.headers);
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
+    let essence = media_type(&content_type);
     *encoding = match essence.as_str() {
         "application/x-protobuf" | "application/protobuf" => Encoding::Protobuf,
         "application/json" => Encoding::Json,

@@ -38,7 +38,9 @@ use smolder_common::{Labels, ProfileMeta, Series};
 
 use super::body::{self, RequestBody};
 use super::pprof::{limits, normalize_sdk_series, sdk_sample_types, to_profiles};
-use super::{IngestError, Ingester, ProfileSet, Stored, Transport, blocking, content_type};
+use super::{
+    IngestError, Ingester, ProfileSet, Stored, Transport, blocking, content_type, media_type,
+};
 use crate::api_error::{ApiError, chain};
 use crate::tenant::Tenant;
 
@@ -156,12 +158,7 @@ async fn push_request(
 ) -> Result<Stored, IngestError> {
     let (parts, body) = request.into_parts();
     let content_type = content_type(&parts.headers);
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
+    let essence = media_type(&content_type);
     *codec = match essence.as_str() {
         "application/proto" | "application/protobuf" | "application/x-protobuf" => Codec::Proto,
         "application/json" => Codec::Json,

@@ -45,7 +45,7 @@ async fn ingest(agg: &Aggregator, name: &str, at: u64, body: &str, rate: &str) {
 }
 
 /// Calls `method` of `service` in binary protobuf, as Grafana's datasource does.
-async fn call<Req: Message, Resp: Message + Default>(
+pub(crate) async fn call<Req: Message, Resp: Message + Default>(
     agg: &Aggregator,
     method: &str,
     request: &Req,

@@ -539,6 +539,51 @@ describe("web UI", () => {
     await done(page);
   });
 
+  test("off-CPU and memory-growth series are in the type picker, in seconds and in bytes", async () => {
+    // Their own aggregator: a service with the agent's three eBPF types, in the agent's units.
+    const agg = await startAggregator();
+    try {
+      const at = ago(300);
+      await agg.ingest("db.cpu{env=prod}", at, "main;db.query 100", { sampleRate: "100" });
+      await agg.ingest("db.off_cpu{env=prod}", at, "main;db.lock;futex_wait 1500000000\nmain;db.poll 500000000", {
+        units: "nanoseconds",
+      });
+      await agg.ingest("db.memory_growth{env=prod}", at, "main;db.load 6291456", { units: "bytes" });
+      const page = await browser.context.newPage();
+      const errors = [];
+      page.on("pageerror", (err) => errors.push(err));
+      await page.goto(`${agg.url}/?query=${encodeURIComponent("db.off_cpu{}")}&from=${at - 60}&until=${at + 70}`);
+      await page.getByTestId("flamegraph").locator("canvas").waitFor();
+      assert.deepEqual(await page.getByTestId("app-type").locator("option").allInnerTexts(), [
+        "cpu",
+        "memory_growth",
+        "off_cpu",
+      ]);
+      assert.equal(await page.getByTestId("app-type").inputValue(), "off_cpu");
+      // Nanoseconds read as time: db.lock is 1.5 s of 2 s.
+      const lock = await frameAt(page, "flamegraph", 0.3, 2);
+      assert.equal(lock.name, "db.lock");
+      assert.match(lock.text, /total\s+1\.50 s\s+75\.00%/);
+      await screenshot(page, "20-off-cpu");
+      // The picker switches to memory growth, which reads as bytes.
+      await page.getByTestId("app-type").selectOption("memory_growth");
+      await page.waitForURL((url) => (url.searchParams.get("query") ?? "").startsWith("db.memory_growth"));
+      let load = await frameAt(page, "flamegraph", 0.5, 2);
+      for (let tries = 0; load.name !== "db.load" && tries < 50; tries++) {
+        await page.waitForTimeout(100);
+        await page.mouse.move(0, 0);
+        load = await frameAt(page, "flamegraph", 0.5, 2);
+      }
+      assert.equal(load.name, "db.load");
+      assert.match(load.text, /total\s+6\.00 MiB/);
+      await screenshot(page, "21-memory-growth");
+      assert.deepEqual(errors, [], "uncaught errors in the page");
+      await page.close();
+    } finally {
+      await agg.stop();
+    }
+  });
+
   test("the header shows the tenant the aggregator serves the page as", async () => {
     const page = await open(single());
     const tenant = page.getByTestId("tenant");

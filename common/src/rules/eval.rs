@@ -106,7 +106,15 @@ impl RuleSet {
             self.walk(tree, &per_stack, &functions, &mut sums);
         }
         let meta = &profile.meta;
-        let rate = (meta.units == "samples" && meta.sample_rate > 0).then_some(meta.sample_rate);
+        // CPU samples with a rate become seconds, as Pyroscope exports them; so do nanoseconds
+        // (off-CPU time); other units are exported as they are.
+        let per_second = if meta.units == "samples" && meta.sample_rate > 0 {
+            Some(f64::from(meta.sample_rate))
+        } else if meta.units == "nanoseconds" {
+            Some(1e9)
+        } else {
+            None
+        };
         for (sum, &i) in selecting.iter().enumerate() {
             let rule = &self.rules[i];
             let labels = rule
@@ -114,8 +122,8 @@ impl RuleSet {
                 .iter()
                 .map(|name| profile.series.labels().get(name).unwrap_or("").to_owned())
                 .collect();
-            let value = match rate {
-                Some(rate) => sums[sum] as f64 / f64::from(rate),
+            let value = match per_second {
+                Some(per_second) => sums[sum] as f64 / per_second,
                 None => sums[sum] as f64,
             };
             out.push(Increment {
@@ -508,6 +516,33 @@ mod tests {
              # TYPE prod counter\n\
              prod 4.07\n"
         );
+    }
+
+    #[test]
+    fn off_cpu_nanoseconds_export_as_seconds_and_bytes_as_bytes() {
+        let set = RuleSet::new([
+            rule("waits", "app.off_cpu", "", "", &[]),
+            rule("growth", "app.memory_growth", "", "", &[]),
+        ])
+        .unwrap();
+        let mut counters = Counters::new(&set);
+        counters.apply(set.evaluate(&profile(
+            "app.off_cpu",
+            0,
+            "nanoseconds",
+            &[
+                ("main;nap;nanosleep", 1_500_000_000),
+                ("main;poll", 500_000_000),
+            ],
+        )));
+        counters.apply(set.evaluate(&profile(
+            "app.memory_growth",
+            0,
+            "bytes",
+            &[("main;touch", 4096)],
+        )));
+        assert_eq!(counters.get("waits", &[]), Some(2.0));
+        assert_eq!(counters.get("growth", &[]), Some(4096.0));
     }
 
     #[test]

@@ -39,7 +39,11 @@ fn rule() -> impl Strategy<Value = Rule> {
 /// Random tables: rows at increasing addresses, some close together, some pages apart.
 fn table() -> impl Strategy<Value = UnwindTable> {
     let id = prop_oneof![
-        prop::collection::vec(any::<u8>(), 1..=64).prop_map(ExeId::BuildId),
+        (
+            prop::collection::vec(any::<u8>(), 1..=64),
+            any::<[u8; 16]>()
+        )
+            .prop_map(|(id, digest)| ExeId::BuildId(id, digest)),
         any::<[u8; 32]>().prop_map(ExeId::ContentHash),
     ];
     let gaps = prop::collection::vec((prop_oneof![1u64..64, 1u64..0x30000], rule()), 1..300);
@@ -113,7 +117,7 @@ fn a_real_table_round_trips_through_a_file() {
     assert_eq!(read.stats(), table.stats());
 
     // A file holding another identity's table is rejected.
-    let other = ExeId::BuildId(vec![0xab; 20]);
+    let other = ExeId::BuildId(vec![0xab; 20], [0; 16]);
     std::fs::copy(&path, dir.path().join(cache::file_name(&other))).unwrap();
     let err = cache::read(dir.path(), &other, &Limits::default()).unwrap_err();
     assert!(matches!(err, UnwindError::Malformed { .. }), "{err}");
@@ -123,26 +127,27 @@ fn a_real_table_round_trips_through_a_file() {
 fn another_version_and_oversized_counts_are_clear_errors() {
     let table = table_of(Path::new("/lib64/ld-linux-x86-64.so.2"));
     let mut bytes = cache::encode(&table);
-    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    // Version 1 named a table by build id alone (a forged file could poison it): not read.
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
     let err = cache::decode(&bytes, &Limits::default()).unwrap_err();
     assert!(
         matches!(
             err,
             UnwindError::Version {
-                found: 2,
-                expected: 1
+                found: 1,
+                expected: 2
             }
         ),
         "{err}"
     );
     assert_eq!(
         err.to_string(),
-        "unwind cache format version 2, this build reads version 1"
+        "unwind cache format version 1, this build reads version 2"
     );
 
     // An entry count past the limits is refused before anything of that size is allocated.
     let mut bytes = cache::encode(&table);
-    bytes[168..176].copy_from_slice(&u64::MAX.to_le_bytes());
+    bytes[184..192].copy_from_slice(&u64::MAX.to_le_bytes());
     let err = cache::decode(&bytes, &Limits::default()).unwrap_err();
     assert!(
         matches!(

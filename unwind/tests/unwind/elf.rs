@@ -6,7 +6,7 @@ use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::Path;
 use std::process::Command;
 
-use object::{Object as _, ObjectSymbol as _};
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 use smolder_unwind::{Cfa, CfiKind, Elf, ExeId, Fp, Limits, Rule, UnwindError, UnwindTable};
 
 use crate::util::{gcc, table_of};
@@ -15,6 +15,12 @@ fn build(bytes: &[u8], debug: Option<&[u8]>) -> Result<UnwindTable, UnwindError>
     let elf = Elf::parse(bytes)?;
     let debug = debug.map(Elf::parse).transpose()?;
     smolder_unwind::build(&elf, debug.as_ref(), &Limits::default())
+}
+
+fn section_offset(bytes: &[u8], name: &str) -> usize {
+    let file = object::File::parse(bytes).unwrap();
+    let (offset, _) = file.section_by_name(name).unwrap().file_range().unwrap();
+    usize::try_from(offset).unwrap()
 }
 
 fn symbol(bytes: &[u8], name: &str) -> u64 {
@@ -34,12 +40,39 @@ fn sectionless_elf_finds_eh_frame_through_its_program_headers() {
     bytes[0x28..0x30].fill(0);
     bytes[0x3c..0x40].fill(0);
     let sectionless = build(&bytes, None).unwrap();
-    assert!(
-        matches!(sectionless.id(), ExeId::BuildId(_)),
-        "the build id note is in PT_NOTE"
-    );
-    assert_eq!(sectionless.id(), table.id());
+    let (ExeId::BuildId(id, _), ExeId::BuildId(sectionless_id, _)) = (table.id(), sectionless.id())
+    else {
+        panic!("the build id note is in PT_NOTE");
+    };
+    assert_eq!(sectionless_id, id);
     assert_eq!(sectionless.entries(), table.entries());
+}
+
+#[test]
+fn a_file_with_anothers_build_id_but_other_cfi_has_another_identity() {
+    let path = Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
+    let bytes = std::fs::read(path).unwrap();
+    let real = Elf::parse(&bytes).unwrap();
+    let eh_frame = section_offset(&bytes, ".eh_frame");
+    // A user's copy of libc with its build id and one byte of `.eh_frame` changed: its table
+    // must not be the one every process mapping the real libc gets.
+    let mut forged = bytes.clone();
+    forged[eh_frame + 64] ^= 0xff;
+    let forged = Elf::parse(&forged).unwrap();
+    assert_eq!(forged.build_id(), real.build_id());
+    assert_ne!(forged.id(), real.id());
+    // Also when only the layout differs: a segment's address moved.
+    let mut moved = bytes.clone();
+    let phoff = usize::try_from(u64::from_le_bytes(moved[0x20..0x28].try_into().unwrap())).unwrap();
+    let phentsize = usize::from(u16::from_le_bytes([moved[0x36], moved[0x37]]));
+    let load = (0..usize::from(u16::from_le_bytes([moved[0x38], moved[0x39]])))
+        .map(|i| phoff + i * phentsize)
+        .find(|&ph| moved[ph..ph + 4] == 1u32.to_le_bytes())
+        .unwrap();
+    moved[load + 0x10] ^= 0x10; // p_vaddr
+    assert_ne!(Elf::parse(&moved).unwrap().id(), real.id());
+    // The same bytes: the same identity.
+    assert_eq!(Elf::parse(&bytes).unwrap().id(), real.id());
 }
 
 #[test]
@@ -118,7 +151,7 @@ fn vdso_from_our_own_memory() {
     let mut bytes = vec![0; (end - start) as usize];
     mem.read_exact(&mut bytes).unwrap();
     let table = build(&bytes, None).unwrap();
-    assert!(matches!(table.id(), ExeId::BuildId(_)));
+    assert!(matches!(table.id(), ExeId::BuildId(..)));
     assert!(table.stats().fdes > 0, "{:?}", table.stats());
     assert_eq!(table.stats().unsupported, [0; 4]);
 }
@@ -258,11 +291,13 @@ fn a_mapping_belongs_to_the_segment_that_starts_in_its_first_page() {
                 offset: 0,
                 vaddr: 0,
                 file_size: 0x12ab0,
+                flags: 4,
             },
             smolder_unwind::LoadSegment {
                 offset: 0x12ab0,
                 vaddr: 0x13ab0,
                 file_size: 0x3e470,
+                flags: 5,
             },
         ],
     };
@@ -274,4 +309,49 @@ fn a_mapping_belongs_to_the_segment_that_starts_in_its_first_page() {
     assert_eq!(layout.bias(0x5580_0000_0000, 0), Some(0x5580_0000_0000));
     // A mapping split inside the text segment is still the text segment's.
     assert_eq!(layout.bias(start + 0x10000, 0x22000), Some(bias));
+}
+
+/// A minimal x86-64 ELF file with only program headers: `(offset, vaddr, size, flags)` per
+/// `PT_LOAD`.
+fn elf_with_segments(segments: &[(u64, u64, u64, u32)]) -> Vec<u8> {
+    let phoff = 64u64;
+    let mut out = Vec::new();
+    out.extend_from_slice(b"\x7fELF\x02\x01\x01\x00");
+    out.extend_from_slice(&[0; 8]);
+    out.extend_from_slice(&3u16.to_le_bytes()); // ET_DYN
+    out.extend_from_slice(&62u16.to_le_bytes()); // EM_X86_64
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes()); // e_entry
+    out.extend_from_slice(&phoff.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
+    out.extend_from_slice(&0u32.to_le_bytes()); // e_flags
+    out.extend_from_slice(&64u16.to_le_bytes()); // e_ehsize
+    out.extend_from_slice(&56u16.to_le_bytes()); // e_phentsize
+    out.extend_from_slice(&u16::try_from(segments.len()).unwrap().to_le_bytes());
+    out.extend_from_slice(&64u16.to_le_bytes()); // e_shentsize
+    out.extend_from_slice(&[0; 4]); // e_shnum, e_shstrndx
+    for &(offset, vaddr, size, flags) in segments {
+        out.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+        out.extend_from_slice(&flags.to_le_bytes());
+        for field in [offset, vaddr, vaddr, size, size, 0x1000] {
+            out.extend_from_slice(&field.to_le_bytes());
+        }
+    }
+    out.resize(0x2000, 0);
+    out
+}
+
+#[test]
+fn two_small_segments_in_one_page_take_the_executable_ones_bias() {
+    // lld's small-binary layout: read-only data R at offset 0 (0x5a0 bytes, address delta 0),
+    // text RX right after it in the same file page, at address 0x15a0 (delta 0x1000).
+    let bytes = elf_with_segments(&[(0, 0, 0x5a0, 4), (0x5a0, 0x15a0, 0x100, 5)]);
+    let elf = Elf::parse(&bytes).unwrap();
+    let layout = elf.layout();
+    assert!(layout.segments[1].is_executable() && !layout.segments[0].is_executable());
+    // The kernel maps the text from file page 0 at load address + 0x1000.
+    let base = 0x7f00_0000_0000;
+    let bias = elf.bias(base + 0x1000, 0).unwrap();
+    assert_eq!(bias, base, "text at vaddr 0x15a0 runs at base + 0x15a0");
+    assert_eq!(0x15a0 + bias, base + 0x15a0);
 }

@@ -75,11 +75,7 @@ impl ProcessInfo {
             .map(|text| parse_cgroup(&text))
             .unwrap_or_default();
         let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
-        // Fields after the parenthesised comm (which may hold spaces); starttime is the 22nd.
-        let start_time = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(19)?.parse().ok())
-            .unwrap_or(0);
+        let start_time = parse_start_time(&stat).unwrap_or(0);
         let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
         let status_field = |name: &str| -> Option<u32> {
             status
@@ -202,6 +198,23 @@ fn container_id_of(part: &str) -> Option<String> {
     (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
 }
 
+/// The start time of `pid` (clock ticks after boot, `/proc/PID/stat`'s 22nd field); `None` when
+/// it is gone.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    parse_start_time(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The start time in a `/proc/PID/stat` line: fields after the parenthesised comm (which may
+/// hold spaces and parentheses); starttime is the 22nd.
+fn parse_start_time(stat: &str) -> Option<u64> {
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,5 +264,13 @@ mod tests {
     fn cmdline_is_joined_and_cut() {
         assert_eq!(cmdline_text(b"sleep\x0010\x00"), "sleep 10");
         assert_eq!(cmdline_text(&[b'a'; 600]).len(), MAX_CMDLINE);
+    }
+
+    #[test]
+    fn the_start_time_is_read_past_a_comm_with_spaces_and_parentheses() {
+        let stat = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(parse_start_time(stat), Some(987_654));
+        assert_eq!(parse_start_time("42 (x"), None);
+        assert!(process_start_time(std::process::id()).is_some_and(|t| t > 0));
     }
 }

@@ -14,7 +14,10 @@
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
 use std::sync::Arc;
+
+use crate::ebpf::unwind::open_regular;
 
 /// A mapped file, by the device and inode `/proc/PID/maps` reports for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -170,13 +173,14 @@ pub fn open_mapped(pid: u32, mapping: &Mapping) -> Option<(File, OpenedVia)> {
         "/proc/{pid}/map_files/{:x}-{:x}",
         mapping.start, mapping.end
     );
-    if let Ok(file) = File::open(range) {
+    // Never a plain open: a FIFO or a device there would block the caller, or act on open.
+    if let Ok(file) = open_regular(Path::new(&range), true) {
         return Some((file, OpenedVia::MapFiles));
     }
     if *deleted {
         return None;
     }
-    let file = File::open(format!("/proc/{pid}/root{path}")).ok()?;
+    let file = open_regular(Path::new(&format!("/proc/{pid}/root{path}")), true).ok()?;
     let meta = file.metadata().ok()?;
     // The path may name another file now (a package upgrade replaces binaries). The inode must
     // be the mapped one; the device may differ on overlayfs, which reports the underlying
@@ -234,6 +238,40 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert!(
             matches!(&deleted.object, Object::File { path, deleted: true, .. } if &**path == "/tmp/my lib.so")
         );
+    }
+
+    #[test]
+    fn a_fifo_at_a_mapped_path_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("lib.so");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        let meta = std::fs::metadata(&fifo).unwrap();
+        // Not a mapping of ours, so map_files refuses it and the path is opened: with the
+        // FIFO's own inode, so only its type refuses it.
+        let mapping = Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            object: Object::File {
+                key: FileKey {
+                    dev: meta.dev(),
+                    inode: meta.ino(),
+                },
+                path: Arc::from(fifo.to_str().unwrap()),
+                deleted: false,
+            },
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            tx.send(open_mapped(std::process::id(), &mapping).is_some())
+                .unwrap();
+        });
+        let opened = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("opening a FIFO does not block");
+        assert!(!opened);
     }
 
     #[test]

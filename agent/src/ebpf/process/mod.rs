@@ -18,7 +18,7 @@ mod maps;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-pub use info::{CgroupInfo, ProcessError, ProcessInfo, parse_cgroup};
+pub use info::{CgroupInfo, ProcessError, ProcessInfo, parse_cgroup, process_start_time};
 pub use labels::{Labeller, ProcessLabels};
 pub use maps::{FileKey, Mapping, Object, OpenedVia, ProcessMap, open_mapped};
 

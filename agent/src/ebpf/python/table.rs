@@ -122,7 +122,9 @@ impl Pythons {
     /// samples per [`PythonStatus`] in code order), then starts a new window.
     ///
     /// A sample whose stacks do not mix (see [`place`]) keeps its Python frames alone above its
-    /// kernel frames, counted in `smolder_agent_python_samples_total{stack="python_only"}`.
+    /// kernel frames, counted in `smolder_agent_python_samples_total{stack="python_only"}`. The
+    /// metrics count the kernel's samples of every kind (`StackCount::samples`), not their
+    /// values (off-CPU nanoseconds, memory bytes).
     pub fn mix(&mut self, samples: &mut [StackCount], statuses: &[u64; PythonStatus::ALL.len()]) {
         let mut native = 0;
         for status in PythonStatus::ALL {
@@ -149,10 +151,10 @@ impl Pythons {
             let (walked, truncated, native_complete) =
                 (Arc::clone(walked), *truncated, *native_complete);
             if truncated {
-                self.metrics.failed("truncated", sample.count);
+                self.metrics.failed("truncated", sample.samples);
             }
-            frames += walked.len() as u64 * sample.count;
-            let names = self.frame_names(sample.pid, &walked, sample.count);
+            frames += walked.len() as u64 * sample.samples;
+            let names = self.frame_names(sample.pid, &walked, sample.samples);
             let eval_loop = self
                 .processes
                 .get(&sample.pid)
@@ -169,7 +171,7 @@ impl Pythons {
             };
             match placed {
                 Some(placements) => {
-                    mixed += sample.count;
+                    mixed += sample.samples;
                     sample.python = PythonFrames::Mixed(
                         placements
                             .into_iter()
@@ -181,7 +183,7 @@ impl Pythons {
                     );
                 }
                 None => {
-                    alone += sample.count;
+                    alone += sample.samples;
                     sample.user = Stack::Named(names.into());
                     sample.truncated = truncated;
                     sample.python = PythonFrames::None;

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use smolder_unwind::{Elf, Layout};
 use tracing::debug;
@@ -19,7 +20,7 @@ use super::debuginfo::{DebugDirs, DebugSource, downloaded_name};
 use super::debuginfod::Debuginfod;
 use crate::ebpf::metrics::SymbolizeMetrics;
 use crate::ebpf::process::FileKey;
-use crate::ebpf::unwind::{MappedFile, Stamp};
+use crate::ebpf::unwind::{FileBytes, Stamp, open_regular};
 
 /// Where one binary's names are read.
 pub(crate) struct Binary {
@@ -36,12 +37,18 @@ pub(crate) struct Binary {
     own_layout: Layout,
 }
 
+/// How often the binaries still without a debug file are asked for again (the client waits
+/// out a failure before it asks a server again; this keeps the asking itself off every poll).
+const ASK_AGAIN: Duration = Duration::from_secs(60);
+
 /// The binaries known to the symbolizer.
 pub(crate) struct Binaries {
     binaries: HashMap<FileKey, Binary>,
     dirs: DebugDirs,
     debuginfod: Option<Debuginfod>,
     metrics: SymbolizeMetrics,
+    /// When the binaries awaiting a debug file were last asked for again.
+    asked: Instant,
 }
 
 fn fd_path(file: &File) -> PathBuf {
@@ -59,6 +66,7 @@ impl Binaries {
             dirs,
             debuginfod,
             metrics,
+            asked: Instant::now(),
         }
     }
 
@@ -87,9 +95,9 @@ impl Binaries {
             awaiting: None,
             own_layout: layout,
         };
-        let Some(mapped) = File::open(open)
+        let Some(mapped) = open_regular(open, true)
             .ok()
-            .and_then(|file| MappedFile::new(&file, Stamp::of(&file).ok()?.size).ok())
+            .and_then(|file| FileBytes::new(&file, &Stamp::of(&file).ok()?).ok())
         else {
             self.binaries.insert(key, plain(Layout::default()));
             return;
@@ -141,11 +149,15 @@ impl Binaries {
             return Vec::new();
         };
         let fetched = client.take_fetched();
-        for binary in self.binaries.values() {
-            if let Some(id) = &binary.awaiting
-                && !fetched.contains(id)
-            {
-                client.request(id);
+        let now = Instant::now();
+        if now.duration_since(self.asked) >= ASK_AGAIN {
+            self.asked = now;
+            for binary in self.binaries.values() {
+                if let Some(id) = &binary.awaiting
+                    && !fetched.contains(id)
+                {
+                    client.request(id);
+                }
             }
         }
         let Some(dir) = &self.dirs.downloaded else {
@@ -153,7 +165,7 @@ impl Binaries {
         };
         let mut changed = Vec::new();
         for id in fetched {
-            let Ok(file) = File::open(dir.join(downloaded_name(&id))) else {
+            let Ok(file) = open_regular(&dir.join(downloaded_name(&id)), false) else {
                 continue;
             };
             for (key, binary) in &mut self.binaries {

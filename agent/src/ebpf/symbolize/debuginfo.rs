@@ -14,7 +14,11 @@ use std::path::{Path, PathBuf};
 
 use smolder_unwind::Elf;
 
-use crate::ebpf::unwind::{MappedFile, Stamp};
+use crate::ebpf::unwind::{FileBytes, Stamp, crc32, open_regular};
+
+/// The largest debug file candidate looked at (its CRC read, or parsed): past it, a file named
+/// by a debug link is not read whole.
+pub(crate) const MAX_DEBUG_FILE_BYTES: u64 = 512 << 20;
 
 /// Where a debug file was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +91,7 @@ impl DebugDirs {
                 }
             }
             if let Some((name, crc)) = link {
-                let Ok(name) = std::str::from_utf8(name) else {
+                let Some(name) = link_name(name) else {
                     continue;
                 };
                 let parent = Path::new(path).parent().unwrap_or(Path::new("/"));
@@ -112,27 +116,38 @@ impl DebugDirs {
         let (Some(dir), Some(id)) = (&self.downloaded, build_id) else {
             return None;
         };
-        let file = File::open(dir.join(downloaded_name(id))).ok()?;
+        let file = open_regular(&dir.join(downloaded_name(id)), false).ok()?;
         Some((file, DebugSource::Debuginfod))
     }
 }
 
-/// Opens `path` if it is an ELF file that `accept` accepts.
+/// The debug link's file name, if it is one: a name of a file in a directory, not a path (a
+/// name with `/` or a `..` would reach out of the directories searched).
+fn link_name(name: &[u8]) -> Option<&str> {
+    let name = std::str::from_utf8(name).ok()?;
+    (!name.is_empty() && name != "." && name != ".." && !name.contains('/')).then_some(name)
+}
+
+/// Opens `path` if it is a regular ELF file that `accept` accepts. Symbolic links are followed:
+/// the path is a debug directory's and a build id's (distributions link `.build-id/xx/….debug`
+/// to the debug file), and the file's build id is checked after.
 fn open_matching(path: &Path, accept: impl FnOnce(&Elf<'_>) -> bool) -> Option<File> {
-    let file = File::open(path).ok()?;
+    let file = open_regular(path, true).ok()?;
     let stamp = Stamp::of(&file).ok()?;
-    let mapped = MappedFile::new(&file, stamp.size).ok()?;
-    let elf = Elf::parse(mapped.bytes()).ok()?;
+    if stamp.size > MAX_DEBUG_FILE_BYTES {
+        return None;
+    }
+    let bytes = FileBytes::new(&file, &stamp).ok()?;
+    let elf = Elf::parse(bytes.bytes()).ok()?;
     accept(&elf).then_some(file)
 }
 
-/// Opens `candidate` if its CRC-32 is `crc`: the debug link's check, which also refuses the
-/// binary itself where the link names a file beside it.
+/// Opens `candidate` if it is a regular file of at most [`MAX_DEBUG_FILE_BYTES`] whose CRC-32
+/// is `crc`: the debug link's check, which also refuses the binary itself where the link names
+/// a file beside it. Never follows a symbolic link: the name comes from the binary.
 fn open_crc(candidate: &Path, crc: u32) -> Option<File> {
-    let file = File::open(candidate).ok()?;
-    let stamp = Stamp::of(&file).ok()?;
-    let mapped = MappedFile::new(&file, stamp.size).ok()?;
-    (crc32fast::hash(mapped.bytes()) == crc).then_some(file)
+    let file = open_regular(candidate, false).ok()?;
+    (crc32(&file, MAX_DEBUG_FILE_BYTES)? == crc).then_some(file)
 }
 
 #[cfg(test)]
@@ -159,6 +174,56 @@ mod tests {
         );
         let none = DebugDirs::default();
         assert!(none.find(std::process::id(), libc, &elf).is_none());
+    }
+
+    #[test]
+    fn debug_link_names_with_a_slash_are_refused() {
+        assert_eq!(link_name(b"libc.so.6.debug"), Some("libc.so.6.debug"));
+        for bad in [
+            &b"../../etc/shadow"[..],
+            b"/dev/tty",
+            b"a/b",
+            b"..",
+            b".",
+            b"",
+            b"\xff",
+        ] {
+            assert_eq!(link_name(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_fifo_where_a_debug_file_is_looked_for_does_not_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("x.debug");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let found = (
+                open_crc(&fifo, 0).is_some(),
+                open_matching(&fifo, |_| true).is_some(),
+            );
+            tx.send(found).unwrap();
+        });
+        let found = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("no open of a FIFO blocks");
+        assert_eq!(found, (false, false));
+    }
+
+    #[test]
+    fn a_build_id_link_is_followed_to_its_debug_file() {
+        let own = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let id = Elf::parse(&own).unwrap().build_id().unwrap().to_vec();
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("real.debug");
+        std::fs::write(&target, &own).unwrap();
+        let link = dir.path().join("link.debug");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(open_matching(&link, |debug| debug.build_id() == Some(&id[..])).is_some());
+        assert!(open_matching(&link, |_| false).is_none());
     }
 
     #[test]

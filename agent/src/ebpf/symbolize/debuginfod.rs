@@ -24,13 +24,21 @@ use smolder_unwind::Elf;
 use tracing::{debug, info, warn};
 
 use super::debuginfo::{downloaded_name, hex};
-use crate::ebpf::metrics::SymbolizeMetrics;
-use crate::ebpf::unwind::{MappedFile, Stamp};
+use crate::ebpf::metrics::{DEBUGINFOD_QUEUE_FULL, SymbolizeMetrics};
+use crate::ebpf::unwind::{FileBytes, Stamp, open_regular};
+use crate::metrics::{DroppedUnit, StageCounters};
 
 /// How long a build id no server has is not asked for again.
 pub(crate) const NOT_FOUND_RETRY: Duration = Duration::from_secs(3600);
 /// How long a build id whose fetch failed is not asked for again.
 pub(crate) const FAILED_RETRY: Duration = Duration::from_secs(300);
+
+/// The most build ids waiting for the client thread (each fetch can take
+/// `symbolize.debuginfod-timeout`); past it, requests are dropped and asked again later.
+pub(crate) const MAX_QUEUED: usize = 1024;
+/// The most build ids remembered in their retry wait; past it, the wait ending soonest is
+/// forgotten.
+pub(crate) const MAX_RETRY_WAITS: usize = 16384;
 
 /// The outcomes of `smolder_agent_symbolize_debuginfod_fetches_total{outcome}`.
 pub(crate) const FETCH_OUTCOMES: [&str; 6] = [
@@ -53,7 +61,8 @@ pub(crate) struct ClientConfig {
 /// The handle to the `smolder-debuginfod` thread; dropping it stops the thread (a fetch in
 /// progress ends at its timeout).
 pub(crate) struct Debuginfod {
-    tx: Option<mpsc::Sender<Vec<u8>>>,
+    tx: Option<mpsc::SyncSender<Vec<u8>>>,
+    tier: StageCounters,
     /// Build ids answered, and whether their file is in the cache.
     answers: mpsc::Receiver<(Vec<u8>, bool)>,
     thread: Option<JoinHandle<()>>,
@@ -73,8 +82,9 @@ impl Debuginfod {
     ) -> std::io::Result<Debuginfod> {
         std::fs::create_dir_all(&config.dir)?;
         info!(urls = %config.urls.join(" "), dir = %config.dir.display(), "debuginfod client started");
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(MAX_QUEUED);
         let (done, answers) = mpsc::channel();
+        let tier = metrics.tier.clone();
         let thread = std::thread::Builder::new()
             .name("smolder-debuginfod".to_owned())
             .spawn(move || {
@@ -82,6 +92,7 @@ impl Debuginfod {
                 run(config, metrics, rx, done);
             })?;
         Ok(Debuginfod {
+            tier,
             tx: Some(tx),
             answers,
             thread: Some(thread),
@@ -91,11 +102,23 @@ impl Debuginfod {
 
     /// Asks for the debug file of `build_id`, unless it is being asked for already. The thread
     /// skips build ids in their retry wait, so asking again is cheap.
+    /// Past [`MAX_QUEUED`] waiting, the request is dropped and counted
+    /// (`smolder_agent_dropped_requests_total{stage="symbolize",reason="debuginfod_queue_full"}`);
+    /// the binary asks again at a later poll.
     pub(crate) fn request(&mut self, build_id: &[u8]) {
-        if self.pending.insert(build_id.to_vec())
-            && let Some(tx) = &self.tx
-        {
-            let _ = tx.send(build_id.to_vec());
+        if self.pending.contains(build_id) {
+            return;
+        }
+        let Some(tx) = &self.tx else { return };
+        match tx.try_send(build_id.to_vec()) {
+            Ok(()) => {
+                self.pending.insert(build_id.to_vec());
+            }
+            Err(mpsc::TrySendError::Full(_)) => {
+                self.tier
+                    .dropped(DroppedUnit::Requests, DEBUGINFOD_QUEUE_FULL, 1);
+            }
+            Err(mpsc::TrySendError::Disconnected(_)) => {}
         }
     }
 
@@ -132,8 +155,23 @@ enum FetchError {
     TooLarge { limit: u64 },
     #[error("the file does not carry the build id asked for")]
     Mismatch,
-    #[error("{0}")]
-    Failed(String),
+    /// The request failed on the way (connection, TLS, a body cut short).
+    #[error("requesting {url} failed")]
+    Request {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The server answered with a status other than 200 or 404.
+    #[error("{url} answered HTTP {status}")]
+    Status { url: String, status: u16 },
+    /// Writing the downloaded file failed.
+    #[error("writing {path} failed")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl FetchError {
@@ -143,7 +181,9 @@ impl FetchError {
             FetchError::Timeout => "timeout",
             FetchError::TooLarge { .. } => "too_large",
             FetchError::Mismatch => "mismatch",
-            FetchError::Failed(_) => "failed",
+            FetchError::Request { .. } | FetchError::Status { .. } | FetchError::Write { .. } => {
+                "failed"
+            }
         }
     }
 }
@@ -218,9 +258,20 @@ fn run(
                     FetchError::NotFound | FetchError::TooLarge { .. } | FetchError::Mismatch => {
                         NOT_FOUND_RETRY
                     }
-                    FetchError::Timeout | FetchError::Failed(_) => FAILED_RETRY,
+                    FetchError::Timeout
+                    | FetchError::Request { .. }
+                    | FetchError::Status { .. }
+                    | FetchError::Write { .. } => FAILED_RETRY,
                 };
-                debug!(build_id = %hex(&id), error = %err, "no debug file from debuginfod");
+                debug!(
+                    build_id = %hex(&id),
+                    error = %err,
+                    cause = std::error::Error::source(&err).map(ToString::to_string),
+                    "no debug file from debuginfod"
+                );
+                if retry_after.len() >= MAX_RETRY_WAITS {
+                    forget_a_retry_wait(&mut retry_after, now);
+                }
                 retry_after.insert(id.clone(), now + wait);
                 let _ = done.send((id, false));
             }
@@ -228,6 +279,20 @@ fn run(
         metrics
             .debuginfod_cache_bytes
             .set(i64::try_from(cache.used).unwrap_or(i64::MAX));
+    }
+}
+
+/// Makes room in the retry waits: those over, else the one ending soonest (that build id may
+/// be asked again a little early).
+fn forget_a_retry_wait(retry_after: &mut HashMap<Vec<u8>, Instant>, now: Instant) {
+    retry_after.retain(|_, at| now < *at);
+    if retry_after.len() >= MAX_RETRY_WAITS
+        && let Some(soonest) = retry_after
+            .iter()
+            .min_by_key(|(_, at)| **at)
+            .map(|(id, _)| id.clone())
+    {
+        retry_after.remove(&soonest);
     }
 }
 
@@ -261,26 +326,36 @@ async fn fetch_one(
     id: &[u8],
     name: &str,
 ) -> Result<u64, FetchError> {
-    let failed = |err: reqwest::Error| {
-        if err.is_timeout() {
+    let failed = |source: reqwest::Error| {
+        if source.is_timeout() {
             FetchError::Timeout
         } else {
-            FetchError::Failed(format!("{url}: {err}"))
+            FetchError::Request {
+                url: url.to_owned(),
+                source,
+            }
         }
     };
     let mut response = client.get(url).send().await.map_err(failed)?;
     match response.status() {
         reqwest::StatusCode::OK => {}
         reqwest::StatusCode::NOT_FOUND => return Err(FetchError::NotFound),
-        status => return Err(FetchError::Failed(format!("{url}: HTTP {status}"))),
+        status => {
+            return Err(FetchError::Status {
+                url: url.to_owned(),
+                status: status.as_u16(),
+            });
+        }
     }
     let limit = config.max_bytes;
     if response.content_length().is_some_and(|len| len > limit) {
         return Err(FetchError::TooLarge { limit });
     }
     let tmp = config.dir.join(format!(".{name}.tmp"));
-    let mut file = std::fs::File::create(&tmp)
-        .map_err(|err| FetchError::Failed(format!("{}: {err}", tmp.display())))?;
+    let mut file = std::fs::File::create(&tmp).map_err(|source| FetchError::Write {
+        path: tmp.clone(),
+        source,
+    })?;
     let mut written = 0u64;
     let result = async {
         while let Some(chunk) = response.chunk().await.map_err(failed)? {
@@ -288,15 +363,19 @@ async fn fetch_one(
             if written > limit {
                 return Err(FetchError::TooLarge { limit });
             }
-            file.write_all(&chunk)
-                .map_err(|err| FetchError::Failed(format!("{}: {err}", tmp.display())))?;
+            file.write_all(&chunk).map_err(|source| FetchError::Write {
+                path: tmp.clone(),
+                source,
+            })?;
         }
         drop(file);
         if !carries(&tmp, id) {
             return Err(FetchError::Mismatch);
         }
-        std::fs::rename(&tmp, config.dir.join(name))
-            .map_err(|err| FetchError::Failed(format!("{}: {err}", tmp.display())))
+        std::fs::rename(&tmp, config.dir.join(name)).map_err(|source| FetchError::Write {
+            path: tmp.clone(),
+            source,
+        })
     }
     .await;
     if result.is_err() {
@@ -307,13 +386,13 @@ async fn fetch_one(
 
 /// Whether the file at `path` is an ELF file with build id `id`.
 fn carries(path: &Path, id: &[u8]) -> bool {
-    let Ok(file) = std::fs::File::open(path) else {
+    let Ok(file) = open_regular(path, false) else {
         return false;
     };
     let Ok(stamp) = Stamp::of(&file) else {
         return false;
     };
-    let Ok(mapped) = MappedFile::new(&file, stamp.size) else {
+    let Ok(mapped) = FileBytes::new(&file, &stamp) else {
         return false;
     };
     Elf::parse(mapped.bytes()).is_ok_and(|elf| elf.build_id() == Some(id))
@@ -400,6 +479,65 @@ impl CacheDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_retry_waits_stay_within_their_bound() {
+        let now = Instant::now();
+        let mut waits: HashMap<Vec<u8>, Instant> = (0..MAX_RETRY_WAITS as u32)
+            .map(|i| {
+                (
+                    i.to_le_bytes().to_vec(),
+                    now + Duration::from_secs(u64::from(i) + 1),
+                )
+            })
+            .collect();
+        forget_a_retry_wait(&mut waits, now);
+        assert_eq!(waits.len(), MAX_RETRY_WAITS - 1);
+        assert!(
+            !waits.contains_key(0u32.to_le_bytes().as_slice()),
+            "the soonest goes"
+        );
+        // Those over go first, all of them.
+        forget_a_retry_wait(&mut waits, now + Duration::from_secs(101));
+        assert_eq!(waits.len(), MAX_RETRY_WAITS - 101);
+    }
+
+    #[test]
+    fn requests_past_the_queue_are_dropped_and_counted() {
+        // A server that accepts and never answers holds the thread in its first fetch.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = crate::metrics::Metrics::new();
+        let mut client = Debuginfod::start(
+            ClientConfig {
+                urls: vec![format!("http://{}", listener.local_addr().unwrap())],
+                timeout: Duration::from_secs(30),
+                max_bytes: 1 << 20,
+                dir: dir.path().to_path_buf(),
+            },
+            metrics.symbolize.clone(),
+        )
+        .unwrap();
+        let extra = 50;
+        for i in 0..(MAX_QUEUED + 1 + extra) as u32 {
+            client.request(&i.to_le_bytes());
+        }
+        // The thread took one or none off the queue.
+        let text = metrics.render().unwrap();
+        let line = text
+            .lines()
+            .find(|l| {
+                l.starts_with("smolder_agent_dropped_requests_total")
+                    && l.contains("debuginfod_queue_full")
+            })
+            .unwrap();
+        let dropped: usize = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((extra..=extra + 1).contains(&dropped), "{line}");
+        assert!(client.pending.len() <= MAX_QUEUED + 1);
+        // Asking again for one in the queue sends nothing.
+        client.request(&0u32.to_le_bytes());
+        drop(listener);
+    }
 
     #[test]
     fn the_cache_directory_keeps_the_most_recently_used_within_its_bound() {

@@ -45,8 +45,9 @@ pub const TRUNCATED: &str = "[truncated]";
 #[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct SymbolizeConfig {
     /// Binaries held open for symbolization; the least recently used is closed first (and
-    /// reopened from a live process when needed again). Default `256`, well below the usual
-    /// 1024 open-file limit.
+    /// reopened from a live process when needed again). A binary named from its separate debug
+    /// file holds that file open too: up to twice this many descriptors. Default `256`, so at
+    /// most 512, well below the usual 1024 open-file limit.
     pub max_open_files: usize,
     /// Resolved frames remembered across drains. Default `65536` (a few MiB).
     pub max_cached_frames: usize,

@@ -4,7 +4,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer as Blaze, evict};
@@ -18,7 +18,7 @@ use super::debuginfod::{ClientConfig, Debuginfod};
 use super::maps::Files;
 use super::{Request, SymbolizeConfig, SymbolizedSample, TRUNCATED};
 use crate::ebpf::metrics::SymbolizeMetrics;
-use crate::ebpf::process::{FileKey, Object, ProcessMap};
+use crate::ebpf::process::{FileKey, Object, ProcessMap, process_start_time};
 use crate::ebpf::sample::{PythonFrames, Splice, Stack, StackCount};
 
 /// What a frame's name is cached under.
@@ -30,11 +30,56 @@ enum FrameKey {
     Kernel(u64),
 }
 
+/// When a captured process's map may be read again, because its samples hold addresses outside
+/// it (a library loaded with `dlopen` since): the sans-IO rule, time passed in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Recapture {
+    /// The start time of the process captured: a pid reused since is another process, whose
+    /// map would name the old one's frames wrongly.
+    start_time: Option<u64>,
+    /// Not before then.
+    next: Instant,
+    /// The wait after a re-read that found nothing new; it doubles up to [`MAX_RECAPTURE_WAIT`].
+    wait: Duration,
+}
+
+/// The first wait between two re-reads of one process's map.
+const RECAPTURE_WAIT: Duration = Duration::from_secs(1);
+/// The longest (code in anonymous memory never gets a mapping to find).
+const MAX_RECAPTURE_WAIT: Duration = Duration::from_secs(64);
+
+impl Recapture {
+    fn new(start_time: Option<u64>, now: Instant) -> Recapture {
+        Recapture {
+            start_time,
+            next: now,
+            wait: RECAPTURE_WAIT,
+        }
+    }
+
+    /// Whether the process, now started at `start_time` (`None`: gone), may be read again.
+    fn due(&self, start_time: Option<u64>, now: Instant) -> bool {
+        start_time.is_some() && start_time == self.start_time && now >= self.next
+    }
+
+    /// Records a re-read at `now`: `changed` says it found a new map.
+    fn done(&mut self, changed: bool, now: Instant) {
+        self.wait = if changed {
+            RECAPTURE_WAIT
+        } else {
+            (self.wait * 2).min(MAX_RECAPTURE_WAIT)
+        };
+        self.next = now + self.wait;
+    }
+}
+
 struct State {
     config: SymbolizeConfig,
     metrics: SymbolizeMetrics,
     blaze: Blaze,
     processes: HashMap<u32, ProcessMap>,
+    /// When each captured process may be read again.
+    recaptures: HashMap<u32, Recapture>,
     files: Files,
     binaries: Binaries,
     frames: FrameCache<FrameKey>,
@@ -82,6 +127,7 @@ pub(super) fn run(
         metrics,
         blaze,
         processes: HashMap::new(),
+        recaptures: HashMap::new(),
         tick: 0,
     };
     let mut deferred = VecDeque::new();
@@ -125,6 +171,8 @@ pub(super) fn run(
 impl State {
     fn capture(&mut self, pid: u32) {
         self.tick += 1;
+        self.recaptures
+            .insert(pid, Recapture::new(process_start_time(pid), Instant::now()));
         let map = match ProcessMap::read(pid) {
             Ok(map) => map,
             Err(err) => {
@@ -168,6 +216,7 @@ impl State {
 
     fn forget(&mut self, pid: u32) {
         self.processes.remove(&pid);
+        self.recaptures.remove(&pid);
         self.frames
             .retain(|key| *key != live_key(pid, key.offset()));
         let _ = self
@@ -242,10 +291,17 @@ impl State {
                 Stack::Named(_) | Stack::None | Stack::Lost => false,
             })
         };
+        let now = Instant::now();
         if self.processes.get(&pid).is_some_and(unmapped)
-            && std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && let Some(recapture) = self.recaptures.get(&pid).copied()
+            && recapture.due(process_start_time(pid), now)
         {
+            let before = self.processes.get(&pid).cloned();
             self.capture(pid);
+            let changed = self.processes.get(&pid) != before.as_ref();
+            let mut recapture = recapture;
+            recapture.done(changed, now);
+            self.recaptures.insert(pid, recapture);
         }
         let mut by_file: HashMap<FileKey, Vec<u64>> = HashMap::new();
         let mut live: Vec<u64> = Vec::new();
@@ -566,6 +622,24 @@ mod tests {
 7f0000000000-7f0000100000 r-xp 00028000 fd:01 99                         /usr/lib/x86_64-linux-gnu/libc.so.6
 ";
 
+    #[test]
+    fn a_map_is_read_again_with_a_backoff_and_never_for_another_process() {
+        let t0 = Instant::now();
+        let mut recapture = Recapture::new(Some(100), t0);
+        assert!(recapture.due(Some(100), t0));
+        assert!(!recapture.due(Some(200), t0), "the pid was reused");
+        assert!(!recapture.due(None, t0), "gone");
+        recapture.done(false, t0);
+        assert!(!recapture.due(Some(100), t0 + Duration::from_millis(1999)));
+        assert!(recapture.due(Some(100), t0 + RECAPTURE_WAIT * 2));
+        for _ in 0..10 {
+            recapture.done(false, t0);
+        }
+        assert_eq!(recapture.next, t0 + MAX_RECAPTURE_WAIT);
+        recapture.done(true, t0);
+        assert_eq!(recapture.next, t0 + RECAPTURE_WAIT);
+    }
+
     fn state() -> State {
         let metrics = Metrics::new().symbolize.clone();
         let mut state = State {
@@ -574,6 +648,7 @@ mod tests {
             metrics,
             blaze: Blaze::new(),
             processes: HashMap::from([(7, ProcessMap::parse(MAPS))]),
+            recaptures: HashMap::new(),
             files: Files::new(4),
             frames: FrameCache::new(64),
             tick: 0,
@@ -609,6 +684,7 @@ mod tests {
             kernel,
             python: PythonFrames::None,
             count: 3,
+            samples: 3,
         }
     }
 
@@ -676,6 +752,7 @@ mod tests {
             kernel: Stack::Frames(Arc::from([0xffff_1000, 0xffff_0000].as_slice())),
             python: PythonFrames::None,
             count: 4,
+            samples: 4,
         };
         assert_eq!(
             names(&state.name(&sample)),

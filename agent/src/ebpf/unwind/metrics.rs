@@ -1,7 +1,9 @@
 //! The table lifecycle's metrics, `smolder_agent_ebpf_unwind_*`, updated by the `smolder-unwind`
 //! thread per table and per process loaded, never per sample.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry,
+};
 
 use crate::metrics::{counter, counter_vec, gauge, histogram, register};
 
@@ -40,17 +42,28 @@ pub struct UnwindMetrics {
     /// `smolder_agent_ebpf_unwind_table_load_duration_seconds`: putting one table into the
     /// kernel (creating, filling and inserting its map).
     pub load_duration: Histogram,
-    /// `smolder_agent_ebpf_unwind_process_ready_seconds`: from a process's first sample to its
-    /// tables and mappings in the kernel (for one loaded at the agent's start,
-    /// `ebpf.unwind.load-at-start`, from when its load began).
-    pub ready_duration: Histogram,
+    /// `smolder_agent_ebpf_unwind_process_ready_seconds{trigger}`: from a process's first
+    /// sample (`trigger="sample"`, the wait in the unwinder's queue included) or from the
+    /// agent's start (`trigger="start"`, a process loaded because it was running then,
+    /// `ebpf.unwind.load-at-start`) to its tables and mappings in the kernel.
+    pub ready_duration: HistogramVec,
     /// `smolder_agent_ebpf_unwind_mappings`: LPM entries of the mappings in the kernel.
     pub mappings: IntGauge,
     /// `smolder_agent_ebpf_unwind_refreshes_total`: processes' mappings read again after walks
     /// left them (a library loaded with `dlopen`).
     pub refreshes: IntCounter,
+    /// `smolder_agent_ebpf_unwind_reloads_total`: sampled processes loaded again because a
+    /// table they map was evicted.
+    pub reloads: IntCounter,
     /// `smolder_agent_ebpf_unwind_cache_bytes`: the disk cache's size.
     pub cache_bytes: IntGauge,
+    /// `smolder_agent_ebpf_unwind_requests_queued`: requests sent to the `smolder-unwind`
+    /// thread and not taken yet; growing, it says the thread is stuck or cannot keep up.
+    pub requests_queued: IntGauge,
+    /// `smolder_agent_ebpf_unwind_last_progress_timestamp_seconds`: when the `smolder-unwind`
+    /// thread last went round its loop (Unix time); it goes round at least every 500 ms, so
+    /// `time() - this` above a few seconds says the thread is stuck.
+    pub last_progress: IntGauge,
 }
 
 impl UnwindMetrics {
@@ -102,12 +115,15 @@ impl UnwindMetrics {
             ),
             ready_duration: register(
                 registry,
-                Histogram::with_opts(
+                HistogramVec::new(
                     HistogramOpts::new(
                         "smolder_agent_ebpf_unwind_process_ready_seconds",
-                        "Time from a process's first sample (or the start of its load, for those running at the agent's start) to its unwind tables and mappings in the kernel.",
+                        "Time from a process's first sample (trigger=sample) or from the agent's start (trigger=start, processes running then) to its unwind tables and mappings in the kernel.",
                     )
-                    .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0]),
+                    .buckets(vec![
+                        0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
+                    ]),
+                    &["trigger"],
                 )
                 .expect("a valid histogram"),
             ),
@@ -121,12 +137,30 @@ impl UnwindMetrics {
                 "smolder_agent_ebpf_unwind_refreshes_total",
                 "Process mappings read again after walks left them (dlopen).",
             ),
+            reloads: counter(
+                registry,
+                "smolder_agent_ebpf_unwind_reloads_total",
+                "Sampled processes loaded again because an unwind table they map was evicted.",
+            ),
             cache_bytes: gauge(
                 registry,
                 "smolder_agent_ebpf_unwind_cache_bytes",
                 "Bytes of unwind tables in the disk cache.",
             ),
+            requests_queued: gauge(
+                registry,
+                "smolder_agent_ebpf_unwind_requests_queued",
+                "Requests sent to the smolder-unwind thread and not taken yet.",
+            ),
+            last_progress: gauge(
+                registry,
+                "smolder_agent_ebpf_unwind_last_progress_timestamp_seconds",
+                "When the smolder-unwind thread last went round its loop (Unix time, at least every 500 ms while it is not stuck).",
+            ),
         };
+        for trigger in ["sample", "start"] {
+            metrics.ready_duration.with_label_values(&[trigger]);
+        }
         for origin in ["cache", "built", "built_with_debug_file"] {
             metrics.tables_loaded.with_label_values(&[origin]);
         }

@@ -21,7 +21,9 @@
 //! until then, and wherever no table applies, it steps with frame pointers. Tables stay within
 //! `ebpf.unwind.max-table-bytes` of kernel memory: those no live process maps go first, then
 //! those of the least recently sampled processes (`state.rs`, the sans-IO core). An exited
-//! process's mappings leave after `ebpf.exit-grace`.
+//! process's mappings leave the kernel at its exit (a process reusing its pid must not be walked
+//! through them; one whose exit event was lost is told apart by its start time), what is known
+//! of it after `ebpf.exit-grace`.
 
 mod file;
 mod kernel;
@@ -39,7 +41,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
-pub(crate) use self::file::{MappedFile, Stamp};
+pub(crate) use self::file::{FileBytes, Stamp, crc32, open_regular};
 use self::kernel::Kernel;
 pub use self::kernel::KernelError;
 pub use self::metrics::UnwindMetrics;
@@ -47,9 +49,10 @@ use self::source::DiskCache;
 use self::state::Tables;
 use self::worker::Worker;
 use super::loader::UnwindMaps;
+use super::metrics::UNWIND_QUEUE_FULL;
 use super::samples::Miss;
 use super::symbolize::DebugDirs;
-use crate::metrics::StageCounters;
+use crate::metrics::{DroppedUnit, StageCounters};
 
 /// The unwind tables' settings (`ebpf.unwind:` in the config file).
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -87,15 +90,24 @@ impl Default for UnwindConfig {
     }
 }
 
+/// The most requests waiting for the `smolder-unwind` thread; past it, requests are dropped
+/// (`smolder_agent_dropped_requests_total{reason="unwind_queue_full"}`) rather than queued
+/// without bound behind a thread that is stuck. A process whose first sight is dropped is
+/// loaded at its next window's `Sampled`.
+pub(crate) const MAX_QUEUED_REQUESTS: usize = 4096;
+
 /// A process whose tables and mappings are in the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ready {
     /// The process.
     pub pid: u32,
-    /// How long after its first sight: its first sample (seen at the poll that read it), or,
-    /// for a process preloaded at the agent's start, the start of its load; for a refresh, how
-    /// long the refresh took.
+    /// How long after its first sight: its first sample (seen at the poll that read it, so
+    /// the wait in the unwinder's queue counts), or, for a process preloaded at the agent's
+    /// start, the agent's start; for a refresh, how long the refresh took.
     pub after: Duration,
+    /// Whether it was loaded because it ran at the agent's start (`ebpf.unwind.load-at-start`)
+    /// rather than at its first sample.
+    pub preloaded: bool,
     /// When.
     pub at: Instant,
     /// Whether its mappings were read again (a walk left them) and changed, rather than read
@@ -104,9 +116,17 @@ pub struct Ready {
 }
 
 enum Request {
-    Preload(Vec<u32>),
-    Seen(u32),
-    Exec(u32),
+    Preload(Vec<u32>, Instant),
+    Seen {
+        pid: u32,
+        start_time: u64,
+        at: Instant,
+    },
+    Exec {
+        pid: u32,
+        start_time: u64,
+        at: Instant,
+    },
     Exited(u32),
     Sampled(Vec<u32>),
     Missed(Vec<Miss>),
@@ -130,7 +150,9 @@ pub enum UnwinderError {
 
 /// The handle to the `smolder-unwind` thread; dropping it stops the thread.
 pub struct Unwinder {
-    tx: Option<mpsc::Sender<Request>>,
+    tx: Option<mpsc::SyncSender<Request>>,
+    queued: prometheus::IntGauge,
+    errors: StageCounters,
     ready: mpsc::Receiver<Ready>,
     thread: Option<JoinHandle<()>>,
 }
@@ -168,9 +190,14 @@ impl Unwinder {
             max_table_bytes = config.max_table_bytes,
             "unwinder starting"
         );
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(MAX_QUEUED_REQUESTS);
         let (ready_tx, ready) = mpsc::channel();
-        let tables = Tables::new(config.max_table_bytes);
+        let dropped = errors.clone();
+        let tables = Tables::new(
+            config.max_table_bytes,
+            smolder_agent_ebpf::unwind::TABLES_ENTRIES as usize,
+        );
+        let queued = metrics.requests_queued.clone();
         let thread = std::thread::Builder::new()
             .name("smolder-unwind".to_owned())
             .spawn(move || {
@@ -190,6 +217,8 @@ impl Unwinder {
             .map_err(UnwinderError::Spawn)?;
         Ok(Unwinder {
             tx: Some(tx),
+            queued,
+            errors: dropped,
             ready,
             thread: Some(thread),
         })
@@ -198,30 +227,52 @@ impl Unwinder {
     fn send(&self, request: Request) {
         // A stopped thread (it panicked) leaves stacks walked with frame pointers: sampling goes
         // on.
-        let _ = self
+        // Counted before it is sent, so that the thread never takes it before it counts.
+        self.queued.inc();
+        match self
             .tx
             .as_ref()
             .expect("the sender lives until drop")
-            .send(request);
+            .try_send(request)
+        {
+            Ok(()) => {}
+            Err(mpsc::TrySendError::Full(_)) => {
+                self.queued.dec();
+                self.errors
+                    .dropped(DroppedUnit::Requests, UNWIND_QUEUE_FULL, 1);
+            }
+            Err(mpsc::TrySendError::Disconnected(_)) => self.queued.dec(),
+        }
     }
 
     /// `pids` were running when the agent started: load their tables when nothing more urgent
     /// waits.
     pub fn preload(&self, pids: Vec<u32>) {
-        self.send(Request::Preload(pids));
+        self.send(Request::Preload(pids, Instant::now()));
     }
 
-    /// `pid` was sampled for the first time: load its tables.
-    pub fn seen(&self, pid: u32) {
-        self.send(Request::Seen(pid));
+    /// `pid`, which started at `start_time` (`/proc/PID/stat`), was sampled for the first
+    /// time: load its tables. A tracked process with another start time is one whose pid was
+    /// reused: it starts over.
+    pub fn seen(&self, pid: u32, start_time: u64) {
+        self.send(Request::Seen {
+            pid,
+            start_time,
+            at: Instant::now(),
+        });
     }
 
     /// `pid` exec'd: its address space is new.
-    pub fn exec(&self, pid: u32) {
-        self.send(Request::Exec(pid));
+    pub fn exec(&self, pid: u32, start_time: u64) {
+        self.send(Request::Exec {
+            pid,
+            start_time,
+            at: Instant::now(),
+        });
     }
 
-    /// `pid` exited: its mappings leave after the grace period.
+    /// `pid` exited: its mappings leave the kernel now, what is known of it after the grace
+    /// period.
     pub fn exited(&self, pid: u32) {
         self.send(Request::Exited(pid));
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use smolder_unwind::{CfiKind, Elf, ExeId, Limits, Rule, UnwindError, UnwindTable, cache};
 use tracing::{debug, warn};
 
-use super::file::{MappedFile, Stamp};
+use super::file::{FileBytes, Stamp};
 use crate::ebpf::symbolize::DebugDirs;
 
 /// Below this share of `.text` covered by FDEs, the binary's debug file is looked for: code
@@ -147,12 +147,13 @@ fn with_debug(
     limits: &Limits,
 ) -> Option<Result<UnwindTable, UnwindError>> {
     let stamp = Stamp::of(file).ok()?;
-    let mapped = MappedFile::new(file, stamp.size).ok()?;
+    let mapped = FileBytes::new(file, &stamp).ok()?;
     let debug = Elf::parse(mapped.bytes()).ok()?;
     Some(smolder_unwind::build(elf, Some(&debug), limits))
 }
 
-/// The table cache on disk: `<id>.v1` files, the least recently used deleted past the bound.
+/// The table cache on disk: `<id>.v<version>` files, the least recently used deleted past the
+/// bound; files of another format version are deleted when it opens.
 pub(crate) struct DiskCache {
     dir: PathBuf,
     max_bytes: u64,
@@ -176,8 +177,9 @@ impl DiskCache {
             let Ok(name) = entry.file_name().into_string() else {
                 continue;
             };
-            if name.starts_with('.') {
-                // A temporary file a crash left behind.
+            if name.starts_with('.') || !name.ends_with(&format!(".v{}", cache::VERSION)) {
+                // A temporary file a crash left behind, or a table of another format (version 1
+                // named tables by build id alone).
                 let _ = std::fs::remove_file(entry.path());
                 continue;
             }
@@ -289,6 +291,12 @@ mod tests {
         let second = table(&elf, &elf.id(), 0, "/x", Some(&mut again), &debug, &limits).unwrap();
         assert_eq!(second.origin, Origin::Cache);
         assert_eq!(second.table, first.table);
+        // A table of the old format, named by build id alone, is deleted: it may be poisoned.
+        let old = dir.path().join("0123456789abcdef.v1");
+        std::fs::write(&old, b"SMOLUNWT").unwrap();
+        let reopened = DiskCache::open(dir.path(), 1 << 30).unwrap();
+        assert!(!old.exists());
+        assert_eq!(reopened.used_bytes(), again.used_bytes());
         // A bound below one table empties it.
         let small = DiskCache::open(dir.path(), 1).unwrap();
         assert_eq!(small.used_bytes(), 0);

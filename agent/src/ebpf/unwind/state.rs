@@ -21,6 +21,11 @@ pub(crate) const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 /// The longest time between two such re-reads.
 pub(crate) const MAX_REFRESH_INTERVAL: Duration = Duration::from_secs(64);
 
+/// The most LPM entries one process gets, so that one process with a huge number of mappings
+/// cannot fill `unwind_mappings` (256 Ki entries) for all: 64 processes at this cap fill it.
+/// A typical process takes a few hundred (up to about 70 per mapping).
+pub(crate) const MAX_PROCESS_KEYS: usize = 4096;
+
 /// The shape of a table: what a mapping's LPM value repeats of its header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Shape {
@@ -38,8 +43,11 @@ struct Exe {
     shape: Option<Shape>,
     /// Kernel memory of its table while it is loaded.
     loaded: Option<u64>,
-    /// Whether building its table failed: it is not tried again.
+    /// Whether building its table failed: it is not tried again, or not before `retry_at`.
     failed: bool,
+    /// When a failure that may not last (no call-frame information yet: a debug file may come)
+    /// is tried again.
+    retry_at: Option<Instant>,
     /// Mappings of live or grace-period processes that map it.
     refs: u32,
     /// When a process mapping it was last sampled (or it was loaded).
@@ -58,11 +66,16 @@ pub(crate) struct Resolved {
 
 #[derive(Debug)]
 struct Process {
+    /// Its start time (`/proc/PID/stat`), which tells it from a later process reusing its pid.
+    start_time: u64,
     first_sight: Instant,
     mappings: Vec<Resolved>,
     /// LPM keys inserted for it: (prefix length, key).
     keys: Vec<(u32, MappingKey)>,
     ready: Option<Instant>,
+    /// Loaded because it ran at the agent's start (`first_sight` is then the agent's start),
+    /// not at its first sample.
+    preloaded: bool,
     exited: Option<Instant>,
     last_refresh: Instant,
     refresh_interval: Duration,
@@ -75,6 +88,9 @@ struct Process {
 pub(crate) struct MappingChanges {
     pub(crate) insert: Vec<(u32, MappingKey, Mapping)>,
     pub(crate) delete: Vec<(u32, MappingKey)>,
+    /// Entries left out past [`MAX_PROCESS_KEYS`] (whole mappings: walks there use frame
+    /// pointers).
+    pub(crate) capped: u64,
 }
 
 /// The lifecycle state.
@@ -84,35 +100,46 @@ pub(crate) struct Tables {
     processes: HashMap<u32, Process>,
     next_key: u64,
     max_bytes: u64,
+    /// Entries of the kernel's `unwind_tables`: at most this many tables at once.
+    max_tables: usize,
     used_bytes: u64,
     /// Processes running at the agent's start, not loaded yet (`ebpf.unwind.load-at-start`).
     preload: VecDeque<u32>,
 }
 
 impl Tables {
-    /// An empty state with a budget of `max_bytes` of kernel memory for tables.
-    pub(crate) fn new(max_bytes: u64) -> Tables {
+    /// An empty state with a budget of `max_bytes` of kernel memory and `max_tables` tables.
+    pub(crate) fn new(max_bytes: u64, max_tables: usize) -> Tables {
         Tables {
             exes: HashMap::new(),
             processes: HashMap::new(),
             next_key: 1,
             max_bytes,
+            max_tables,
             used_bytes: 0,
             preload: VecDeque::new(),
         }
     }
 
-    /// Starts tracking `pid`, first seen at `now`, forgetting what was known under its pid
-    /// (a pid reused, or an exec). Returns the LPM keys of the old process to delete.
-    pub(crate) fn start(&mut self, pid: u32, now: Instant) -> Vec<(u32, MappingKey)> {
+    /// Starts tracking `pid`, which started at `start_time`, first seen at `now`, forgetting
+    /// what was known under its pid (a pid reused, or an exec). Returns the LPM keys of the old
+    /// process to delete.
+    pub(crate) fn start(
+        &mut self,
+        pid: u32,
+        start_time: u64,
+        now: Instant,
+    ) -> Vec<(u32, MappingKey)> {
         let old = self.forget(pid);
         self.processes.insert(
             pid,
             Process {
+                start_time,
                 first_sight: now,
                 mappings: Vec::new(),
                 keys: Vec::new(),
                 ready: None,
+                preloaded: false,
                 exited: None,
                 last_refresh: now,
                 refresh_interval: REFRESH_INTERVAL,
@@ -142,9 +169,12 @@ impl Tables {
         None
     }
 
-    /// Whether `pid` is tracked and alive.
-    pub(crate) fn is_alive(&self, pid: u32) -> bool {
-        self.processes.get(&pid).is_some_and(|p| p.exited.is_none())
+    /// Whether `pid` is tracked and alive as the process that started at `start_time`: not a
+    /// new process reusing the pid of one whose exit event was lost.
+    pub(crate) fn is_alive(&self, pid: u32, start_time: u64) -> bool {
+        self.processes
+            .get(&pid)
+            .is_some_and(|p| p.exited.is_none() && p.start_time == start_time)
     }
 
     /// The executable's kernel key, assigning one the first time it is seen.
@@ -161,6 +191,7 @@ impl Tables {
                 shape: None,
                 loaded: None,
                 failed: false,
+                retry_at: None,
                 refs: 0,
                 last_used: now,
             },
@@ -168,30 +199,40 @@ impl Tables {
         key
     }
 
-    /// Whether the executable needs its table loaded: it has none in the kernel and has not
-    /// failed.
-    pub(crate) fn needs_table(&self, id: &ExeId) -> bool {
-        self.exes
-            .get(id)
-            .is_none_or(|exe| exe.loaded.is_none() && !exe.failed)
+    /// Whether the executable needs its table loaded at `now`: it has none in the kernel and
+    /// has not failed, or its failure's retry time has come.
+    pub(crate) fn needs_table(&self, id: &ExeId, now: Instant) -> bool {
+        self.exes.get(id).is_none_or(|exe| {
+            exe.loaded.is_none() && (!exe.failed || exe.retry_at.is_some_and(|at| now >= at))
+        })
     }
 
-    /// Records that the executable cannot have a table.
-    pub(crate) fn failed(&mut self, id: &ExeId) {
+    /// Records that the executable cannot have a table: never (`retry_at` `None`: a malformed
+    /// file, a table larger than the whole budget) or not before `retry_at`.
+    pub(crate) fn failed(&mut self, id: &ExeId, retry_at: Option<Instant>) {
         if let Some(exe) = self.exes.get_mut(id) {
             exe.failed = true;
+            exe.retry_at = retry_at;
         }
     }
 
-    /// The executables to evict so that a table of `bytes` fits, least valuable first: tables
-    /// no live process maps, then those of the least recently sampled processes. Those in
-    /// `keep` (the ones the process being loaded needs) stay. `None` when it cannot fit.
+    /// Whether a table of `bytes` can ever fit the budget.
+    pub(crate) fn can_fit(&self, bytes: u64) -> bool {
+        bytes <= self.max_bytes && self.max_tables > 0
+    }
+
+    /// The executables to evict so that one more table of `bytes` fits, in bytes and in
+    /// entries of the kernel's map, least valuable first: tables no live process maps, then
+    /// those of the least recently sampled processes. Those in `keep` (the ones the process
+    /// being loaded needs) stay. `None` when it cannot fit.
     pub(crate) fn make_room(&self, bytes: u64, keep: &HashSet<ExeId>) -> Option<Vec<ExeId>> {
-        if bytes > self.max_bytes {
+        if bytes > self.max_bytes || self.max_tables == 0 {
             return None;
         }
         let mut free = self.max_bytes - self.used_bytes.min(self.max_bytes);
-        if bytes <= free {
+        let mut slots = self.max_tables.saturating_sub(self.loaded_count());
+        let fits = |free: u64, slots: usize| bytes <= free && slots > 0;
+        if fits(free, slots) {
             return Some(Vec::new());
         }
         let mut candidates: Vec<(&ExeId, &Exe)> = self
@@ -202,13 +243,14 @@ impl Tables {
         candidates.sort_by_key(|(_, exe)| (exe.refs > 0, exe.last_used));
         let mut evict = Vec::new();
         for (id, exe) in candidates {
-            if bytes <= free {
+            if fits(free, slots) {
                 break;
             }
             free += exe.loaded.unwrap_or(0);
+            slots += 1;
             evict.push(id.clone());
         }
-        (bytes <= free).then_some(evict)
+        fits(free, slots).then_some(evict)
     }
 
     /// Records that the executable's table is in the kernel, taking `bytes` of it; returns its
@@ -217,6 +259,8 @@ impl Tables {
         let key = self.key(id, now);
         let exe = self.exes.get_mut(id).expect("key() inserted it");
         exe.shape = Some(shape);
+        exe.failed = false;
+        exe.retry_at = None;
         if let Some(old) = exe.loaded.replace(bytes) {
             self.used_bytes -= old;
         }
@@ -267,6 +311,7 @@ impl Tables {
             }
         }
         let mut insert = Vec::new();
+        let mut capped = 0;
         let process = self.processes.get_mut(&pid).expect("looked up above");
         for mapping in &process.mappings {
             let Some((id, bias)) = &mapping.exe else {
@@ -286,7 +331,12 @@ impl Tables {
                 n_entries: shape.n_entries,
                 flags: 0,
             };
-            for (len, key) in mapping_prefixes(pid, mapping.start, mapping.end) {
+            let prefixes = mapping_prefixes(pid, mapping.start, mapping.end);
+            if process.keys.len() + prefixes.len() > MAX_PROCESS_KEYS {
+                capped += prefixes.len() as u64;
+                continue;
+            }
+            for (len, key) in prefixes {
                 process.keys.push((len, key));
                 insert.push((len, key, value));
             }
@@ -297,18 +347,41 @@ impl Tables {
             .filter(|key| !kept.contains(key))
             .copied()
             .collect();
-        Some(MappingChanges { insert, delete })
+        Some(MappingChanges {
+            insert,
+            delete,
+            capped,
+        })
     }
 
-    /// Records that `pid`'s tables and mappings are in the kernel at `now`; returns how long
-    /// after its first sight, the first time.
-    pub(crate) fn ready(&mut self, pid: u32, now: Instant) -> Option<Duration> {
+    /// Records that the kernel refused `keys` of `pid` (its map is full): they are not held.
+    pub(crate) fn not_inserted(&mut self, pid: u32, keys: &[(u32, MappingKey)]) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            let refused: HashSet<&(u32, MappingKey)> = keys.iter().collect();
+            process.keys.retain(|key| !refused.contains(key));
+        }
+    }
+
+    /// Records that `pid` is loaded because it ran at the agent's start.
+    pub(crate) fn mark_preloaded(&mut self, pid: u32) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.preloaded = true;
+        }
+    }
+
+    /// Records that `pid`'s tables and mappings are in the kernel at `now`; returns, the first
+    /// time, how long after its first sight (its first sample's, or the agent's start for a
+    /// preloaded process) and whether it was preloaded.
+    pub(crate) fn ready(&mut self, pid: u32, now: Instant) -> Option<(Duration, bool)> {
         let process = self.processes.get_mut(&pid)?;
         if process.ready.is_some() {
             return None;
         }
         process.ready = Some(now);
-        Some(now.saturating_duration_since(process.first_sight))
+        Some((
+            now.saturating_duration_since(process.first_sight),
+            process.preloaded,
+        ))
     }
 
     /// The LPM keys held by every tracked process.
@@ -316,20 +389,50 @@ impl Tables {
         self.processes.values().map(|p| p.keys.len()).sum()
     }
 
-    /// Marks the executables of `pids` as sampled at `now`.
-    pub(crate) fn sampled(&mut self, pids: &[u32], now: Instant) {
+    /// Marks the executables of `pids` as sampled at `now`; returns those of `pids` to load
+    /// again: alive, loaded once, and mapping an executable whose table was evicted since (its
+    /// LPM entries keep its key, so a walk there finds no table and falls back to frame
+    /// pointers, which in code built without them stops at the first frame and never leaves
+    /// the known mappings). Rate limited per process like [`Tables::needs_refresh`]: a load
+    /// that leaves a table out ([`Tables::refreshed`] with `false`) doubles the wait.
+    pub(crate) fn sampled(&mut self, pids: &[u32], now: Instant) -> Vec<u32> {
+        let mut reload = Vec::new();
         for pid in pids {
-            let Some(process) = self.processes.get(pid) else {
+            let Some(process) = self.processes.get_mut(pid) else {
                 continue;
             };
+            let mut evicted = false;
             for mapping in &process.mappings {
                 if let Some((id, _)) = &mapping.exe
                     && let Some(exe) = self.exes.get_mut(id)
                 {
                     exe.last_used = now;
+                    evicted |= exe.shape.is_some() && exe.loaded.is_none() && !exe.failed;
                 }
             }
+            if evicted
+                && process.ready.is_some()
+                && process.exited.is_none()
+                && now.saturating_duration_since(process.last_refresh) >= process.refresh_interval
+            {
+                process.last_refresh = now;
+                reload.push(*pid);
+            }
         }
+        reload
+    }
+
+    /// Whether `pid` maps an executable whose table was evicted and can come back.
+    pub(crate) fn maps_evicted(&self, pid: u32) -> bool {
+        self.processes.get(&pid).is_some_and(|process| {
+            process.mappings.iter().any(|mapping| {
+                mapping
+                    .exe
+                    .as_ref()
+                    .and_then(|(id, _)| self.exes.get(id))
+                    .is_some_and(|exe| exe.shape.is_some() && exe.loaded.is_none() && !exe.failed)
+            })
+        })
     }
 
     /// Whether a walk of `pid` through `frames` left its known mappings and they are due to be
@@ -390,11 +493,15 @@ impl Tables {
         gone
     }
 
-    /// Records that `pid` exited at `now`.
-    pub(crate) fn exited(&mut self, pid: u32, now: Instant) {
-        if let Some(process) = self.processes.get_mut(&pid) {
-            process.exited.get_or_insert(now);
-        }
+    /// Records that `pid` exited at `now`; returns its LPM keys to delete now. Its samples were
+    /// walked when taken, so no walk needs them, and a process reusing the pid must not be
+    /// walked through them. The process stays tracked (its tables referenced) for the grace.
+    pub(crate) fn exited(&mut self, pid: u32, now: Instant) -> Vec<(u32, MappingKey)> {
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return Vec::new();
+        };
+        process.exited.get_or_insert(now);
+        std::mem::take(&mut process.keys)
     }
 
     /// Forgets the processes that exited at least `grace` before `now`; returns their LPM keys
@@ -430,7 +537,7 @@ mod tests {
     use super::*;
 
     fn id(n: u8) -> ExeId {
-        ExeId::BuildId(vec![n; 20])
+        ExeId::BuildId(vec![n; 20], [0; 16])
     }
 
     fn shape() -> Shape {
@@ -452,16 +559,16 @@ mod tests {
     #[test]
     fn mappings_get_keys_once_their_tables_are_loaded_and_give_them_back() {
         let t0 = Instant::now();
-        let mut tables = Tables::new(1 << 20);
-        assert!(tables.start(10, t0).is_empty());
+        let mut tables = Tables::new(1 << 20, 4096);
+        assert!(tables.start(10, 0, t0).is_empty());
         let key = tables.key(&id(1), t0);
         assert_eq!(key, 1);
-        assert!(tables.needs_table(&id(1)));
+        assert!(tables.needs_table(&id(1), t0));
         tables.loaded(&id(1), shape(), 4096, t0);
-        assert!(!tables.needs_table(&id(1)));
+        assert!(!tables.needs_table(&id(1), t0));
         tables.key(&id(2), t0);
-        tables.failed(&id(2));
-        assert!(!tables.needs_table(&id(2)));
+        tables.failed(&id(2), None);
+        assert!(!tables.needs_table(&id(2), t0));
         let changes = tables
             .set_mappings(
                 10,
@@ -489,39 +596,43 @@ mod tests {
         assert_eq!((len, value.exe_id, value.bias), (96 - 12, 1, 0x1000));
         assert_eq!(
             tables.ready(10, t0 + Duration::from_millis(30)),
-            Some(Duration::from_millis(30))
+            Some((Duration::from_millis(30), false))
         );
         assert_eq!(tables.ready(10, t0 + Duration::from_secs(1)), None);
         assert_eq!(tables.mapping_keys(), 1);
-        // Exit, grace, purge: the keys go back.
-        tables.exited(10, t0 + Duration::from_secs(1));
-        assert!(!tables.is_alive(10));
+        assert!(tables.is_alive(10, 0));
+        assert!(!tables.is_alive(10, 5), "another process with its pid");
+        // Exit: the keys go back at once; the process is forgotten after the grace.
+        assert_eq!(tables.exited(10, t0 + Duration::from_secs(1)).len(), 1);
+        assert!(!tables.is_alive(10, 0));
+        assert_eq!(tables.mapping_keys(), 0);
         assert!(
             tables
                 .purge(t0 + Duration::from_secs(2), Duration::from_secs(5))
                 .is_empty()
         );
-        assert_eq!(
+        assert!(tables.mappings(10).is_some(), "kept for the grace");
+        assert!(
             tables
                 .purge(t0 + Duration::from_secs(6), Duration::from_secs(5))
-                .len(),
-            1
+                .is_empty(),
+            "its keys went at the exit"
         );
-        assert_eq!(tables.mapping_keys(), 0);
+        assert!(tables.mappings(10).is_none());
     }
 
     #[test]
     fn eviction_prefers_unmapped_then_least_recently_sampled_tables() {
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(10);
-        let mut tables = Tables::new(3 * 4096);
+        let mut tables = Tables::new(3 * 4096, 4096);
         for n in 1..=3 {
             tables.key(&id(n), t0);
             tables.loaded(&id(n), shape(), 4096, t0);
         }
-        tables.start(1, t0);
+        tables.start(1, 0, t0);
         tables.set_mappings(1, vec![mapping(0x1000, Some(1))], t0);
-        tables.start(2, t0);
+        tables.start(2, 0, t0);
         tables.set_mappings(2, vec![mapping(0x1000, Some(2))], t0);
         tables.sampled(&[1], later);
         let keep = HashSet::new();
@@ -537,7 +648,10 @@ mod tests {
         assert_eq!(tables.evicted(&id(3)), Some(3));
         assert_eq!(tables.used_bytes(), 2 * 4096);
         assert_eq!(tables.make_room(4096, &keep), Some(vec![]));
-        assert!(tables.needs_table(&id(3)), "an evicted table can come back");
+        assert!(
+            tables.needs_table(&id(3), t0),
+            "an evicted table can come back"
+        );
         // Unmapped and unloaded: forgotten once old enough; mapped or loaded ones stay.
         assert!(tables.prune(later, Duration::from_secs(60)).is_empty());
         let gone = tables.prune(later + Duration::from_secs(60), Duration::from_secs(60));
@@ -545,10 +659,59 @@ mod tests {
     }
 
     #[test]
+    fn the_map_entries_are_budgeted_as_well_as_the_bytes() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(1 << 20, 2);
+        for n in 1..=2 {
+            tables.key(&id(n), t0);
+            assert_eq!(tables.make_room(4096, &HashSet::new()), Some(vec![]));
+            tables.loaded(
+                &id(n),
+                shape(),
+                4096,
+                t0 + Duration::from_secs(u64::from(n)),
+            );
+        }
+        // Bytes to spare, but the kernel's map holds two tables: the older goes.
+        assert_eq!(tables.make_room(4096, &HashSet::new()), Some(vec![id(1)]));
+        assert_eq!(tables.make_room(4096, &HashSet::from([id(1), id(2)])), None);
+        assert_eq!(Tables::new(1 << 20, 0).make_room(1, &HashSet::new()), None);
+    }
+
+    #[test]
+    fn a_process_gets_at_most_its_share_of_map_entries() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(1 << 20, 4096);
+        tables.key(&id(1), t0);
+        tables.loaded(&id(1), shape(), 4096, t0);
+        tables.start(3, 0, t0);
+        // Mappings of 3 pages: two LPM entries each (one of 8 KiB, one of 4 KiB).
+        let mappings: Vec<Resolved> = (0..MAX_PROCESS_KEYS as u64)
+            .map(|i| Resolved {
+                start: 0x10_0000 + i * 0x4000,
+                end: 0x10_0000 + i * 0x4000 + 0x3000,
+                exe: Some((id(1), 0)),
+            })
+            .collect();
+        let changes = tables.set_mappings(3, mappings, t0).unwrap();
+        assert_eq!(changes.insert.len(), MAX_PROCESS_KEYS);
+        assert_eq!(changes.capped, MAX_PROCESS_KEYS as u64);
+        assert_eq!(tables.mapping_keys(), MAX_PROCESS_KEYS);
+        // The kernel refused some: only those it took are counted and given back later.
+        let refused: Vec<(u32, MappingKey)> = changes.insert[10..]
+            .iter()
+            .map(|&(len, key, _)| (len, key))
+            .collect();
+        tables.not_inserted(3, &refused);
+        assert_eq!(tables.mapping_keys(), 10);
+        assert_eq!(tables.exited(3, t0).len(), 10);
+    }
+
+    #[test]
     fn misses_outside_the_known_mappings_refresh_with_a_backoff() {
         let t0 = Instant::now();
-        let mut tables = Tables::new(1 << 20);
-        tables.start(5, t0);
+        let mut tables = Tables::new(1 << 20, 4096);
+        tables.start(5, 0, t0);
         tables.set_mappings(5, vec![mapping(0x1000, None)], t0);
         assert!(!tables.needs_refresh(5, &[0x9000], t0), "not ready yet");
         tables.ready(5, t0);
@@ -560,24 +723,86 @@ mod tests {
         assert!(!tables.needs_refresh(5, &[0x9000], t1 + REFRESH_INTERVAL));
         assert!(tables.needs_refresh(5, &[0x9000], t1 + 2 * REFRESH_INTERVAL));
         // A new start (exec) forgets the process's keys and starts over.
-        tables.start(5, t1);
+        tables.start(5, 0, t1);
         assert!(!tables.needs_refresh(5, &[0x9000], t1 + 10 * REFRESH_INTERVAL));
+    }
+
+    #[test]
+    fn a_sampled_process_whose_table_was_evicted_is_loaded_again() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(4096, 4096);
+        tables.key(&id(1), t0);
+        tables.loaded(&id(1), shape(), 4096, t0);
+        tables.start(7, 0, t0);
+        tables.set_mappings(7, vec![mapping(0x1000, Some(1))], t0);
+        tables.ready(7, t0);
+        let t1 = t0 + REFRESH_INTERVAL;
+        assert!(tables.sampled(&[7], t1).is_empty(), "its table is in");
+        // Another process's table pushed it out.
+        assert_eq!(tables.evicted(&id(1)), Some(1));
+        assert!(tables.maps_evicted(7));
+        let t2 = t1 + REFRESH_INTERVAL;
+        assert_eq!(
+            tables.sampled(&[7, 99], t2),
+            vec![7],
+            "sampled again: load it again"
+        );
+        assert!(tables.sampled(&[7], t2).is_empty(), "rate limited");
+        // The load found no room: the wait doubles.
+        tables.refreshed(7, false);
+        assert!(tables.sampled(&[7], t2 + REFRESH_INTERVAL).is_empty());
+        assert_eq!(tables.sampled(&[7], t2 + 2 * REFRESH_INTERVAL), vec![7]);
+        tables.loaded(&id(1), shape(), 4096, t2);
+        tables.refreshed(7, true);
+        assert!(!tables.maps_evicted(7));
+        assert!(
+            tables.sampled(&[7], t2 + 10 * REFRESH_INTERVAL).is_empty(),
+            "back in"
+        );
+        // A table that failed to build is not asked for again.
+        tables.evicted(&id(1));
+        tables.failed(&id(1), None);
+        assert!(tables.sampled(&[7], t2 + 20 * REFRESH_INTERVAL).is_empty());
+    }
+
+    #[test]
+    fn a_failure_that_may_not_last_is_tried_again_later() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(8192, 4096);
+        tables.key(&id(1), t0);
+        tables.failed(&id(1), Some(t0 + Duration::from_secs(300)));
+        assert!(!tables.needs_table(&id(1), t0 + Duration::from_secs(299)));
+        assert!(tables.needs_table(&id(1), t0 + Duration::from_secs(300)));
+        tables.loaded(&id(1), shape(), 4096, t0);
+        assert!(!tables.needs_table(&id(1), t0 + Duration::from_secs(300)));
+        tables.evicted(&id(1));
+        assert!(
+            tables.needs_table(&id(1), t0),
+            "a loaded table has no failure left"
+        );
+        assert!(tables.can_fit(8192) && !tables.can_fit(8193));
     }
 
     #[test]
     fn running_processes_preload_in_order_skipping_those_sampled_first() {
         let t0 = Instant::now();
-        let mut tables = Tables::new(2 * 4096);
+        let mut tables = Tables::new(2 * 4096, 4096);
         assert!(!tables.preloading());
         assert_eq!(tables.next_preload(), None);
         tables.preload([1, 2, 3, 4]);
         assert!(tables.preloading());
         assert_eq!(tables.next_preload(), Some(1));
-        tables.start(1, t0);
+        tables.start(1, 0, t0);
+        tables.mark_preloaded(1);
+        assert_eq!(
+            tables.ready(1, t0 + Duration::from_secs(3)),
+            Some((Duration::from_secs(3), true)),
+            "measured from the agent's start"
+        );
         // Process 2 was sampled before its turn: it is loaded already.
-        tables.start(2, t0);
+        tables.start(2, 0, t0);
         assert_eq!(tables.next_preload(), Some(3));
-        tables.start(3, t0);
+        tables.start(3, 0, t0);
         assert_eq!(tables.next_preload(), Some(4));
         assert_eq!(tables.next_preload(), None);
         assert!(!tables.preloading());
@@ -591,18 +816,18 @@ mod tests {
     #[test]
     fn preloading_stops_once_the_budget_is_full() {
         let t0 = Instant::now();
-        let mut tables = Tables::new(2 * 4096);
+        let mut tables = Tables::new(2 * 4096, 4096);
         tables.preload([1, 2, 3, 4]);
         for n in 1..=2 {
             assert_eq!(tables.next_preload(), Some(u32::from(n)));
-            tables.start(u32::from(n), t0);
+            tables.start(u32::from(n), 0, t0);
             tables.key(&id(n), t0);
             assert_eq!(tables.make_room(4096, &HashSet::new()), Some(vec![]));
             tables.loaded(&id(n), shape(), 4096, t0);
             tables.set_mappings(u32::from(n), vec![mapping(0x1000, Some(n))], t0);
         }
         assert_eq!(tables.next_preload(), Some(3));
-        tables.start(3, t0);
+        tables.start(3, 0, t0);
         tables.key(&id(3), t0);
         let keep = HashSet::from([id(3)]);
         let evict = tables.make_room(4096, &keep).unwrap();

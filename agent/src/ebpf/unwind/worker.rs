@@ -14,15 +14,16 @@ use std::time::{Duration, Instant};
 use smolder_unwind::{Elf, ExeId, Layout, Limits, Unsupported, UnwindError};
 use tracing::{debug, debug_span, warn};
 
-use super::file::{MappedFile, Stamp};
+use super::file::{FileBytes, Stamp};
 use super::kernel::Kernel;
 use super::metrics::UnwindMetrics;
 use super::source::{self, DiskCache};
 use super::state::{Resolved, Shape, Tables};
 use super::{Ready, Request, vdso};
-use crate::ebpf::process::{FileKey, Mapping, Object, ProcessMap, open_mapped};
+use crate::ebpf::metrics::{MAP_FULL, PROCESS_CAP};
+use crate::ebpf::process::{FileKey, Mapping, Object, ProcessMap, open_mapped, process_start_time};
 use crate::ebpf::symbolize::DebugDirs;
-use crate::metrics::StageCounters;
+use crate::metrics::{DroppedUnit, StageCounters};
 
 /// How often exited processes are purged and gauges refreshed.
 const TICK: Duration = Duration::from_millis(500);
@@ -30,6 +31,20 @@ const TICK: Duration = Duration::from_millis(500);
 /// Unreferenced executables without a table in the kernel are forgotten after this long, so
 /// that a host that runs ever new binaries (a build machine) does not grow the agent.
 const FORGET_AFTER: Duration = Duration::from_secs(600);
+
+/// Now in whole seconds since the Unix epoch.
+fn unix_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The most files remembered as not ELF.
+const MAX_NOT_ELF: usize = 4096;
+
+/// How long a binary without call-frame information waits before its table is tried again
+/// (its debug file may have come).
+const NO_CFI_RETRY: Duration = Duration::from_secs(600);
 
 /// A file the worker has read.
 struct Known {
@@ -58,6 +73,8 @@ pub(super) struct Worker {
     files: HashMap<FileKey, Known>,
     vdso: Option<Vdso>,
     limits: Limits,
+    /// When the processes running at the agent's start were queued: their first sight.
+    preload_since: Option<Instant>,
 }
 
 impl Worker {
@@ -92,6 +109,7 @@ impl Worker {
             files: HashMap::new(),
             vdso,
             limits: Limits::default(),
+            preload_since: None,
         }
     }
 
@@ -99,12 +117,16 @@ impl Worker {
     pub(super) fn run(mut self, rx: Receiver<Request>) {
         let mut last_tick = Instant::now();
         loop {
+            self.metrics.last_progress.set(unix_seconds());
             if self.tables.preloading() {
                 match rx.try_recv() {
                     Ok(request) => self.handle(request),
                     Err(TryRecvError::Empty) => {
-                        if let Some(pid) = self.tables.next_preload() {
-                            self.start(pid, Instant::now());
+                        if let Some(pid) = self.tables.next_preload()
+                            && let Some(start_time) = process_start_time(pid)
+                        {
+                            let since = self.preload_since.unwrap_or_else(Instant::now);
+                            self.start_preloaded(pid, start_time, since);
                         }
                     }
                     Err(TryRecvError::Disconnected) => return,
@@ -125,13 +147,48 @@ impl Worker {
     }
 
     fn handle(&mut self, request: Request) {
+        self.metrics.requests_queued.dec();
         let now = Instant::now();
         match request {
-            Request::Preload(pids) => self.tables.preload(pids),
-            Request::Seen(pid) if self.tables.is_alive(pid) => {}
-            Request::Seen(pid) | Request::Exec(pid) => self.start(pid, now),
-            Request::Exited(pid) => self.tables.exited(pid, now),
-            Request::Sampled(pids) => self.tables.sampled(&pids, now),
+            Request::Preload(pids, at) => {
+                self.preload_since = Some(at);
+                self.tables.preload(pids);
+            }
+            Request::Seen {
+                pid, start_time, ..
+            } if self.tables.is_alive(pid, start_time) => {}
+            Request::Seen {
+                pid,
+                start_time,
+                at,
+            }
+            | Request::Exec {
+                pid,
+                start_time,
+                at,
+            } => {
+                self.start(pid, start_time, at);
+            }
+            Request::Exited(pid) => {
+                let keys = self.tables.exited(pid, now);
+                self.delete_mappings(&keys);
+            }
+            Request::Sampled(pids) => {
+                // Sampled and not tracked: its first sight was dropped (a full queue).
+                for &pid in &pids {
+                    if self.tables.mappings(pid).is_none()
+                        && let Some(start_time) = process_start_time(pid)
+                    {
+                        self.start(pid, start_time, now);
+                    }
+                }
+                for pid in self.tables.sampled(&pids, now) {
+                    self.metrics.reloads.inc();
+                    self.load(pid);
+                    let back = !self.tables.maps_evicted(pid);
+                    self.tables.refreshed(pid, back);
+                }
+            }
             Request::Missed(misses) => {
                 for miss in misses {
                     if self.tables.needs_refresh(miss.pid, &miss.frames, now) {
@@ -143,6 +200,7 @@ impl Worker {
                             let _ = self.ready.send(Ready {
                                 pid: miss.pid,
                                 after: done.saturating_duration_since(now),
+                                preloaded: false,
                                 at: done,
                                 refresh: true,
                             });
@@ -162,14 +220,33 @@ impl Worker {
             self.files
                 .retain(|_, known| known.exe.as_ref().is_none_or(|id| !forgotten.contains(id)));
         }
-        self.files.retain(|_, known| known.exe.is_some());
+        // Files that are not ELF are remembered, so that each load does not parse (and count)
+        // them again; all of them are forgotten past a bound.
+        if self
+            .files
+            .values()
+            .filter(|known| known.exe.is_none())
+            .count()
+            > MAX_NOT_ELF
+        {
+            self.files.retain(|_, known| known.exe.is_some());
+        }
         self.update_gauges();
     }
 
-    /// Starts (or starts over, after an exec or a pid reuse) tracking `pid` and loads it.
-    fn start(&mut self, pid: u32, now: Instant) {
-        let old = self.tables.start(pid, now);
+    /// Starts (or starts over, after an exec or a pid reuse) tracking `pid`, first seen at
+    /// `first_sight`, and loads it.
+    fn start(&mut self, pid: u32, start_time: u64, first_sight: Instant) {
+        let old = self.tables.start(pid, start_time, first_sight);
         self.delete_mappings(&old);
+        self.load(pid);
+    }
+
+    /// Starts tracking `pid`, running at the agent's start (`since`), and loads it.
+    fn start_preloaded(&mut self, pid: u32, start_time: u64, since: Instant) {
+        let old = self.tables.start(pid, start_time, since);
+        self.delete_mappings(&old);
+        self.tables.mark_preloaded(pid);
         self.load(pid);
     }
 
@@ -183,7 +260,8 @@ impl Worker {
             Err(err) => {
                 debug!(pid, error = %err, "process gone before its mappings were read");
                 // Its exit event may be lost; forget it once the grace is over.
-                self.tables.exited(pid, now);
+                let keys = self.tables.exited(pid, now);
+                self.delete_mappings(&keys);
                 return false;
             }
         };
@@ -205,21 +283,47 @@ impl Worker {
         let Some(changes) = self.tables.set_mappings(pid, resolved, Instant::now()) else {
             return false;
         };
-        for (prefix, key, value) in changes.insert {
+        if changes.capped > 0 {
+            self.errors
+                .dropped(DroppedUnit::Mappings, PROCESS_CAP, changes.capped);
+        }
+        let mut refused = Vec::new();
+        for (i, &(prefix, key, value)) in changes.insert.iter().enumerate() {
             if let Err(err) = self.kernel.insert_mapping(prefix, key, value) {
                 self.errors.error("unwind_mappings");
                 warn!(pid, error = %err, "the unwinder's mappings map refused an entry (full?); the process's stacks are walked with frame pointers where it lacks entries");
+                refused = changes.insert[i..]
+                    .iter()
+                    .map(|&(prefix, key, _)| (prefix, key))
+                    .collect();
                 break;
             }
         }
         self.delete_mappings(&changes.delete);
+        if !refused.is_empty() {
+            self.tables.not_inserted(pid, &refused);
+            self.errors
+                .dropped(DroppedUnit::Mappings, MAP_FULL, refused.len() as u64);
+            self.update_gauges();
+            return changed;
+        }
         let done = Instant::now();
-        if let Some(after) = self.tables.ready(pid, done) {
-            self.metrics.ready_duration.observe(after.as_secs_f64());
-            debug!(pid, ms = after.as_millis() as u64, "unwind tables loaded");
+        if let Some((after, preloaded)) = self.tables.ready(pid, done) {
+            let trigger = if preloaded { "start" } else { "sample" };
+            self.metrics
+                .ready_duration
+                .with_label_values(&[trigger])
+                .observe(after.as_secs_f64());
+            debug!(
+                pid,
+                ms = after.as_millis() as u64,
+                trigger,
+                "unwind tables loaded"
+            );
             let _ = self.ready.send(Ready {
                 pid,
                 after,
+                preloaded,
                 at: done,
                 refresh: false,
             });
@@ -262,8 +366,8 @@ impl Worker {
         {
             let (id, bias) = (id.clone(), layout.bias(mapping.start, mapping.offset)?);
             keep.insert(id.clone());
-            if self.tables.needs_table(&id) {
-                let mapped = MappedFile::new(&file, stamp.size).ok()?;
+            if self.tables.needs_table(&id, Instant::now()) {
+                let mapped = FileBytes::new(&file, &stamp).ok()?;
                 let elf = Elf::parse(mapped.bytes()).ok()?;
                 self.ensure_table(&id, &elf, pid, path, keep);
             }
@@ -273,10 +377,10 @@ impl Worker {
             // The same file, not an ELF file.
             return None;
         }
-        let mapped = match MappedFile::new(&file, stamp.size) {
+        let mapped = match FileBytes::new(&file, &stamp) {
             Ok(mapped) => mapped,
             Err(err) => {
-                debug!(pid, path = &**path, error = %err, "mapping a binary failed");
+                debug!(pid, path = &**path, error = %err, "reading a binary failed");
                 self.fail("unreadable");
                 return None;
             }
@@ -321,7 +425,7 @@ impl Worker {
         let bias = vdso.layout.bias(mapping.start, mapping.offset);
         let id = vdso.id.clone();
         keep.insert(id.clone());
-        if self.tables.needs_table(&id)
+        if self.tables.needs_table(&id, Instant::now())
             && let Ok(elf) = Elf::parse(&vdso.bytes)
         {
             self.ensure_table(&id, &elf, 0, "[vdso]", keep);
@@ -346,7 +450,7 @@ impl Worker {
         path: &str,
         keep: &HashSet<ExeId>,
     ) {
-        if !self.tables.needs_table(id) {
+        if !self.tables.needs_table(id, Instant::now()) {
             return;
         }
         let now = Instant::now();
@@ -362,14 +466,16 @@ impl Worker {
         ) {
             Ok(had) => had,
             Err(err) => {
-                let reason = match err {
-                    UnwindError::NoCfi => "no_cfi",
-                    UnwindError::TooLarge { .. } => "too_large",
-                    _ => "malformed",
+                // No call-frame information may come with a debug file (a package installed,
+                // debuginfod): tried again later. The others are the file's for good.
+                let (reason, retry_at) = match err {
+                    UnwindError::NoCfi => ("no_cfi", Some(now + NO_CFI_RETRY)),
+                    UnwindError::TooLarge { .. } => ("too_large", None),
+                    _ => ("malformed", None),
                 };
                 debug!(path, error = %err, "no unwind table");
                 self.fail(reason);
-                self.tables.failed(id);
+                self.tables.failed(id, retry_at);
                 return;
             }
         };
@@ -377,7 +483,12 @@ impl Worker {
             self.metrics.build_duration.observe(took.as_secs_f64());
         }
         let entries = had.table.entries();
-        let Some(evict) = self.tables.make_room(Kernel::estimate(entries.len()), keep) else {
+        let bytes = Kernel::estimate(entries.len());
+        if !self.tables.can_fit(bytes) {
+            // Larger than the whole budget: never loads, so never built again.
+            self.tables.failed(id, None);
+        }
+        let Some(evict) = self.tables.make_room(bytes, keep) else {
             self.fail("over_budget");
             warn!(
                 path,

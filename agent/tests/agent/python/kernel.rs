@@ -242,34 +242,34 @@ fn total(stacks: &[(String, u64)]) -> u64 {
 /// Samples a script must have for its share of correct stacks to mean something.
 const ENOUGH: u64 = 50;
 
-/// A script's stacks over the recordings: all of them, and those of the windows after its
-/// unwind tables went in.
+/// A script's stacks over the recordings, of the windows after its unwind tables went in.
+/// Before the agent has read a process (its tables, its interpreter's offsets), its samples
+/// carry what a first sight can give, and how long that takes depends on the machine's load
+/// (on a loaded CI run, a third of a thread test's samples fell before), so the shares the
+/// tests check are of these windows only.
 #[derive(Default)]
 struct Recorded {
-    all: Vec<(String, u64)>,
     with_tables: Vec<(String, u64)>,
 }
 
-/// Records the scripts (service, pid) until each has [`ENOUGH`] samples in all and [`ENOUGH`]
-/// with its tables in, however long a busy machine takes to give them (recordings of 10 s, at
-/// most four), and returns each service's stacks over all recordings. Each recording loads the
-/// sampler afresh, so each starts with the samples a script has before the agent registers it
-/// for the Python walk (its first poll interval, 50 ms) and loads its tables: long recordings
-/// keep them a small share, as in the daemon, which does both once per process.
+/// Records the scripts (service, pid) until each has [`ENOUGH`] samples with its tables in,
+/// however long a busy machine takes to give them (recordings of 10 s, at most four), and
+/// returns each service's stacks over the recordings. Each recording loads the sampler afresh,
+/// so each starts with the samples a script has before the agent registers it for the Python
+/// walk and loads its tables; those windows are left out.
 fn record_enough(scripts: &[(&str, u32)]) -> HashMap<String, Recorded> {
     let mut stacks: HashMap<String, Recorded> = HashMap::new();
     for _ in 0..4 {
         let recording = record_scripts(10);
         for &(service, pid) in scripts {
             let recorded = stacks.entry(service.to_owned()).or_default();
-            recorded.all.extend(folded(&recording.profiles, service));
             recorded
                 .with_tables
                 .extend(folded(&after_tables(&recording, pid), service));
         }
         if scripts.iter().all(|(service, _)| {
             let recorded = &stacks[*service];
-            total(&recorded.all) >= ENOUGH && total(&recorded.with_tables) >= ENOUGH
+            total(&recorded.with_tables) >= ENOUGH
         }) {
             break;
         }
@@ -335,7 +335,7 @@ fn python_stacks_carry_the_call_tree_with_files_and_first_lines() {
             expected_names(report),
             "{label}: the oracle"
         );
-        let stacks = &recorded[&spinner.service].all;
+        let stacks = &recorded[&spinner.service].with_tables;
         let expected = root_first(report);
         let (carried, all) = (carrying(stacks, &expected), total(stacks));
         assert!(
@@ -374,7 +374,7 @@ fn python_threads_each_carry_their_own_function() {
         .collect();
     let recorded = record_enough(&scripts);
     for ((label, spinner), reports) in spinners.iter().zip(&reports) {
-        let stacks = &recorded[&spinner.service].all;
+        let stacks = &recorded[&spinner.service].with_tables;
         let all = total(stacks);
         let mut carried = 0;
         for report in reports {
@@ -418,7 +418,7 @@ fn a_python_callback_of_a_c_function_follows_its_python_caller() {
         .collect();
     let recorded = record_enough(&scripts);
     for ((label, spinner), report) in spinners.iter().zip(&reports) {
-        let stacks = &recorded[&spinner.service].all;
+        let stacks = &recorded[&spinner.service].with_tables;
         let expected = root_first(report);
         assert!(expected.contains("sort_items ("), "{label}: {expected}");
         assert!(expected.ends_with(&format!(";{}", expected_names(report)[0])));
@@ -525,7 +525,7 @@ fn python_stacks_of_a_process_in_its_own_pid_namespace() {
         "namespace ids: {reports:?}"
     );
     let recorded = record_enough(&[(spinner.service.as_str(), spinner.script.pid())]);
-    let stacks = &recorded[&spinner.service].all;
+    let stacks = &recorded[&spinner.service].with_tables;
     let all = total(stacks);
     let carried: u64 = reports
         .iter()
@@ -687,6 +687,8 @@ fn the_kernel_walk_reads_the_frames_and_entry_frames_the_reader_reads() {
 
         let mut ebpf = aya::EbpfLoader::new()
             .override_global(kernel::GLOBAL_SELF_TGID, &std::process::id(), true)
+            // The off-CPU task storage, which aya creates but has no type for.
+            .allow_unsupported_maps()
             .load(kernel::OBJECT)
             .expect("loading the sampler (as root)");
         let mut procs: BpfHashMap<_, u32, PythonProc> =

@@ -176,6 +176,8 @@ fn mixed_stacks_put_the_native_frames_of_a_c_function_between_its_python_caller_
 
     let mut ebpf = EbpfLoader::new()
         .override_global(kernel::GLOBAL_SELF_TGID, &std::process::id(), true)
+        // The off-CPU task storage, which aya creates but has no type for.
+        .allow_unsupported_maps()
         .load(kernel::OBJECT)
         .expect("loading the unwinder (as root)");
     let modules = load_tables(&mut ebpf, pid);
