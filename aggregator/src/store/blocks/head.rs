@@ -6,13 +6,18 @@
 //! totals) and, when a range is cut, one tree per batch and bucket for the block builder.
 //! Owned by the store's state lock; the writer thread is its only writer.
 //!
+//! A range being cut is sealed: moved aside, shared with the cut building its block off the
+//! writer thread, and still read until the block is published; writes that arrive for it
+//! meanwhile start a new range of the same start, cut next time.
+//!
 //! A series keeps the union of its trees' nodes once (parent and frame per node, frames named
 //! in the range's one name table) and each write as `(node, self value)` pairs: about a fifth
 //! of a tree's nodes carry a self value, so the head holds a 10 s tree of 11,000 nodes in about
 //! 30 KB rather than the 400 KB of a `Tree`. Every write keeps its marker and stays apart, so
 //! that a cut block keeps batches separable (see the block format).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use smolder_block::Marker;
 use smolder_common::tree::NodeRef;
@@ -25,6 +30,23 @@ use crate::tenant::Tenant;
 #[derive(Default)]
 pub(crate) struct Head {
     ranges: BTreeMap<(Tenant, u64), HeadRange>,
+    /// Ranges being cut, at most one per tenant and start.
+    sealed: BTreeMap<(Tenant, u64), Sealed>,
+}
+
+/// A range being cut.
+struct Sealed {
+    range: Arc<HeadRange>,
+    /// Apps deleted since it was sealed: hidden from reads here, and in its block once
+    /// published.
+    deleted: BTreeSet<String>,
+}
+
+/// A range sealed for a cut: what the cut builds its block from.
+pub(crate) struct SealedRange {
+    pub(crate) tenant: Tenant,
+    pub(crate) start: u64,
+    pub(crate) range: Arc<HeadRange>,
 }
 
 /// One tenant's writes in one head range.
@@ -73,37 +95,85 @@ impl Head {
         }
     }
 
-    /// The ranges of `tenant` overlapping `[from, until)`, given the range span.
+    /// The ranges of `tenant` overlapping `[from, until)`, given the range span, each with the
+    /// apps deleted from it that reads must skip (only a sealed range has any).
     pub(crate) fn ranges_of<'h>(
         &'h self,
         tenant: &Tenant,
         span: u64,
         from: u64,
         until: u64,
-    ) -> impl Iterator<Item = (u64, &'h HeadRange)> + 'h {
-        let tenant = tenant.clone();
-        self.ranges
+    ) -> impl Iterator<Item = (&'h HeadRange, Option<&'h BTreeSet<String>>)> + use<'h> {
+        let wanted = {
+            let tenant = tenant.clone();
+            move |(t, start): &(Tenant, u64)| *t == tenant && *start < until && start + span > from
+        };
+        let live = self
+            .ranges
             .iter()
-            .filter(move |((t, start), _)| *t == tenant && *start < until && start + span > from)
-            .map(|((_, start), range)| (*start, range))
+            .filter({
+                let wanted = wanted.clone();
+                move |(key, _)| wanted(key)
+            })
+            .map(|(_, range)| (range, None));
+        let sealed = self
+            .sealed
+            .iter()
+            .filter(move |(key, _)| wanted(key))
+            .map(|(_, sealed)| (&*sealed.range, Some(&sealed.deleted)));
+        live.chain(sealed)
     }
 
-    /// Every range, as (tenant, start).
-    pub(crate) fn keys(&self) -> Vec<(Tenant, u64)> {
-        self.ranges.keys().cloned().collect()
+    /// Whether a live range of any tenant starts at `start`.
+    pub(crate) fn has_live(&self, start: u64) -> bool {
+        self.ranges.keys().any(|(_, s)| *s == start)
     }
 
-    /// The range of `tenant` starting at `start`.
-    pub(crate) fn range(&self, tenant: &Tenant, start: u64) -> Option<&HeadRange> {
-        self.ranges.get(&(tenant.clone(), start))
+    /// Seals every live range whose start `due` accepts (unless one of its tenant and start is
+    /// sealed already: it waits for that cut), and returns every sealed range, those of an
+    /// earlier cut that failed included.
+    pub(crate) fn seal(&mut self, due: impl Fn(u64) -> bool) -> Vec<SealedRange> {
+        let keys: Vec<(Tenant, u64)> = self
+            .ranges
+            .keys()
+            .filter(|key| due(key.1) && !self.sealed.contains_key(key))
+            .cloned()
+            .collect();
+        for key in keys {
+            if let Some(range) = self.ranges.remove(&key) {
+                let sealed = Sealed {
+                    range: Arc::new(range),
+                    deleted: BTreeSet::new(),
+                };
+                self.sealed.insert(key, sealed);
+            }
+        }
+        self.sealed
+            .iter()
+            .map(|((tenant, start), sealed)| SealedRange {
+                tenant: tenant.clone(),
+                start: *start,
+                range: Arc::clone(&sealed.range),
+            })
+            .collect()
     }
 
-    /// Takes the range of `tenant` starting at `start` out of the head.
-    pub(crate) fn remove(&mut self, tenant: &Tenant, start: u64) -> Option<HeadRange> {
-        self.ranges.remove(&(tenant.clone(), start))
+    /// The apps deleted from the sealed range of `tenant` at `start` since it was sealed,
+    /// which its block must hide.
+    pub(crate) fn deleted_in_sealed(&self, tenant: &Tenant, start: u64) -> BTreeSet<String> {
+        self.sealed
+            .get(&(tenant.clone(), start))
+            .map(|sealed| sealed.deleted.clone())
+            .unwrap_or_default()
     }
 
-    /// Deletes every series of `app` of `tenant`; returns the series deleted.
+    /// Drops the sealed range of `tenant` at `start`, its block published.
+    pub(crate) fn unseal(&mut self, tenant: &Tenant, start: u64) {
+        self.sealed.remove(&(tenant.clone(), start));
+    }
+
+    /// Deletes every series of `app` of `tenant` (from a sealed range, hides it); returns the
+    /// series deleted.
     pub(crate) fn delete_app(&mut self, tenant: &Tenant, app: &str) -> Vec<Series> {
         let mut deleted = Vec::new();
         for ((t, _), range) in &mut self.ranges {
@@ -119,12 +189,31 @@ impl Head {
             });
         }
         self.ranges.retain(|_, range| !range.series.is_empty());
+        for ((t, _), sealed) in &mut self.sealed {
+            if t != tenant || sealed.deleted.contains(app) {
+                continue;
+            }
+            let before = deleted.len();
+            deleted.extend(
+                sealed
+                    .range
+                    .series
+                    .keys()
+                    .filter(|series| series.app() == app)
+                    .cloned(),
+            );
+            if deleted.len() > before {
+                sealed.deleted.insert(app.to_owned());
+            }
+        }
         deleted
     }
 
-    /// Series in the head.
+    /// Series in the head, sealed ranges included.
     pub(crate) fn series_count(&self) -> usize {
-        self.ranges.values().map(|r| r.series.len()).sum()
+        let live: usize = self.ranges.values().map(|r| r.series.len()).sum();
+        let sealed: usize = self.sealed.values().map(|s| s.range.series.len()).sum();
+        live + sealed
     }
 }
 

@@ -4,21 +4,24 @@
 //! whole group durable with one fsync, then adds the group's writes to the head in memory and
 //! answers (group commit). A write arrives [`Prepared`]: numbered, split by head range and
 //! framed for the logs by its caller, so that concurrent writes encode and compress in parallel
-//! and the writer only appends. Cuts, app deletions, rules, retention and the publication of a
-//! compaction take the same path, so that none of them races another: a cut never loses a
-//! write that arrived while it ran, and a deletion never misses a block being published.
+//! and the writer only appends. A cut's sealing of head ranges and publication of their blocks
+//! (built in between off this thread, `cut.rs`), app deletions, rules, retention and the
+//! publication of a compaction take the same path, so that none of them races another: a cut
+//! never loses a write that arrived while it ran, and a deletion never misses a block being
+//! published.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime};
 
-use smolder_block::{BlockBuilder, Contribution, Marker};
+use smolder_block::Marker;
 use smolder_common::{Profile, Series};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info};
 
-use super::files::{BlockFile, BlockName, BlockSet};
+use super::files::{BlockFile, BlockSet};
+use super::head::SealedRange;
 use super::wal::{Record, Wal};
 use super::{RetentionReport, Shared, Tombstones, block_plans, plan};
 use crate::store::{BatchMarker, StoreError, Written, unix};
@@ -52,9 +55,16 @@ pub(crate) enum Command {
         name: String,
         reply: oneshot::Sender<Result<bool, StoreError>>,
     },
-    /// Cut the head ranges closed as of `now`.
-    Cut {
+    /// Seal the head ranges closed as of `now` for a cut; answers every sealed range.
+    Seal {
         now: SystemTime,
+        reply: oneshot::Sender<Result<Vec<SealedRange>, StoreError>>,
+    },
+    /// Publish the blocks cut from the sealed ranges starting at `start` (written durably)
+    /// and remove their writes from the head; answers how many blocks.
+    PublishCut {
+        start: u64,
+        blocks: Vec<Arc<BlockFile>>,
         reply: oneshot::Sender<Result<u64, StoreError>>,
     },
     /// Apply retention as of `now`.
@@ -382,8 +392,21 @@ impl Writer {
                     let _ = reply.send(Err(err));
                 }
             },
-            Command::Cut { now, reply } => {
-                let _ = reply.send(self.cut(unix(now)));
+            Command::Seal { now, reply } => {
+                let now = unix(now);
+                let sealed = self
+                    .shared
+                    .state_mut()
+                    .head
+                    .seal(|start| plan::cut_due(start, now));
+                let _ = reply.send(Ok(sealed));
+            }
+            Command::PublishCut {
+                start,
+                blocks,
+                reply,
+            } => {
+                let _ = reply.send(self.publish_cut(start, blocks));
             }
             Command::Retention { now, reply } => {
                 let _ = reply.send(self.retention_pass(unix(now)));
@@ -508,98 +531,69 @@ impl Writer {
         Ok((Written::Stored, (prepared.profiles, records)))
     }
 
-    /// Cuts every head range closed as of `now`: one block per tenant, written durably, then
-    /// the range's log deleted, then the blocks published and the
-    /// range dropped from memory.
-    fn cut(&mut self, now: u64) -> Result<u64, StoreError> {
-        let due: BTreeSet<u64> = self
-            .shared
-            .state()
-            .head
-            .keys()
-            .into_iter()
-            .map(|(_, start)| start)
-            .filter(|&start| plan::cut_due(start, now))
-            .collect();
-        let mut cut = 0;
-        for start in due {
-            cut += self.cut_range(start)?;
-        }
-        Ok(cut)
-    }
-
-    fn cut_range(&mut self, start: u64) -> Result<u64, StoreError> {
-        let started = Instant::now();
-        let _span = tracing::info_span!("cut", start).entered();
-        let tenants: Vec<Tenant> = self
-            .shared
-            .state()
-            .head
-            .keys()
-            .into_iter()
-            .filter(|(_, s)| *s == start)
-            .map(|(t, _)| t)
-            .collect();
-        let mut blocks = Vec::new();
-        for tenant in &tenants {
-            let bytes = {
-                let state = self.shared.state();
-                let Some(range) = state.head.range(tenant, start) else {
-                    continue;
-                };
-                let mut builder =
-                    BlockBuilder::new(tenant.as_str(), start, plan::HEAD_SPAN, plan::BUCKET)
-                        .expect("the head span climbs by tens from 10 s");
-                for (series, data) in &range.series {
-                    for entry in &data.entries {
-                        let tree = range.entry_tree(data, entry);
-                        builder
-                            .add(
-                                series,
-                                &data.meta,
-                                entry.bucket,
-                                &tree,
-                                Contribution::batch(entry.marker.clone(), entry.writes),
-                            )
-                            .expect("a head range holds only its own buckets");
-                    }
+    /// Publishes the blocks a cut built from the sealed ranges starting at `start`: the apps
+    /// deleted from those ranges meanwhile hidden in them (durably), then the range's log rid
+    /// of what the blocks hold (deleted, unless writes arrived for the range since it was
+    /// sealed), then the blocks in the published set and the sealed ranges out of the head, in
+    /// one step for reads.
+    fn publish_cut(&mut self, start: u64, blocks: Vec<Arc<BlockFile>>) -> Result<u64, StoreError> {
+        let deleted: Vec<(Arc<BlockFile>, BTreeSet<String>)> = {
+            let state = self.shared.state();
+            blocks
+                .iter()
+                .map(|block| {
+                    (
+                        Arc::clone(block),
+                        state.head.deleted_in_sealed(&block.name.tenant, start),
+                    )
+                })
+                .collect()
+        };
+        if deleted.iter().any(|(_, apps)| !apps.is_empty()) {
+            let mut batch = sled::Batch::default();
+            for (block, apps) in &deleted {
+                for app in apps {
+                    let key = (block.name.tenant.clone(), app.clone());
+                    let hidden = self.tombstones.entry(key).or_default();
+                    hidden.insert(block.name.id.clone());
+                    Wal::put_tombstone(&mut batch, &block.name.tenant, app, hidden);
                 }
-                builder.finish().map_err(|err| StoreError::Engine {
-                    source: Box::new(err),
-                })?
-            };
-            let (bytes, report) = bytes;
-            let name = BlockName {
-                start,
-                span: plan::HEAD_SPAN,
-                tenant: tenant.clone(),
-                id: format!("{:016x}", rand::random::<u64>()),
-            };
-            let len = bytes.len() as u64;
-            self.shared.files.put(&name, bytes)?;
-            let block =
-                self.shared
-                    .files
-                    .open_block(&name, len)
-                    .map_err(|err| StoreError::Object {
-                        what: format!("reading back {name}"),
-                        source: Box::new(err),
-                    })?;
-            self.shared.metrics.blocks_cut.inc();
-            self.shared.metrics.block_bytes_written.inc_by(len);
-            debug!(block = %name, series = report.series, nodes = report.nodes, bytes = len, "head range cut");
-            blocks.push(Arc::new(block));
+            }
+            self.shared.wal.apply(batch)?;
+            self.shared.wal.flush()?;
         }
-        self.shared.test_pause("cut written, head not yet deleted");
-        self.shared.wal.remove_range(start)?;
+        if self.shared.state().head.has_live(start) {
+            // Writes arrived for the range while it was cut: keep theirs, drop what the blocks
+            // hold (the rule a restart's replay applies).
+            let kept: Vec<Record> = self
+                .shared
+                .wal
+                .range_records(start)?
+                .into_iter()
+                .filter(|record| {
+                    !blocks.iter().any(|block| {
+                        block.name.tenant == record.tenant
+                            && block.index.contains_marker(&record.marker)
+                    })
+                })
+                .collect();
+            let kept: Vec<&Record> = kept.iter().collect();
+            self.shared.wal.rewrite_range(start, &kept)?;
+        } else {
+            self.shared.wal.remove_range(start)?;
+        }
         let count = blocks.len() as u64;
         let mut state = self.shared.state_mut();
         let mut set = BlockSet::clone(&state.blocks);
-        for block in blocks {
+        for (block, apps) in deleted {
+            state.head.unseal(&block.name.tenant, start);
+            for app in apps {
+                set.hidden
+                    .entry(block.name.id.clone())
+                    .or_default()
+                    .insert(app);
+            }
             set.insert(block);
-        }
-        for tenant in &tenants {
-            state.head.remove(tenant, start);
         }
         state.blocks = Arc::new(set);
         self.shared
@@ -607,10 +601,6 @@ impl Writer {
             .head_series
             .set(state.head.series_count() as i64);
         self.update_gauges(&state.blocks);
-        self.shared
-            .metrics
-            .cut_duration
-            .observe(started.elapsed().as_secs_f64());
         Ok(count)
     }
 
