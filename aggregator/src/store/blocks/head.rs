@@ -65,11 +65,33 @@ pub(crate) struct HeadSeries {
     /// Unix seconds of its first and last 10 s bucket.
     pub(crate) first: u64,
     pub(crate) last: u64,
-    parents: Vec<u32>,
-    frames: Vec<u32>,
-    children: HashMap<(u32, u32), u32, foldhash::fast::RandomState>,
+    /// The shape: the union of its trees' nodes, the root first.
+    nodes: Vec<ShapeNode>,
+    /// The children of parents with more than [`WIDE`] of them, by (parent, frame).
+    wide: HashMap<(u32, u32), u32, foldhash::fast::RandomState>,
     pub(crate) entries: Vec<Entry>,
 }
+
+/// One node of a series' shape. Children are found by walking the parent's child list (a
+/// node's first child usually follows it, since trees add their nodes depth first), which
+/// stays in cache where a hash lookup per node missed it: adding a tree does one lookup per
+/// node, and the shape of a busy series outgrows the caches.
+struct ShapeNode {
+    parent: u32,
+    /// The frame's id in the range's name table (`u32::MAX` for the root).
+    frame: u32,
+    /// `NONE` when it has none.
+    first_child: u32,
+    next_sibling: u32,
+    children: u32,
+}
+
+/// "No node": the root is nobody's child or sibling.
+const NONE: u32 = 0;
+
+/// Parents with more children than this find a child in [`HeadSeries::wide`] rather than by
+/// walking their list (roots and dispatchers can have thousands).
+const WIDE: u32 = 8;
 
 /// One write's data of one series in one bucket.
 pub(crate) struct Entry {
@@ -249,7 +271,8 @@ impl HeadRange {
         }
         series.first = series.first.min(bucket);
         series.last = series.last.max(bucket);
-        let mut values = Vec::new();
+        // About a fifth of a tree's nodes carry a self value.
+        let mut values = Vec::with_capacity(tree.len() / 4);
         let root = tree.root();
         if root.self_value() > 0 {
             values.push((0, root.self_value()));
@@ -300,7 +323,7 @@ impl HeadRange {
     /// The sum of `series`' entries in `[from, until)` and the writes it sums; `None` when
     /// none falls there.
     pub(crate) fn sum(&self, series: &HeadSeries, from: u64, until: u64) -> Option<(Tree, u64)> {
-        let mut dense = vec![0u64; series.parents.len()];
+        let mut dense = vec![0u64; series.nodes.len()];
         let mut writes = 0u64;
         let mut any = false;
         for entry in &series.entries {
@@ -334,19 +357,61 @@ impl HeadSeries {
             meta_bucket: bucket,
             first: bucket,
             last: bucket,
-            parents: vec![0],
-            frames: vec![u32::MAX],
-            children: HashMap::default(),
+            nodes: vec![ShapeNode {
+                parent: 0,
+                frame: u32::MAX,
+                first_child: NONE,
+                next_sibling: NONE,
+                children: 0,
+            }],
+            wide: HashMap::default(),
             entries: Vec::new(),
         }
     }
 
+    /// The child of `parent` with `frame`, added if new.
     fn child(&mut self, parent: u32, frame: u32) -> u32 {
-        let next = self.parents.len() as u32;
-        let at = *self.children.entry((parent, frame)).or_insert(next);
-        if at == next {
-            self.parents.push(parent);
-            self.frames.push(frame);
+        let node = &self.nodes[parent as usize];
+        if node.children > WIDE {
+            if let Some(&at) = self.wide.get(&(parent, frame)) {
+                return at;
+            }
+        } else {
+            let mut at = node.first_child;
+            while at != NONE {
+                let child = &self.nodes[at as usize];
+                if child.frame == frame {
+                    return at;
+                }
+                at = child.next_sibling;
+            }
+        }
+        let at = u32::try_from(self.nodes.len()).expect("fewer than 2^32 nodes in one series");
+        let next_sibling = self.nodes[parent as usize].first_child;
+        self.nodes.push(ShapeNode {
+            parent,
+            frame,
+            first_child: NONE,
+            next_sibling,
+            children: 0,
+        });
+        let node = &mut self.nodes[parent as usize];
+        node.first_child = at;
+        node.children += 1;
+        match node.children {
+            count if count == WIDE + 1 => {
+                // Grown wide: its children move to the map.
+                let mut child = at;
+                while child != NONE {
+                    let data = &self.nodes[child as usize];
+                    self.wide.insert((parent, data.frame), child);
+                    child = data.next_sibling;
+                }
+            }
+            count if count > WIDE + 1 => {
+                self.wide.insert((parent, frame), at);
+            }
+            _ => {}
         }
         at
     }
@@ -360,10 +425,11 @@ impl HeadSeries {
             path.clear();
             let mut at = node;
             while at != 0 {
-                let frame = self.frames[at as usize] as usize;
+                let node = &self.nodes[at as usize];
+                let frame = node.frame as usize;
                 let id = *ids[frame].get_or_insert_with(|| tree.intern(&names[frame]));
                 path.push(id);
-                at = self.parents[at as usize];
+                at = node.parent;
             }
             path.reverse();
             tree.insert(&path, value);

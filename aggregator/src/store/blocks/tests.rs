@@ -966,3 +966,32 @@ async fn writes_and_deletions_during_a_cut_are_kept_once() {
     assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
     assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
 }
+
+/// A parent with more children than a short list holds finds them through the head's map, in
+/// every later write too: each stack is summed into one node.
+#[tokio::test]
+async fn wide_parents_in_the_head_sum_each_child_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let store = open(dir.path());
+    let stacks: Vec<String> = (0..30).map(|i| format!("main;f{i};leaf")).collect();
+    for round in 0..3u64 {
+        let profiles = stacks
+            .iter()
+            .take(4 + 13 * round as usize)
+            .map(|stack| profile("app.cpu", base + 10 * round, &[(stack.as_str(), 1)]))
+            .collect();
+        write(&store, profiles).await;
+    }
+    let mut expected = Tree::new();
+    for round in 0..3usize {
+        for stack in stacks.iter().take(4 + 13 * round) {
+            expected.insert_names(stack.split(';'), 1);
+        }
+    }
+    let read = merge(&store, "app.cpu", base, base + 30).sum.tree;
+    assert_eq!(folded(&read), folded(&expected));
+    store.cut(at(base + 2_000)).await.unwrap();
+    let read = merge(&store, "app.cpu", base, base + 30).sum.tree;
+    assert_eq!(folded(&read), folded(&expected));
+}
