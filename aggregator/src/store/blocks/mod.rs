@@ -11,8 +11,9 @@
 //! - `blocks/` (`store.object-store`), the blocks (`files.rs`), each `<tenant>/<start>-<span>-
 //!   <id>.block`.
 //! - one writer thread (`writer.rs`) that applies writes (each group made durable with one
-//!   fsync before any is acknowledged), cuts closed head ranges into blocks, applies app
-//!   deletions, rules and retention, and publishes compactions;
+//!   fsync before any is acknowledged), seals closed head ranges for a cut and publishes the
+//!   blocks built from them (`cut.rs`, on the blocking pool), applies app deletions, rules and
+//!   retention, and publishes compactions;
 //! - the maintenance tasks [`BlockStore::start_maintenance`] spawns: cuts every 10 s,
 //!   compaction (`compact.rs`) and retention every `store.compaction-interval` and
 //!   `store.retention-interval`, then the disk gauges.
@@ -34,6 +35,7 @@
 
 mod cache;
 mod compact;
+mod cut;
 pub(crate) mod files;
 mod head;
 mod migrate;
@@ -65,7 +67,7 @@ use self::cache::ChunkCache;
 use self::files::{BlockFile, BlockSet, Files, OpenError};
 use self::head::Head;
 use self::wal::Wal;
-use self::writer::Command;
+use self::writer::{Command, Prepared, WriteIds};
 
 pub use self::files::{LocalConfig, ObjectStoreConfig};
 
@@ -147,10 +149,14 @@ pub(crate) struct BlockStore {
 struct Inner {
     shared: Arc<Shared>,
     commands: mpsc::Sender<Command>,
+    /// Numbers writes as callers prepare them.
+    ids: Arc<WriteIds>,
     writer: Mutex<Option<JoinHandle<()>>>,
     maintenance: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// One compaction pass at a time.
     compacting: Arc<Mutex<()>>,
+    /// One cut pass at a time.
+    cutting: Arc<Mutex<()>>,
     dir: DataDir,
 }
 
@@ -198,6 +204,7 @@ impl BlockStore {
             pause,
         });
         let state = writer::Writer::open(Arc::clone(&shared), tombstones)?;
+        let ids = state.ids();
         let (commands, queue) = mpsc::channel(QUEUE);
         let handle = std::thread::Builder::new()
             .name("smolder-store-writer".to_owned())
@@ -210,9 +217,11 @@ impl BlockStore {
             inner: Arc::new(Inner {
                 shared,
                 commands,
+                ids,
                 writer: Mutex::new(Some(handle)),
                 maintenance: Mutex::new(Vec::new()),
                 compacting: Arc::new(Mutex::new(())),
+                cutting: Arc::new(Mutex::new(())),
                 dir,
             }),
         })
@@ -274,13 +283,22 @@ impl BlockStore {
             .extend([cut, compaction, retention]);
     }
 
-    /// Cuts every head range closed as of `now` into blocks; returns how many blocks it wrote.
+    /// Cuts every head range closed as of `now` into blocks, built on the blocking pool while
+    /// writes go on (`cut.rs`); returns how many blocks it published.
     ///
     /// # Errors
     ///
     /// As [`Store::write`], and [`StoreError::Object`] when a block cannot be written.
     pub(crate) async fn cut(&self, now: SystemTime) -> Result<u64, StoreError> {
-        self.ask(move |reply| Command::Cut { now, reply }).await
+        let shared = Arc::clone(&self.inner.shared);
+        let commands = self.inner.commands.clone();
+        let lock = Arc::clone(&self.inner.cutting);
+        tokio::task::spawn_blocking(move || {
+            let _one = lock.lock().expect("cut lock");
+            cut::pass(&shared, &commands, now)
+        })
+        .await
+        .map_err(|_| StoreError::Closed)?
     }
 
     /// Runs one compaction pass as of `now`: merges (and downsamples) what `plan::compactions`
@@ -344,9 +362,11 @@ impl BlockStore {
             // The writer has answered Close, so it is returning; joining cannot block long.
             let _ = tokio::task::spawn_blocking(move || handle.join()).await;
         }
-        // A compaction in flight finishes or gives up before the store is gone.
-        let lock = Arc::clone(&self.inner.compacting);
-        let _ = tokio::task::spawn_blocking(move || drop(lock.lock())).await;
+        // A cut or a compaction in flight finishes or gives up before the store is gone.
+        for lock in [&self.inner.cutting, &self.inner.compacting] {
+            let lock = Arc::clone(lock);
+            let _ = tokio::task::spawn_blocking(move || drop(lock.lock())).await;
+        }
         result
     }
 
@@ -455,12 +475,31 @@ impl Store for BlockStore {
         marker: Option<BatchMarker>,
     ) -> Ack<Written> {
         let tenant = tenant.clone();
-        self.ask(move |reply| Command::Write {
-            tenant,
-            profiles,
-            marker,
-            reply,
-            queued: Instant::now(),
+        let ids = Arc::clone(&self.inner.ids);
+        let commands = self.inner.commands.clone();
+        Box::pin(async move {
+            let queued = Instant::now();
+            // Encoding and compressing the records is most of a write's work: done here, in
+            // parallel across requests, the writer thread only appends and syncs.
+            let (write, marker) = tokio::task::spawn_blocking(move || {
+                let write = Prepared::new(&ids, tenant, profiles, marker.as_ref());
+                (write, marker)
+            })
+            .await
+            .map_err(|err| StoreError::Engine {
+                source: Box::new(err),
+            })?;
+            let (reply, answer) = oneshot::channel();
+            commands
+                .send(Command::Write {
+                    write,
+                    marker,
+                    reply,
+                    queued,
+                })
+                .await
+                .map_err(|_| StoreError::Closed)?;
+            answer.await.map_err(|_| StoreError::Closed)?
         })
     }
 

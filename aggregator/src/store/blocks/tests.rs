@@ -171,7 +171,7 @@ async fn reads_agree_before_and_after_the_cut_and_every_compaction() {
     check(&store, "head");
     let now = base + 21_000 + plan::CUT_GRACE;
     assert_eq!(store.cut(at(now)).await.unwrap(), 21);
-    assert!(store.inner.shared.state().head.keys().is_empty());
+    assert_eq!(store.inner.shared.state().head.series_count(), 0);
     check(&store, "cut");
     let report = store
         .compact(at(now + plan::COMPACTION_GRACE))
@@ -264,7 +264,12 @@ async fn a_crash_between_writing_a_cut_and_deleting_the_head_counts_nothing_twic
     store.cut(at(base + 2_000)).await.unwrap();
     // As if the process died after the block was written and before the records went.
     for (range, record) in &records {
-        store.inner.shared.wal.append(*range, record).unwrap();
+        store
+            .inner
+            .shared
+            .wal
+            .append(*range, &record.frame())
+            .unwrap();
     }
     store.inner.shared.wal.flush().unwrap();
     let store = reopen(store, dir.path(), StoreConfig::default()).await;
@@ -901,4 +906,92 @@ async fn a_write_queued_with_a_cut_of_its_range_is_not_lost_to_the_cut() {
     let store = reopen(store, dir.path(), StoreConfig::default()).await;
     store.cut(at(base + 2_000)).await.unwrap();
     assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
+}
+
+/// A cut seals its ranges, builds their blocks off the writer and publishes them: a write for
+/// a sealed range and an app deletion that land between the two are kept, counted once and
+/// hidden, before and after the publication and after a restart.
+#[tokio::test]
+async fn writes_and_deletions_during_a_cut_are_kept_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let store = open(dir.path());
+    write(
+        &store,
+        vec![
+            profile("app.cpu", base, &[("a", 1)]),
+            profile("other.cpu", base, &[("o", 5)]),
+        ],
+    )
+    .await;
+    let now = at(base + 2_000);
+    let sealed = store
+        .ask(move |reply| Command::Seal { now, reply })
+        .await
+        .unwrap();
+    assert_eq!(sealed.len(), 1);
+    // While the block is built: a write for the sealed range, and a deletion.
+    write(&store, vec![profile("app.cpu", base + 10, &[("b", 2)])]).await;
+    assert_eq!(
+        store.delete_app(&anonymous(), "other.cpu").await.unwrap(),
+        1
+    );
+    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
+    assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
+    let shared = &store.inner.shared;
+    let blocks = sealed
+        .iter()
+        .map(|s| Arc::new(cut::write_block(shared, &s.tenant, s.start, &s.range).unwrap()))
+        .collect();
+    let start = sealed[0].start;
+    let published = store
+        .ask(move |reply| Command::PublishCut {
+            start,
+            blocks,
+            reply,
+        })
+        .await
+        .unwrap();
+    assert_eq!(published, 1);
+    assert_eq!(block_count(&store), 1);
+    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
+    assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
+    // The late write stayed in the head, in its range's log.
+    let store = reopen(store, dir.path(), StoreConfig::default()).await;
+    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
+    assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
+    assert_eq!(store.cut(now).await.unwrap(), 1);
+    assert_eq!(store.inner.shared.state().head.series_count(), 0);
+    assert_eq!(block_count(&store), 2);
+    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
+    assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
+}
+
+/// A parent with more children than a short list holds finds them through the head's map, in
+/// every later write too: each stack is summed into one node.
+#[tokio::test]
+async fn wide_parents_in_the_head_sum_each_child_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let store = open(dir.path());
+    let stacks: Vec<String> = (0..30).map(|i| format!("main;f{i};leaf")).collect();
+    for round in 0..3u64 {
+        let profiles = stacks
+            .iter()
+            .take(4 + 13 * round as usize)
+            .map(|stack| profile("app.cpu", base + 10 * round, &[(stack.as_str(), 1)]))
+            .collect();
+        write(&store, profiles).await;
+    }
+    let mut expected = Tree::new();
+    for round in 0..3usize {
+        for stack in stacks.iter().take(4 + 13 * round) {
+            expected.insert_names(stack.split(';'), 1);
+        }
+    }
+    let read = merge(&store, "app.cpu", base, base + 30).sum.tree;
+    assert_eq!(folded(&read), folded(&expected));
+    store.cut(at(base + 2_000)).await.unwrap();
+    let read = merge(&store, "app.cpu", base, base + 30).sum.tree;
+    assert_eq!(folded(&read), folded(&expected));
 }
