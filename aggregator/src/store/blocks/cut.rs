@@ -46,29 +46,46 @@ pub(super) fn pass(
             match write_block(shared, &sealed.tenant, start, &sealed.range) {
                 Ok(block) => blocks.push(Arc::new(block)),
                 Err(err) => {
-                    // Not published and nothing of the head removed: delete what this attempt
-                    // wrote, or a restart would load it beside the retry's block.
-                    for block in &blocks {
-                        if let Err(err) = shared.files.delete(&block.name) {
-                            warn!(block = %block.name, error = %err, "deleting an unpublished cut block failed");
-                        }
-                    }
+                    let written: Vec<BlockName> =
+                        blocks.iter().map(|block| block.name.clone()).collect();
+                    delete_unpublished(shared, &written);
                     return Err(err);
                 }
             }
         }
         shared.test_pause("cut written, head not yet deleted");
-        cut += ask(commands, |reply| Command::PublishCut {
+        let written: Vec<BlockName> = blocks.iter().map(|block| block.name.clone()).collect();
+        cut += match ask(commands, |reply| Command::PublishCut {
             start,
             blocks,
             reply,
-        })?;
+        }) {
+            Ok(count) => count,
+            // The writer fails a publication only before it publishes or removes anything (a
+            // failed log trim after that is logged, not returned). Without the writer, whether
+            // the blocks were published is unknown: they stay, and so does the head's log.
+            Err(StoreError::Closed) => return Err(StoreError::Closed),
+            Err(err) => {
+                delete_unpublished(shared, &written);
+                return Err(err);
+            }
+        };
         shared
             .metrics
             .cut_duration
             .observe(started.elapsed().as_secs_f64());
     }
     Ok(cut)
+}
+
+/// Deletes blocks of a pass that were written but not published, nothing of the head removed:
+/// a restart would load them beside the retry's blocks.
+fn delete_unpublished(shared: &Shared, blocks: &[BlockName]) {
+    for name in blocks {
+        if let Err(err) = shared.files.delete(name) {
+            warn!(block = %name, error = %err, "deleting an unpublished cut block failed");
+        }
+    }
 }
 
 /// Builds the block of `tenant`'s sealed range at `start`, writes it durably and opens it.

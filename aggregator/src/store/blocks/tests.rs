@@ -995,3 +995,46 @@ async fn wide_parents_in_the_head_sum_each_child_once() {
     let read = merge(&store, "app.cpu", base, base + 30).sum.tree;
     assert_eq!(folded(&read), folded(&expected));
 }
+
+/// A cut whose block is durable but whose writes cannot leave the head's log (its directory
+/// made immutable, which even root cannot write): the block is published anyway, once, and
+/// neither the next pass nor a restart counts its writes a second time.
+#[tokio::test]
+async fn a_cut_whose_log_cannot_be_trimmed_publishes_its_block_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let store = open(dir.path());
+    write(
+        &store,
+        vec![profile("app.cpu", base, &[("a", 1), ("b", 2)])],
+    )
+    .await;
+    let log = walk(dir.path())
+        .into_iter()
+        .filter_map(|file| file.parent().map(Path::to_path_buf))
+        .find(|parent| parent.file_name().is_some_and(|name| name == "log"))
+        .expect("the head has a log directory");
+    let chattr = |flag: &str| {
+        let status = std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&log)
+            .status()
+            .expect("chattr runs");
+        assert!(status.success(), "chattr {flag} {}", log.display());
+    };
+    chattr("+i");
+    let cut = store.cut(at(base + 2_000)).await;
+    chattr("-i");
+    assert_eq!(cut.unwrap(), 1, "the block is published");
+    assert_eq!(block_count(&store), 1);
+    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
+    store.cut(at(base + 2_000)).await.unwrap();
+    assert_eq!(block_count(&store), 1, "the next pass builds nothing again");
+    let store = reopen(store, dir.path(), StoreConfig::default()).await;
+    assert_eq!(block_count(&store), 1);
+    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
+    assert!(
+        store.inner.shared.wal.records().unwrap().is_empty(),
+        "replay dropped the writes the block holds"
+    );
+}

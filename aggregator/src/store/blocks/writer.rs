@@ -18,7 +18,7 @@ use std::time::{Instant, SystemTime};
 use smolder_block::Marker;
 use smolder_common::{Profile, Series};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 use super::files::{BlockFile, BlockSet};
 use super::head::SealedRange;
@@ -562,25 +562,11 @@ impl Writer {
             self.shared.wal.apply(batch)?;
             self.shared.wal.flush()?;
         }
-        if self.shared.state().head.has_live(start) {
-            // Writes arrived for the range while it was cut: keep theirs, drop what the blocks
-            // hold (the rule a restart's replay applies).
-            let kept: Vec<Record> = self
-                .shared
-                .wal
-                .range_records(start)?
-                .into_iter()
-                .filter(|record| {
-                    !blocks.iter().any(|block| {
-                        block.name.tenant == record.tenant
-                            && block.index.contains_marker(&record.marker)
-                    })
-                })
-                .collect();
-            let kept: Vec<&Record> = kept.iter().collect();
-            self.shared.wal.rewrite_range(start, &kept)?;
-        } else {
-            self.shared.wal.remove_range(start)?;
+        if let Err(err) = self.trim_cut_range(start, &blocks) {
+            // The blocks are durable, so they are published all the same: failing here would
+            // have the next pass build them a second time, and a restart load both. The
+            // records left in the log are the ones a restart's replay drops by their markers.
+            warn!(start, error = %err, "removing a cut range's writes from its log failed; its blocks are published and the next restart drops those writes");
         }
         let count = blocks.len() as u64;
         let mut state = self.shared.state_mut();
@@ -602,6 +588,29 @@ impl Writer {
             .set(state.head.series_count() as i64);
         self.update_gauges(&state.blocks);
         Ok(count)
+    }
+
+    /// Removes from the log of head range `start` the writes `blocks` hold: the whole log, or,
+    /// when writes arrived for the range while it was cut, everything but theirs (the rule a
+    /// restart's replay applies).
+    fn trim_cut_range(&self, start: u64, blocks: &[Arc<BlockFile>]) -> Result<(), StoreError> {
+        if !self.shared.state().head.has_live(start) {
+            return self.shared.wal.remove_range(start);
+        }
+        let kept: Vec<Record> = self
+            .shared
+            .wal
+            .range_records(start)?
+            .into_iter()
+            .filter(|record| {
+                !blocks.iter().any(|block| {
+                    block.name.tenant == record.tenant
+                        && block.index.contains_marker(&record.marker)
+                })
+            })
+            .collect();
+        let kept: Vec<&Record> = kept.iter().collect();
+        self.shared.wal.rewrite_range(start, &kept)
     }
 
     /// Deletes every series of `app` of `tenant`: from the head (memory and records) and, as
