@@ -81,6 +81,19 @@ const GROUP: usize = 64;
 /// since agent ids are printable ASCII.
 const HTTP_AGENT: &str = "\u{b7}http\u{b7}";
 
+/// The marker agent id of `agent_id`'s batches for `tenant`: the agent id as it is for the
+/// anonymous tenant (as before tenants, so that markers written then still match), and
+/// `<agent id> <tenant>` for another. Agent ids and tenant ids hold no space, so that agents of
+/// two tenants never share a marker: an agent cannot have another tenant's batches taken for
+/// retries of its own by sending their agent id and sequence numbers.
+pub(crate) fn batch_agent(tenant: &Tenant, agent_id: &str) -> String {
+    if tenant.as_str() == crate::tenant::ANONYMOUS {
+        agent_id.to_owned()
+    } else {
+        format!("{agent_id} {tenant}")
+    }
+}
+
 /// The writer's state, owned by its thread.
 pub(crate) struct Writer {
     shared: Arc<Shared>,
@@ -396,29 +409,26 @@ impl Writer {
         let wal = &self.shared.wal;
         let mut batch = sled::Batch::default();
         let window_end = marker.map(|m| m.window_end);
-        if let Some(marker) = marker {
-            if wal.has_batch(&marker.agent_id, marker.sequence)? {
+        let batch_agent = marker.map(|m| batch_agent(&tenant, &m.agent_id));
+        if let (Some(marker), Some(agent)) = (marker, &batch_agent) {
+            if wal.has_batch(agent, marker.sequence)? {
                 debug!(
                     agent_id = %marker.agent_id,
+                    %tenant,
                     sequence = marker.sequence,
                     "batch stored before; not written again"
                 );
                 return Ok((Written::Duplicate, Vec::new()));
             }
-            Wal::put_batch(
-                &mut batch,
-                &marker.agent_id,
-                marker.sequence,
-                marker.window_end,
-            );
+            Wal::put_batch(&mut batch, agent, marker.sequence, marker.window_end);
         }
         let write = self.next_write;
-        let marker = match marker {
-            Some(m) => Marker {
-                agent_id: m.agent_id.clone(),
+        let marker = match (marker, batch_agent) {
+            (Some(m), Some(agent_id)) => Marker {
+                agent_id,
                 sequence: m.sequence,
             },
-            None => Marker {
+            _ => Marker {
                 agent_id: self.http_agent.clone(),
                 sequence: write,
             },
