@@ -533,6 +533,66 @@ mod tests {
     use crate::store::{BlockStore, StoreConfig, StoreMetrics};
 
     #[tokio::test]
+    async fn each_tenant_counts_its_own_profiles_under_its_own_label() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new();
+        let store: Arc<dyn Store> = Arc::new(
+            BlockStore::open(
+                dir.path(),
+                StoreConfig::default(),
+                StoreMetrics::new(metrics.registry()),
+            )
+            .unwrap(),
+        );
+        let spec = RuleSpec {
+            expr: "app.cpu".to_owned(),
+            group_by: vec!["tenant".to_owned()],
+            ..RuleSpec::default()
+        };
+        let rules = Rules::load(
+            &BTreeMap::from([("app_total".to_owned(), spec)]),
+            store,
+            true,
+            RulesMetrics::new(metrics.registry(), metrics.dropped_increments.clone()),
+        )
+        .unwrap();
+        let (a, b) = (Tenant::new("a").unwrap(), Tenant::new("b").unwrap());
+        for (tenant, samples) in [(&a, 1), (&b, 2), (&a, 4)] {
+            let mut tree = Tree::new();
+            tree.insert_names(["main"], samples);
+            let profile = Profile {
+                series: Series::parse("app.cpu{tenant=forged}").unwrap(),
+                meta: ProfileMeta::default(),
+                from: SystemTime::now() - Duration::from_secs(10),
+                until: SystemTime::now(),
+                tree,
+            };
+            let increments = rules.evaluate(&rules.current(tenant), &[profile]);
+            rules.apply(tenant, increments);
+        }
+        assert!(
+            rules
+                .render(&a)
+                .contains("\napp_total{tenant=\"a\",exported_tenant=\"forged\"} 0.05\n"),
+            "{}",
+            rules.render(&a)
+        );
+        let mut pushed: Vec<(Vec<(String, String)>, f64)> = rules
+            .snapshot()
+            .into_iter()
+            .map(|c| (c.labels, c.value))
+            .collect();
+        pushed.sort_by(|x, y| x.0.cmp(&y.0));
+        let labels = |t: &str| {
+            vec![
+                ("tenant".to_owned(), t.to_owned()),
+                ("exported_tenant".to_owned(), "forged".to_owned()),
+            ]
+        };
+        assert_eq!(pushed, [(labels("a"), 0.05), (labels("b"), 0.02)]);
+    }
+
+    #[tokio::test]
     async fn increments_of_a_rule_changed_meanwhile_are_dropped_as_intended() {
         let dir = tempfile::tempdir().unwrap();
         let metrics = Metrics::new();
