@@ -22,7 +22,7 @@ use crate::query::{self, Querier, QueryMetrics};
 use crate::rules::{self, Rules, RulesMetrics};
 pub use crate::store::CheckReport;
 use crate::store::{BlockStore, Store, StoreMetrics};
-use crate::tenant::{self, Tenant};
+use crate::tenant;
 use crate::{admin, ui};
 
 /// Runs the aggregator until SIGTERM or SIGINT, then flushes and returns.
@@ -86,12 +86,13 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
 
     rules::check_config(&config.metrics_export_rules, &config.rules)
         .context("checking the rules config")?;
+    config.check_tenants()?;
     let rules_metrics = RulesMetrics::new(registry, metrics.dropped_increments.clone());
     let rules = Arc::new(
         Rules::load(
             &config.metrics_export_rules,
             Arc::clone(&shared),
-            Tenant::anonymous(),
+            config.tenant.multitenancy_enabled,
             rules_metrics.clone(),
         )
         .context("loading the rules")?,
@@ -145,7 +146,8 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         ],
         Arc::clone(&metrics),
         requests,
-    );
+    )
+    .layer(tenant::layer(config.tenant));
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let served = listener

@@ -294,12 +294,19 @@ pub(crate) trait Store: Send + Sync {
     /// When the engine fails or a record is corrupt.
     fn apps(&self, tenant: &Tenant) -> Result<Vec<AppInfo>, StoreError>;
 
-    /// Every stored recording rule as (name, rule), in name order.
+    /// Every stored recording rule of `tenant` as (name, rule), in name order.
     ///
     /// # Errors
     ///
     /// When the engine fails or a record is corrupt.
     fn rules(&self, tenant: &Tenant) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
+
+    /// Every tenant with a stored recording rule, in id order.
+    ///
+    /// # Errors
+    ///
+    /// When the engine fails or a record is corrupt.
+    fn rule_tenants(&self) -> Result<Vec<Tenant>, StoreError>;
 }
 
 /// Identifies one agent batch, so that the store keeps each at most once (QUIC ingest).

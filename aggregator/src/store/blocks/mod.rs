@@ -602,6 +602,10 @@ impl Store for BlockStore {
     fn rules(&self, tenant: &Tenant) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         self.inner.shared.wal.rules(tenant)
     }
+
+    fn rule_tenants(&self) -> Result<Vec<Tenant>, StoreError> {
+        self.inner.shared.wal.rule_tenants()
+    }
 }
 
 /// `plan`'s view of a tenant's live blocks.

@@ -669,6 +669,53 @@ async fn rules_survive_reopening() {
             .unwrap()
             .is_empty()
     );
+    let team = Tenant::new("team-a").unwrap();
+    store
+        .put_rule(&team, "t_total", b"t".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(store.rule_tenants().unwrap(), [tenant, team]);
+}
+
+#[tokio::test]
+async fn two_tenants_agents_never_share_a_batch_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let marker = BatchMarker {
+        agent_id: "host-1".to_owned(),
+        sequence: 1,
+        window_end: base + 10,
+    };
+    let store = open(dir.path());
+    let (a, b) = (
+        Tenant::new("team-a").unwrap(),
+        Tenant::new("team-b").unwrap(),
+    );
+    for tenant in [&a, &b, &anonymous()] {
+        let batch = vec![profile("app.cpu", base, &[("main", 2)])];
+        assert_eq!(
+            store
+                .write(tenant, batch.clone(), Some(marker.clone()))
+                .await
+                .unwrap(),
+            Written::Stored,
+            "{tenant}"
+        );
+        assert_eq!(
+            store
+                .write(tenant, batch, Some(marker.clone()))
+                .await
+                .unwrap(),
+            Written::Duplicate,
+            "{tenant}"
+        );
+    }
+    for tenant in [&a, &b] {
+        let series = store
+            .series(tenant, &selector("app.cpu"), range(base - 10, base + 20))
+            .unwrap();
+        assert_eq!(series.len(), 1, "{tenant}");
+    }
 }
 
 #[tokio::test]

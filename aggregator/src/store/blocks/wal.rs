@@ -341,6 +341,26 @@ impl Wal {
         Ok(out)
     }
 
+    /// Every tenant with a stored rule, in id order.
+    pub(crate) fn rule_tenants(&self) -> Result<Vec<Tenant>, StoreError> {
+        let mut out: Vec<Tenant> = Vec::new();
+        for entry in self.data.scan_prefix([RULE]) {
+            let (key, _) = entry?;
+            let corrupt = |reason| StoreError::Corrupt {
+                key: printable(&key),
+                reason,
+            };
+            let (id, _) = take_str(&key[1..]).ok_or_else(|| corrupt("malformed rule key"))?;
+            if out.last().is_some_and(|last| last.as_str() == id) {
+                continue;
+            }
+            out.push(Tenant::new(id).map_err(|_| corrupt("invalid tenant"))?);
+        }
+        // Keys order ids by length first.
+        out.sort();
+        Ok(out)
+    }
+
     /// Stores rule `name` of `tenant`.
     pub(crate) fn put_rule(
         &self,

@@ -93,6 +93,19 @@ const GROUP: usize = 64;
 /// since agent ids are printable ASCII.
 const HTTP_AGENT: &str = "\u{b7}http\u{b7}";
 
+/// The marker agent id of `agent_id`'s batches for `tenant`: the agent id as it is for the
+/// anonymous tenant (as before tenants, so that markers written then still match), and
+/// `<agent id> <tenant>` for another. Agent ids and tenant ids hold no space, so that agents of
+/// two tenants never share a marker: an agent cannot have another tenant's batches taken for
+/// retries of its own by sending their agent id and sequence numbers.
+pub(crate) fn batch_agent(tenant: &Tenant, agent_id: &str) -> String {
+    if tenant.as_str() == crate::tenant::ANONYMOUS {
+        agent_id.to_owned()
+    } else {
+        format!("{agent_id} {tenant}")
+    }
+}
+
 /// The writer's state, owned by its thread.
 pub(crate) struct Writer {
     shared: Arc<Shared>,
@@ -120,6 +133,11 @@ type Appended = (usize, Vec<(u64, Record)>);
 /// One write, numbered, split by head range and each range's record framed for its log.
 pub(crate) struct Prepared {
     write: u64,
+    /// Whose write it is.
+    tenant: Tenant,
+    /// The agent id of its marker: an agent batch's as [`batch_agent`] gives it, or this
+    /// aggregator's for an HTTP write.
+    batch_agent: String,
     /// Profiles the write holds.
     profiles: usize,
     /// Per head range: its record and the record's frame.
@@ -139,7 +157,7 @@ impl Prepared {
         let window_end = marker.map(|m| m.window_end);
         let marker = match marker {
             Some(m) => Marker {
-                agent_id: m.agent_id.clone(),
+                agent_id: batch_agent(&tenant, &m.agent_id),
                 sequence: m.sequence,
             },
             None => Marker {
@@ -147,6 +165,7 @@ impl Prepared {
                 sequence: write,
             },
         };
+        let agent = marker.agent_id.clone();
         let count = profiles.len();
         let mut ranges: BTreeMap<u64, Vec<(u64, Profile)>> = BTreeMap::new();
         for profile in profiles {
@@ -172,6 +191,8 @@ impl Prepared {
             .collect();
         Prepared {
             write,
+            tenant,
+            batch_agent: agent,
             profiles: count,
             records,
         }
@@ -501,9 +522,10 @@ impl Writer {
         let wal = &self.shared.wal;
         let mut batch = sled::Batch::default();
         if let Some(marker) = marker {
-            if wal.has_batch(&marker.agent_id, marker.sequence)? {
+            if wal.has_batch(&prepared.batch_agent, marker.sequence)? {
                 debug!(
                     agent_id = %marker.agent_id,
+                    tenant = %prepared.tenant,
                     sequence = marker.sequence,
                     "batch stored before; not written again"
                 );
@@ -511,7 +533,7 @@ impl Writer {
             }
             Wal::put_batch(
                 &mut batch,
-                &marker.agent_id,
+                &prepared.batch_agent,
                 marker.sequence,
                 marker.window_end,
             );
