@@ -1,9 +1,11 @@
 #!/bin/bash
-# agent/benches/offcpu/bench.sh: as root, after cargo build --release -p smolder-agent; writes its configs and ./fault here.
+# agent/benches/offcpu/bench.sh: as root, after cargo build --release -p smolder-agent; writes its configs and the fault workload to a temporary directory.
 # Interleaved rounds: no agent, CPU only, off-CPU 0.01, off-CPU 1.0, memory growth (period 1024);
 # each round rotates the order. Prints: config round usecs_per_pingpong fault_ms
-A=${A:-/work/wt/offcpu/target/release/smolder-agent}
-cd "$(dirname "$0")"; gcc -O2 -o fault fault.c
+A=${A:-$(cd "$(dirname "$0")/../../.." && pwd)/target/release/smolder-agent}
+src=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+cd "$work"; gcc -O2 -o fault "$src/fault.c"
 base='window:\n  length: 10s\nebpf:\n  unwind:\n    load-at-start: false\n'
 printf "$base" > cpu.yaml
 printf "$base  off-cpu:\n    enabled: true\n    probability: 0.01\n    max-unwinds-per-second: 0\n" > oc001.yaml
