@@ -23,7 +23,7 @@ use crate::query::{self, Querier, QueryMetrics};
 use crate::rules::{self, Rules, RulesMetrics};
 pub use crate::store::CheckReport;
 use crate::store::{BlockStore, Store, StoreMetrics};
-use crate::tenant::{self, Tenant};
+use crate::tenant;
 use crate::{admin, ui};
 
 /// Runs the aggregator until SIGTERM or SIGINT, then flushes and returns.
@@ -93,18 +93,23 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     let registry = metrics.registry();
     let health = metrics.health.clone();
 
-    let store = BlockStore::open(data_dir, config.store.clone(), StoreMetrics::new(registry, &metrics.health))
-        .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+    let store = BlockStore::open(
+        data_dir,
+        config.store.clone(),
+        StoreMetrics::new(registry, &metrics.health),
+    )
+    .with_context(|| format!("opening the store in {}", data_dir.display()))?;
     let shared: Arc<dyn Store> = Arc::new(store.clone());
 
     rules::check_config(&config.metrics_export_rules, &config.rules)
         .context("checking the rules config")?;
+    config.check_tenants()?;
     let rules_metrics = RulesMetrics::new(registry, metrics.dropped_increments.clone());
     let rules = Arc::new(
         Rules::load(
             &config.metrics_export_rules,
             Arc::clone(&shared),
-            Tenant::anonymous(),
+            config.tenant.multitenancy_enabled,
             rules_metrics.clone(),
         )
         .context("loading the rules")?,
@@ -158,7 +163,8 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         ],
         Arc::clone(&metrics),
         requests,
-    );
+    )
+    .layer(tenant::layer(config.tenant));
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let served = listener

@@ -14,6 +14,8 @@ pub use crate::ingest::IngestConfig;
 pub use crate::query::QueryConfig;
 pub use crate::rules::RulesConfig;
 pub use crate::store::{LocalConfig, ObjectStoreConfig, StoreConfig};
+use crate::tenant::Tenant;
+pub use crate::tenant::TenantConfig;
 pub use smolder_common::rules::RuleSpec;
 
 /// The whole configuration file.
@@ -24,6 +26,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// Where profiles are kept and for how long.
     pub store: StoreConfig,
+    /// Multitenancy: whether requests name their tenant (`X-Scope-OrgID`).
+    pub tenant: TenantConfig,
     /// Limits on what clients may send.
     pub ingest: IngestConfig,
     /// Limits and defaults of the query API.
@@ -45,11 +49,33 @@ impl DaemonConfig for Config {
 
     fn validate(&self) -> anyhow::Result<()> {
         crate::rules::check_config(&self.metrics_export_rules, &self.rules)?;
-        Ok(())
+        self.check_tenants()
     }
 
     fn check_files(&self) -> anyhow::Result<()> {
         self.ingest.quic.check_files()
+    }
+}
+
+impl Config {
+    /// Checks the agents' tokens and that they name tenants only with multitenancy: a token's
+    /// tenant would otherwise be silently ignored and its data mixed with everyone's.
+    ///
+    /// # Errors
+    ///
+    /// An invalid or repeated token, or `ingest.quic.tenant-tokens` without
+    /// `tenant.multitenancy-enabled`.
+    pub(crate) fn check_tenants(&self) -> anyhow::Result<()> {
+        let tokens = self.ingest.quic.token_tenants()?;
+        let anonymous = Tenant::anonymous();
+        if !self.tenant.multitenancy_enabled
+            && let Some((_, tenant)) = tokens.iter().find(|(_, tenant)| *tenant != anonymous)
+        {
+            anyhow::bail!(
+                "ingest.quic.tenant-tokens names tenant {tenant:?}, but tenant.multitenancy-enabled is false; enable it, or move the tokens to ingest.quic.tokens"
+            );
+        }
+        Ok(())
     }
 }
 

@@ -1,27 +1,37 @@
 #!/bin/bash
-# agent/benches/offcpu/bench.sh: as root, after cargo build --release -p smolder-agent; writes its configs and ./fault here.
-# Interleaved rounds: no agent, CPU only, off-CPU 0.01, off-CPU 1.0, memory growth (period 1024);
-# each round rotates the order. Prints: config round usecs_per_pingpong fault_ms
-A=${A:-/work/wt/offcpu/target/release/smolder-agent}
-cd "$(dirname "$0")"; gcc -O2 -o fault fault.c
+# agent/benches/offcpu/bench.sh: as root, after cargo build --release -p smolder-agent; writes its configs and the fault workload to a temporary directory.
+# Interleaved rounds: no agent, the kernel's own count of minor faults (`perf stat`, no BPF: the floor of any
+# page-fault profiler), CPU only, off-CPU 0.01 (defaults), off-CPU 0.01 and 1.0 uncapped, memory growth (period 1024);
+# each round rotates the order. Prints: config round pingpong_2cpu_us pingpong_1cpu_us fault_ms
+# (ping-pong: `perf bench sched pipe -T`, µs per round trip; on 2 CPUs it is mostly wake-up latency, pinned to one
+# CPU it is two context switches, so the hook's per-switch cost shows).
+A=${A:-$(cd "$(dirname "$0")/../../.." && pwd)/target/release/smolder-agent}
+src=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+cd "$work"; gcc -O2 -o fault "$src/fault.c"
 base='window:\n  length: 10s\nebpf:\n  unwind:\n    load-at-start: false\n'
 printf "$base" > cpu.yaml
-printf "$base  off-cpu:\n    enabled: true\n    probability: 0.01\n    max-unwinds-per-second: 0\n" > oc001.yaml
+printf "$base  off-cpu:\n    enabled: true\n    probability: 0.01\n" > oc001.yaml
+printf "$base  off-cpu:\n    enabled: true\n    probability: 0.01\n    max-unwinds-per-second: 0\n" > oc001nocap.yaml
 printf "$base  off-cpu:\n    enabled: true\n    probability: 1.0\n    max-unwinds-per-second: 0\n" > oc1.yaml
 printf "$base  memory:\n    enabled: true\n" > mem.yaml
-configs=(none cpu oc001 oc1 mem)
+configs=(none faultcount cpu oc001 oc001nocap oc1 mem)
+n=${#configs[@]}
 for round in $(seq 1 ${ROUNDS:-5}); do
-  for i in 0 1 2 3 4; do
-    c=${configs[$(( (i + round) % 5 ))]}
-    if [ $c != none ]; then
-      d=$(mktemp -d)
-      $A --config $c.yaml --data-dir $d --log-level error record --duration 9s > /dev/null &
-      agent=$!
-      sleep 4
-    fi
+  for i in $(seq 0 $((n - 1))); do
+    c=${configs[$(( (i + round) % n ))]}
+    case $c in
+      none) sleep 2 ;;
+      faultcount) perf stat -a -e minor-faults -o /dev/null -- sleep 12 & bg=$!; sleep 1 ;;
+      *) d=$(mktemp -d)
+         $A --config $c.yaml --data-dir $d --log-level error record --duration 12s > /dev/null & bg=$!
+         sleep 4 ;;
+    esac
     pp=$(perf bench sched pipe -T -l 100000 2>/dev/null | awk '/usecs\/op/ {print $1}')
+    pp1=$(taskset -c 1 perf bench sched pipe -T -l 200000 2>/dev/null | awk '/usecs\/op/ {print $1}')
     f=$(./fault 256 2)
-    if [ $c != none ]; then wait $agent; rm -rf $d; fi
-    echo "$c $round $pp $f"
+    if [ $c != none ]; then wait $bg; fi
+    if [ -n "${d:-}" ]; then rm -rf $d; d=; fi
+    echo "$c $round $pp $pp1 $f"
   done
 done

@@ -155,7 +155,7 @@ impl Ingester {
         }
         // Rules are evaluated before the write, which takes the profiles, and counted only once
         // it is acknowledged: a refused write counts nowhere, a duplicate batch counts once.
-        let rules = self.rules.current();
+        let rules = self.rules.current(tenant);
         let (profiles, increments) = if rules.is_empty() || profiles.is_empty() {
             (profiles, Default::default())
         } else {
@@ -175,7 +175,7 @@ impl Ingester {
             stored.duplicate = true;
             return Ok(stored);
         }
-        self.rules.apply(increments);
+        self.rules.apply(tenant, increments);
         self.metrics
             .profiles
             .with_label_values(&[transport.label(), format])
@@ -330,7 +330,7 @@ mod tests {
                 Rules::load(
                     &BTreeMap::from([("app_seconds_total".to_owned(), spec)]),
                     Arc::clone(&shared),
-                    Tenant::anonymous(),
+                    false,
                     RulesMetrics::new(metrics.registry(), metrics.dropped_increments.clone()),
                 )
                 .unwrap(),
@@ -448,10 +448,10 @@ mod tests {
         assert!(
             fixture
                 .rules
-                .render()
+                .render(&Tenant::anonymous())
                 .contains("\napp_seconds_total 0.32\n"),
             "{}",
-            fixture.rules.render()
+            fixture.rules.render(&Tenant::anonymous())
         );
         assert_eq!(
             fixture.metric(
@@ -486,7 +486,12 @@ mod tests {
             assert_eq!(stored.duplicate, duplicate);
         }
         assert_eq!(fixture.stored(), "main 50\n");
-        assert!(fixture.rules.render().contains("\napp_seconds_total 0.5\n"));
+        assert!(
+            fixture
+                .rules
+                .render(&Tenant::anonymous())
+                .contains("\napp_seconds_total 0.5\n")
+        );
         assert_eq!(
             fixture.metric(
                 "smolder_aggregator_ingest_profiles_total{format=\"wire\",transport=\"quic\"}"
@@ -537,7 +542,12 @@ mod tests {
         );
 
         assert_eq!(fixture.stored(), "");
-        assert!(fixture.rules.render().contains("\napp_seconds_total 0\n"));
+        assert!(
+            fixture
+                .rules
+                .render(&Tenant::anonymous())
+                .contains("\napp_seconds_total 0\n")
+        );
         assert_eq!(
             fixture.metric("smolder_aggregator_ingest_profiles_total"),
             None
@@ -560,7 +570,12 @@ mod tests {
             matches!(outcome, Err(IngestError::Store { .. })),
             "{outcome:?}"
         );
-        assert!(fixture.rules.render().contains("\napp_seconds_total 0\n"));
+        assert!(
+            fixture
+                .rules
+                .render(&Tenant::anonymous())
+                .contains("\napp_seconds_total 0\n")
+        );
         assert_eq!(
             fixture.metric("smolder_aggregator_ingest_profiles_total"),
             None

@@ -16,9 +16,11 @@
 //! - `POST /v1development/profiles`: OTLP profiles (`profiles/v1development`, v1.10), binary or
 //!   JSON, and the same over gRPC, `ProfilesService/Export` on this port over h2c ([`otlp`]).
 //!
-//! Authentication and tenancy headers that SDKs send (`Authorization: Bearer …` or `Basic …`,
-//! `X-Scope-OrgID`, custom headers) are ignored: Smolder has no users or tenants yet, and an
-//! SDK configured for Grafana Cloud must still be able to push to it unchanged.
+//! Every route stores for the request's tenant, from `tenant`'s extractor: `X-Scope-OrgID`
+//! under `tenant.multitenancy-enabled`, else `anonymous` with the header ignored. Authentication
+//! headers that SDKs send (`Authorization: Bearer …` or `Basic …`, custom headers) are ignored:
+//! Smolder has no users yet (issue 20), and an SDK configured for Grafana Cloud must still be
+//! able to push to it unchanged.
 //!
 //! Every rejection is an [`IngestError`]: 400 for a bad parameter, 413 past a cap, 415 for a
 //! content type or encoding not read here, 422 for a body that does not parse (400 on the

@@ -651,8 +651,12 @@ pub(super) async fn get_profile_stats(
 }
 
 /// `SelectMergeSpanProfile`: not served until span data is stored.
+///
+/// This and the other unserved methods still take the request's tenant, so that a request
+/// without one is refused here as on every route.
 pub(super) async fn select_merge_span_profile(
     State(q): State<Arc<Querier>>,
+    _tenant: Tenant,
     r: Request,
 ) -> Response {
     unary(
@@ -669,7 +673,11 @@ pub(super) async fn select_merge_span_profile(
 }
 
 /// `SelectHeatmap`: not served (Pyroscope serves it from its v2 storage only).
-pub(super) async fn select_heatmap(State(q): State<Arc<Querier>>, r: Request) -> Response {
+pub(super) async fn select_heatmap(
+    State(q): State<Arc<Querier>>,
+    _tenant: Tenant,
+    r: Request,
+) -> Response {
     unary(
         q,
         "select_heatmap",
@@ -684,7 +692,11 @@ pub(super) async fn select_heatmap(State(q): State<Arc<Querier>>, r: Request) ->
 }
 
 /// `AnalyzeQuery`: not served.
-pub(super) async fn analyze_query(State(q): State<Arc<Querier>>, r: Request) -> Response {
+pub(super) async fn analyze_query(
+    State(q): State<Arc<Querier>>,
+    _tenant: Tenant,
+    r: Request,
+) -> Response {
     unary(
         q,
         "analyze_query",
@@ -699,7 +711,11 @@ pub(super) async fn analyze_query(State(q): State<Arc<Querier>>, r: Request) -> 
 }
 
 /// `settings.v1.SettingsService/Get`: Smolder keeps no per-tenant settings.
-pub(super) async fn get_settings(State(q): State<Arc<Querier>>, r: Request) -> Response {
+pub(super) async fn get_settings(
+    State(q): State<Arc<Querier>>,
+    _tenant: Tenant,
+    r: Request,
+) -> Response {
     unary(
         q,
         "get_settings",

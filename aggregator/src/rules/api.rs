@@ -2,7 +2,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /exported-metrics` | every rule's counters, Prometheus text format |
+//! | `GET /exported-metrics` | the tenant's counters of every rule, Prometheus text format, each series labelled `tenant` under multitenancy |
 //! | `GET /api/recording-rules` | `{"rules": [rule, ...]}` |
 //! | `POST /api/recording-rules` | 201 and the rule; 409 if the name is taken |
 //! | `PUT /api/recording-rules/{name}` | 200 and the rule, replaced whole (what the body leaves out takes its default); 404 if there is none |
@@ -10,7 +10,10 @@
 //!
 //! A rule is `{"name", "expr", "node", "function", "group_by", "provisioned"}`; `provisioned`
 //! is read-only and true for the config file's rules, which answer 409 to `PUT` and `DELETE`.
-//! An invalid rule answers 400 with a message that names the rule and what is wrong.
+//! An invalid rule answers 400 with a message that names the rule and what is wrong. Every
+//! route serves the request's tenant (`X-Scope-OrgID` under multitenancy): a rule made
+//! through the API is that tenant's, counts that tenant's profiles only and is listed, changed
+//! and deleted by that tenant only; the config file's rules are every tenant's.
 
 use axum::Json;
 use axum::Router;
@@ -26,6 +29,7 @@ use std::sync::Arc;
 
 use super::{Rules, RulesError};
 use crate::api_error::ApiError;
+use crate::tenant::Tenant;
 
 /// The largest rule body accepted: a rule is a name, a selector and a regex.
 const MAX_RULE_BYTES: usize = 64 << 10;
@@ -98,29 +102,34 @@ impl From<RulesError> for ApiError {
     }
 }
 
-async fn exported_metrics(State(rules): State<Arc<Rules>>) -> Response {
+async fn exported_metrics(State(rules): State<Arc<Rules>>, tenant: Tenant) -> Response {
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-        rules.render(),
+        rules.render(&tenant),
     )
         .into_response()
 }
 
-async fn list(State(rules): State<Arc<Rules>>) -> Response {
-    Json(serde_json::json!({ "rules": rules.list() })).into_response()
+async fn list(State(rules): State<Arc<Rules>>, tenant: Tenant) -> Response {
+    Json(serde_json::json!({ "rules": rules.list(&tenant) })).into_response()
 }
 
-async fn create(State(rules): State<Arc<Rules>>, body: Bytes) -> Result<Response, ApiError> {
+async fn create(
+    State(rules): State<Arc<Rules>>,
+    tenant: Tenant,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let (name, spec) = RuleBody::parse(&body)?.spec();
     let name = name
         .filter(|n| !n.is_empty())
         .ok_or_else(|| ApiError::bad_request("rule has no name: set \"name\" to a metric name"))?;
-    let rule = rules.put(name, spec, false).await?;
+    let rule = rules.put(&tenant, name, spec, false).await?;
     Ok((StatusCode::CREATED, Json(rule)).into_response())
 }
 
 async fn update(
     State(rules): State<Arc<Rules>>,
+    tenant: Tenant,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -130,14 +139,15 @@ async fn update(
             "rule {name:?}: the body names rule {body_name:?}; a rule cannot be renamed, create the new name and delete the old"
         )));
     }
-    let rule = rules.put(name, spec, true).await?;
+    let rule = rules.put(&tenant, name, spec, true).await?;
     Ok(Json(rule).into_response())
 }
 
 async fn delete(
     State(rules): State<Arc<Rules>>,
+    tenant: Tenant,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    rules.delete(&name).await?;
+    rules.delete(&tenant, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

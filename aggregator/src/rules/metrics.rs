@@ -9,9 +9,11 @@ use crate::metrics::{Dropped, counter, counter_vec, gauge, histogram};
 /// The rules' metrics.
 #[derive(Clone)]
 pub(crate) struct RulesMetrics {
-    /// `smolder_aggregator_rules_loaded`: rules in force, provisioned and API-made.
+    /// `smolder_aggregator_rules_loaded`: rules in force, provisioned and API-made, summed over
+    /// the tenants seen since start.
     pub(crate) rules: IntGauge,
-    /// `smolder_aggregator_rules_series`: counter series on `/exported-metrics`.
+    /// `smolder_aggregator_rules_series`: counter series on `/exported-metrics`, summed over
+    /// tenants.
     pub(crate) series: IntGauge,
     /// `smolder_aggregator_rules_profiles_evaluated_total`.
     pub(crate) profiles_evaluated: IntCounter,
@@ -38,7 +40,7 @@ impl RulesMetrics {
             rules: gauge(
                 registry,
                 "smolder_aggregator_rules_loaded",
-                "Rules in force.",
+                "Rules in force, summed over tenants.",
             ),
             series: gauge(
                 registry,

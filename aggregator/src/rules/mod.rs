@@ -37,6 +37,10 @@ use crate::tenant::Tenant;
 pub(crate) use self::api::routes;
 pub(crate) use self::metrics::RulesMetrics;
 
+/// The label naming a series' tenant on `/exported-metrics` and in remote write, under
+/// multitenancy.
+const TENANT_LABEL: &str = "tenant";
+
 /// Where the counters of the rules go besides `/exported-metrics`.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
@@ -134,27 +138,64 @@ pub(crate) fn check_config(
     remote_write::check(config)
 }
 
-/// The rule set in force and the counters it feeds.
+/// Every tenant's rule set in force and the counters it feeds.
+///
+/// The config file's rules are every tenant's, each tenant counting its own data; a rule made
+/// through the API is its tenant's alone. A tenant's entry is made at start when it has stored
+/// rules, else at its first ingest or rules request, so that a tenant without stored rules
+/// never costs a store read.
 pub(crate) struct Rules {
-    /// Read by every ingest request, replaced whole by the API.
-    current: RwLock<Arc<RuleSet>>,
     /// Names of the rules from the config file.
     provisioned: RuleSet,
+    /// Each tenant's rules; taken briefly to find or add a tenant, never across an await.
+    tenants: RwLock<BTreeMap<Tenant, Arc<TenantRules>>>,
+    store: Arc<dyn Store>,
+    /// Whether exported series carry a `tenant` label (`tenant.multitenancy-enabled`).
+    label_tenants: bool,
+    metrics: RulesMetrics,
+}
+
+/// One tenant's rules and counters.
+struct TenantRules {
+    /// Read by every ingest request, replaced whole by the API.
+    current: RwLock<Arc<RuleSet>>,
     /// Taken briefly per ingest request to add its increments, and by readers to copy values.
     counters: Mutex<Counters>,
     /// Serializes API changes, so that the store and `current` change in the same order.
     changes: tokio::sync::Mutex<()>,
-    store: Arc<dyn Store>,
-    /// Whose rules these are.
-    tenant: Tenant,
-    metrics: RulesMetrics,
+}
+
+impl TenantRules {
+    fn new(set: RuleSet) -> TenantRules {
+        TenantRules {
+            counters: Mutex::new(Counters::new(&set)),
+            current: RwLock::new(Arc::new(set)),
+            changes: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn current(&self) -> Arc<RuleSet> {
+        Arc::clone(
+            &self
+                .current
+                .read()
+                .expect("rules lock: taken only to clone or swap"),
+        )
+    }
+
+    fn counters(&self) -> std::sync::MutexGuard<'_, Counters> {
+        self.counters
+            .lock()
+            .expect("counters lock: taken to add or copy, never across an await")
+    }
 }
 
 /// One counter value, copied out of the counters' lock.
 pub(crate) struct CounterValue {
     /// The metric name.
     pub(crate) name: String,
-    /// Its `group_by` labels that have a value.
+    /// Its labels that have a value: `tenant` first with multitenancy, then its `group_by`
+    /// labels.
     pub(crate) labels: Vec<(String, String)>,
     /// The value.
     pub(crate) value: f64,
@@ -172,7 +213,8 @@ pub(crate) struct RuleView {
 }
 
 impl Rules {
-    /// Loads the provisioned rules of the config file and `tenant`'s stored ones of the API.
+    /// Loads the provisioned rules of the config file and every tenant's stored ones of the
+    /// API. With `label_tenants`, exported series carry a `tenant` label.
     ///
     /// # Errors
     ///
@@ -182,12 +224,50 @@ impl Rules {
     pub(crate) fn load(
         provisioned: &BTreeMap<String, RuleSpec>,
         store: Arc<dyn Store>,
-        tenant: Tenant,
+        label_tenants: bool,
         metrics: RulesMetrics,
     ) -> Result<Rules, RulesError> {
         let provisioned = RuleSet::from_specs(provisioned)?;
+        let mut tenants = BTreeMap::new();
+        let (mut loaded, mut series) = (0, 0);
+        // The anonymous tenant is there from the start, so that without multitenancy the
+        // rules and their zeroed counters show before the first profile arrives.
+        let mut with_rules = store.rule_tenants()?;
+        if !with_rules.contains(&Tenant::anonymous()) {
+            with_rules.push(Tenant::anonymous());
+        }
+        for tenant in with_rules {
+            let set = Self::load_tenant(&provisioned, store.as_ref(), &tenant)?;
+            let rules = TenantRules::new(set);
+            loaded += rules.current().len();
+            series += rules.counters().series();
+            tenants.insert(tenant, Arc::new(rules));
+        }
+        info!(
+            tenants = tenants.len(),
+            rules = loaded,
+            provisioned = provisioned.len(),
+            "rules loaded"
+        );
+        metrics.rules.set(loaded as i64);
+        metrics.series.set(series as i64);
+        Ok(Rules {
+            provisioned,
+            tenants: RwLock::new(tenants),
+            store,
+            label_tenants,
+            metrics,
+        })
+    }
+
+    /// The provisioned rules and `tenant`'s stored ones, as one set.
+    fn load_tenant(
+        provisioned: &RuleSet,
+        store: &dyn Store,
+        tenant: &Tenant,
+    ) -> Result<RuleSet, RulesError> {
         let mut rules: Vec<Arc<Rule>> = provisioned.rules().to_vec();
-        for (name, json) in store.rules(&tenant)? {
+        for (name, json) in store.rules(tenant)? {
             let spec: RuleSpec =
                 serde_json::from_slice(&json).map_err(|err| RulesError::Stored {
                     name: name.clone(),
@@ -196,7 +276,7 @@ impl Rules {
             if provisioned.get(&name).is_some() {
                 // The config file took the name after the rule was made through the API; the
                 // file wins, as it is what the operator wrote last.
-                warn!(rule = %name, "stored rule shadowed by a provisioned rule of the same name");
+                warn!(rule = %name, %tenant, "stored rule shadowed by a provisioned rule of the same name");
                 continue;
             }
             let rule = Rule::new(name.clone(), spec).map_err(|err| RulesError::Stored {
@@ -205,34 +285,35 @@ impl Rules {
             })?;
             rules.push(Arc::new(rule));
         }
-        let set = RuleSet::new(rules)?;
-        info!(
-            rules = set.len(),
-            provisioned = provisioned.len(),
-            "rules loaded"
-        );
-        metrics.rules.set(set.len() as i64);
-        let counters = Counters::new(&set);
-        metrics.series.set(counters.series() as i64);
-        Ok(Rules {
-            current: RwLock::new(Arc::new(set)),
-            provisioned,
-            counters: Mutex::new(counters),
-            changes: tokio::sync::Mutex::new(()),
-            store,
-            tenant,
-            metrics,
-        })
+        Ok(RuleSet::new(rules)?)
     }
 
-    /// The rule set in force.
-    pub(crate) fn current(&self) -> Arc<RuleSet> {
-        Arc::clone(
-            &self
-                .current
-                .read()
-                .expect("rules lock: taken only to clone or swap"),
-        )
+    /// `tenant`'s rules, made from the provisioned ones at its first use.
+    fn tenant(&self, tenant: &Tenant) -> Arc<TenantRules> {
+        if let Some(rules) = self
+            .tenants
+            .read()
+            .expect("tenants lock: taken only to find or add a tenant")
+            .get(tenant)
+        {
+            return Arc::clone(rules);
+        }
+        let mut tenants = self
+            .tenants
+            .write()
+            .expect("tenants lock: taken only to find or add a tenant");
+        let rules = tenants.entry(tenant.clone()).or_insert_with(|| {
+            let rules = TenantRules::new(self.provisioned.clone());
+            self.metrics.rules.add(self.provisioned.len() as i64);
+            self.metrics.series.add(rules.counters().series() as i64);
+            Arc::new(rules)
+        });
+        Arc::clone(rules)
+    }
+
+    /// The rule set in force for `tenant`.
+    pub(crate) fn current(&self, tenant: &Tenant) -> Arc<RuleSet> {
+        self.tenant(tenant).current()
     }
 
     /// What `profiles` add to the counters, under `rules` (from [`Rules::current`]); nothing is
@@ -253,19 +334,18 @@ impl Rules {
         increments
     }
 
-    /// Adds increments of profiles the store has acknowledged.
-    pub(crate) fn apply(&self, increments: Increments) {
+    /// Adds increments of `tenant`'s profiles that the store has acknowledged.
+    pub(crate) fn apply(&self, tenant: &Tenant, increments: Increments) {
         if increments.is_empty() {
             return;
         }
-        let mut counters = self
-            .counters
-            .lock()
-            .expect("counters lock: taken to add or copy, never across an await");
+        let rules = self.tenant(tenant);
+        let mut counters = rules.counters();
+        let before = counters.series();
         let applied = counters.apply(increments);
-        let series = counters.series();
+        let after = counters.series();
         drop(counters);
-        self.metrics.series.set(series as i64);
+        self.metrics.series.add(after as i64 - before as i64);
         // A stale increment belongs to a rule that changed: its counter restarted by design.
         for (reason, intentional, count) in [
             ("stale", true, applied.stale),
@@ -280,46 +360,66 @@ impl Rules {
         if applied.over_limit > 0 {
             warn!(
                 dropped = applied.over_limit,
+                %tenant,
                 limit = smolder_common::rules::MAX_SERIES_PER_RULE,
                 "a rule's group_by has more label combinations than the limit; new ones are not counted"
             );
         }
     }
 
-    /// The counters in Prometheus' text format.
-    pub(crate) fn render(&self) -> String {
-        self.counters
-            .lock()
-            .expect("counters lock: taken to add or copy, never across an await")
-            .render()
+    /// `tenant`'s counters in Prometheus' text format, each series labelled with the tenant
+    /// under multitenancy.
+    pub(crate) fn render(&self, tenant: &Tenant) -> String {
+        let rules = self.tenant(tenant);
+        let counters = rules.counters();
+        if self.label_tenants {
+            counters.render_with(&[(TENANT_LABEL, tenant.as_str())])
+        } else {
+            counters.render()
+        }
     }
 
-    /// Every counter value, copied, for a remote write.
+    /// Every tenant's counter values, copied, for a remote write; under multitenancy each
+    /// labelled with its tenant (a `group_by` label of that name becomes `exported_tenant`).
     pub(crate) fn snapshot(&self) -> Vec<CounterValue> {
-        let counters = self
-            .counters
-            .lock()
-            .expect("counters lock: taken to add or copy, never across an await");
-        counters
-            .samples()
-            .map(|s| {
-                let labels = s
-                    .labels
-                    .iter()
-                    .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+        let tenants: Vec<(Tenant, Arc<TenantRules>)> = self
+            .tenants
+            .read()
+            .expect("tenants lock: taken only to find or add a tenant")
+            .iter()
+            .map(|(tenant, rules)| (tenant.clone(), Arc::clone(rules)))
+            .collect();
+        let mut out = Vec::new();
+        for (tenant, rules) in tenants {
+            let counters = rules.counters();
+            out.extend(counters.samples().map(|s| {
+                let own = s.labels.iter().map(|(n, v)| {
+                    let name = if self.label_tenants && *n == TENANT_LABEL {
+                        format!("exported_{n}")
+                    } else {
+                        (*n).to_owned()
+                    };
+                    (name, (*v).to_owned())
+                });
+                let labels = self
+                    .label_tenants
+                    .then(|| (TENANT_LABEL.to_owned(), tenant.as_str().to_owned()))
+                    .into_iter()
+                    .chain(own)
                     .collect();
                 CounterValue {
                     name: s.name.to_owned(),
                     labels,
                     value: s.value,
                 }
-            })
-            .collect()
+            }));
+        }
+        out
     }
 
-    /// Every rule as the API shows it, in name order.
-    pub(crate) fn list(&self) -> Vec<RuleView> {
-        self.current()
+    /// `tenant`'s rules as the API shows them, in name order.
+    pub(crate) fn list(&self, tenant: &Tenant) -> Vec<RuleView> {
+        self.current(tenant)
             .rules()
             .iter()
             .map(|rule| self.view(rule))
@@ -338,7 +438,8 @@ impl Rules {
         }
     }
 
-    /// Creates rule `name` (`POST`), or replaces it (`PUT`, `replace`), durably, and returns it.
+    /// Creates `tenant`'s rule `name` (`POST`), or replaces it (`PUT`, `replace`), durably, and
+    /// returns it.
     ///
     /// # Errors
     ///
@@ -347,13 +448,15 @@ impl Rules {
     /// for a rule of the config file, [`RulesError::Store`] when it cannot be stored.
     pub(crate) async fn put(
         &self,
+        tenant: &Tenant,
         name: String,
         spec: RuleSpec,
         replace: bool,
     ) -> Result<RuleView, RulesError> {
         let rule = Arc::new(Rule::new(name.clone(), spec)?);
-        let _change = self.changes.lock().await;
-        let current = self.current();
+        let rules = self.tenant(tenant);
+        let _change = rules.changes.lock().await;
+        let current = rules.current();
         if self.provisioned.get(&name).is_some() {
             return Err(RulesError::Provisioned { name });
         }
@@ -362,28 +465,30 @@ impl Rules {
             (false, true) => return Err(RulesError::NotFound { name }),
             _ => {}
         }
-        let rules = current
-            .rules()
-            .iter()
-            .filter(|r| r.name() != name)
-            .cloned()
-            .chain([Arc::clone(&rule)]);
-        let set = RuleSet::new(rules)?;
+        let set = RuleSet::new(
+            current
+                .rules()
+                .iter()
+                .filter(|r| r.name() != name)
+                .cloned()
+                .chain([Arc::clone(&rule)]),
+        )?;
         let json = serde_json::to_vec(rule.spec()).expect("a rule spec serializes");
-        self.store.put_rule(&self.tenant, &name, json).await?;
-        self.install(set);
-        info!(%rule, replace, "rule saved");
+        self.store.put_rule(tenant, &name, json).await?;
+        self.install(&rules, set);
+        info!(%rule, %tenant, replace, "rule saved");
         Ok(self.view(&rule))
     }
 
-    /// Deletes rule `name` durably.
+    /// Deletes `tenant`'s rule `name` durably.
     ///
     /// # Errors
     ///
     /// [`RulesError::NotFound`], [`RulesError::Provisioned`], or [`RulesError::Store`].
-    pub(crate) async fn delete(&self, name: &str) -> Result<(), RulesError> {
-        let _change = self.changes.lock().await;
-        let current = self.current();
+    pub(crate) async fn delete(&self, tenant: &Tenant, name: &str) -> Result<(), RulesError> {
+        let rules = self.tenant(tenant);
+        let _change = rules.changes.lock().await;
+        let current = rules.current();
         if self.provisioned.get(name).is_some() {
             return Err(RulesError::Provisioned {
                 name: name.to_owned(),
@@ -395,22 +500,22 @@ impl Rules {
             });
         }
         let set = RuleSet::new(current.rules().iter().filter(|r| r.name() != name).cloned())?;
-        self.store.delete_rule(&self.tenant, name).await?;
-        self.install(set);
-        info!(rule = name, "rule deleted");
+        self.store.delete_rule(tenant, name).await?;
+        self.install(&rules, set);
+        info!(rule = name, %tenant, "rule deleted");
         Ok(())
     }
 
-    /// Makes `set` the rule set in force and brings the counters in line with it.
-    fn install(&self, set: RuleSet) {
-        let mut counters = self
-            .counters
-            .lock()
-            .expect("counters lock: taken to add or copy, never across an await");
+    /// Makes `set` the rule set in force for one tenant and brings its counters in line.
+    fn install(&self, rules: &TenantRules, set: RuleSet) {
+        let mut counters = rules.counters();
+        let (series, count) = (counters.series(), rules.current().len());
         counters.sync(&set);
-        self.metrics.series.set(counters.series() as i64);
-        self.metrics.rules.set(set.len() as i64);
-        *self
+        self.metrics
+            .series
+            .add(counters.series() as i64 - series as i64);
+        self.metrics.rules.add(set.len() as i64 - count as i64);
+        *rules
             .current
             .write()
             .expect("rules lock: taken only to clone or swap") = Arc::new(set);
@@ -428,6 +533,66 @@ mod tests {
     use crate::store::{BlockStore, StoreConfig, StoreMetrics};
 
     #[tokio::test]
+    async fn each_tenant_counts_its_own_profiles_under_its_own_label() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new();
+        let store: Arc<dyn Store> = Arc::new(
+            BlockStore::open(
+                dir.path(),
+                StoreConfig::default(),
+                StoreMetrics::new(metrics.registry(), &metrics.health),
+            )
+            .unwrap(),
+        );
+        let spec = RuleSpec {
+            expr: "app.cpu".to_owned(),
+            group_by: vec!["tenant".to_owned()],
+            ..RuleSpec::default()
+        };
+        let rules = Rules::load(
+            &BTreeMap::from([("app_total".to_owned(), spec)]),
+            store,
+            true,
+            RulesMetrics::new(metrics.registry(), metrics.dropped_increments.clone()),
+        )
+        .unwrap();
+        let (a, b) = (Tenant::new("a").unwrap(), Tenant::new("b").unwrap());
+        for (tenant, samples) in [(&a, 1), (&b, 2), (&a, 4)] {
+            let mut tree = Tree::new();
+            tree.insert_names(["main"], samples);
+            let profile = Profile {
+                series: Series::parse("app.cpu{tenant=forged}").unwrap(),
+                meta: ProfileMeta::default(),
+                from: SystemTime::now() - Duration::from_secs(10),
+                until: SystemTime::now(),
+                tree,
+            };
+            let increments = rules.evaluate(&rules.current(tenant), &[profile]);
+            rules.apply(tenant, increments);
+        }
+        assert!(
+            rules
+                .render(&a)
+                .contains("\napp_total{tenant=\"a\",exported_tenant=\"forged\"} 0.05\n"),
+            "{}",
+            rules.render(&a)
+        );
+        let mut pushed: Vec<(Vec<(String, String)>, f64)> = rules
+            .snapshot()
+            .into_iter()
+            .map(|c| (c.labels, c.value))
+            .collect();
+        pushed.sort_by(|x, y| x.0.cmp(&y.0));
+        let labels = |t: &str| {
+            vec![
+                ("tenant".to_owned(), t.to_owned()),
+                ("exported_tenant".to_owned(), "forged".to_owned()),
+            ]
+        };
+        assert_eq!(pushed, [(labels("a"), 0.05), (labels("b"), 0.02)]);
+    }
+
+    #[tokio::test]
     async fn increments_of_a_rule_changed_meanwhile_are_dropped_as_intended() {
         let dir = tempfile::tempdir().unwrap();
         let metrics = Metrics::new();
@@ -442,7 +607,7 @@ mod tests {
         let rules = Rules::load(
             &BTreeMap::new(),
             store,
-            Tenant::anonymous(),
+            false,
             RulesMetrics::new(metrics.registry(), metrics.dropped_increments.clone()),
         )
         .unwrap();
@@ -450,8 +615,9 @@ mod tests {
             expr: expr.to_owned(),
             ..RuleSpec::default()
         };
+        let anonymous = Tenant::anonymous();
         rules
-            .put("app_total".to_owned(), spec("app.cpu"), false)
+            .put(&anonymous, "app_total".to_owned(), spec("app.cpu"), false)
             .await
             .unwrap();
         let mut tree = Tree::new();
@@ -463,13 +629,18 @@ mod tests {
             until: SystemTime::now(),
             tree,
         };
-        let increments = rules.evaluate(&rules.current(), &[profile]);
+        let increments = rules.evaluate(&rules.current(&anonymous), &[profile]);
         // The rule changes between evaluation and the store's acknowledgement.
         rules
-            .put("app_total".to_owned(), spec("app.cpu{env=\"prod\"}"), true)
+            .put(
+                &anonymous,
+                "app_total".to_owned(),
+                spec("app.cpu{env=\"prod\"}"),
+                true,
+            )
             .await
             .unwrap();
-        rules.apply(increments);
+        rules.apply(&anonymous, increments);
         let text = metrics.render().unwrap();
         assert!(
             text.contains(
@@ -478,9 +649,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            rules.render().contains("\napp_total 0\n"),
+            rules.render(&anonymous).contains("\napp_total 0\n"),
             "{}",
-            rules.render()
+            rules.render(&anonymous)
         );
     }
 }

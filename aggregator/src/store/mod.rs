@@ -163,6 +163,10 @@ pub(crate) enum StoreError {
     /// The store has been closed; nothing more is accepted.
     #[error("the store is closed")]
     Closed,
+    /// A cut's block whose range the head no longer holds sealed: the writer restarted and
+    /// rebuilt the head meanwhile.
+    #[error("block {block} was cut from a head the writer has since rebuilt")]
+    Stale { block: String },
 }
 
 /// A write's answer: resolves once the write is durable, or with why it is not. Queues the write
@@ -294,12 +298,19 @@ pub(crate) trait Store: Send + Sync {
     /// When the engine fails or a record is corrupt.
     fn apps(&self, tenant: &Tenant) -> Result<Vec<AppInfo>, StoreError>;
 
-    /// Every stored recording rule as (name, rule), in name order.
+    /// Every stored recording rule of `tenant` as (name, rule), in name order.
     ///
     /// # Errors
     ///
     /// When the engine fails or a record is corrupt.
     fn rules(&self, tenant: &Tenant) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
+
+    /// Every tenant with a stored recording rule, in id order.
+    ///
+    /// # Errors
+    ///
+    /// When the engine fails or a record is corrupt.
+    fn rule_tenants(&self) -> Result<Vec<Tenant>, StoreError>;
 }
 
 /// Identifies one agent batch, so that the store keeps each at most once (QUIC ingest).

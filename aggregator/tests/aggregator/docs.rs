@@ -134,12 +134,13 @@ fn programs(script: &str) -> Vec<String> {
 /// HTTP error, `smolder-aggregator` the binary under test and the commands of [`NOT_RUN`] that
 /// it also holds made no-ops.
 fn run(script: &str, dir: &Path, aggregator: &str, agent: &str, skipped: &[&str]) {
-    let script = script
-        .replace("http://localhost:4040", &format!("http://{aggregator}"))
-        .replace("localhost:4040", aggregator)
-        .replace("127.0.0.1:4040", aggregator)
-        .replace("localhost:4042", agent)
-        .replace("127.0.0.1:4042", agent)
+    // One pass: replacing one address after another would find the second inside the first's
+    // substitute (a port 40427 made `localhost:4042` of `127.0.0.1:40427`).
+    let addresses = regex::Regex::new(r"\b(?:localhost|127\.0\.0\.1):(4040|4042)\b").unwrap();
+    let script = addresses
+        .replace_all(script, |c: &regex::Captures<'_>| {
+            if &c[1] == "4040" { aggregator } else { agent }.to_owned()
+        })
         .replace(
             "/etc/smolder/aggregator.yaml",
             &repo().join("systemd/aggregator.yaml").display().to_string(),

@@ -26,7 +26,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("admin", &["store", "metrics", "api_error", "tenant"]),
     ("ui", &[]),
     ("http", &["metrics", "api_error"]),
-    ("config", &["http", "ingest", "query", "rules", "store"]),
+    (
+        "config",
+        &["http", "ingest", "query", "rules", "store", "tenant"],
+    ),
     (
         "app",
         &[

@@ -56,5 +56,8 @@ mod ebpf_to_store;
 /// QUIC ingest against hostile or mistaken clients: authentication, protocol versions,
 /// truncated, oversized, garbage and decompression-bomb streams.
 mod quic;
+/// Tenants: two tenants pushing the same app through every transport see only their own data
+/// through every API; without multitenancy the header is ignored.
+mod tenants;
 /// The web UI's page and assets as served; the browser scenarios live in `aggregator/ui/e2e/`.
 mod ui;

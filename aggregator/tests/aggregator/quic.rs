@@ -24,7 +24,7 @@ use crate::transport::{agent_config, agent_metrics, profile, ticks};
 use crate::util::Aggregator;
 
 /// A QUIC connection that trusts the CA at `ca`, optionally with a client certificate.
-async fn connect(
+pub(crate) async fn connect(
     addr: SocketAddr,
     ca: &Path,
     client: Option<(&Path, &Path)>,
@@ -60,7 +60,7 @@ async fn connect(
 }
 
 /// Writes `bytes` on a new stream, finishes it, and reads the whole answer.
-async fn exchange(conn: &quinn::Connection, bytes: &[u8]) -> Vec<u8> {
+pub(crate) async fn exchange(conn: &quinn::Connection, bytes: &[u8]) -> Vec<u8> {
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
     // The aggregator may stop the stream early; its answer still comes.
     if send.write_all(bytes).await.is_ok() {
@@ -81,7 +81,7 @@ fn hello(token: &str) -> Vec<u8> {
     )
 }
 
-fn kind(answer: &[u8]) -> FrameKind {
+pub(crate) fn kind(answer: &[u8]) -> FrameKind {
     let (header, _) = frame::split_header(answer).expect("an answer frame");
     FrameHeader::parse(header, FrameLimits::CONTROL)
         .unwrap()
@@ -93,7 +93,7 @@ fn reject(answer: &[u8]) -> Reject {
         .unwrap_or_else(|err| panic!("expected a reject: {err}"))
 }
 
-fn ack(answer: &[u8]) -> Ack {
+pub(crate) fn ack(answer: &[u8]) -> Ack {
     frame::decode(answer, FrameKind::Ack, FrameLimits::CONTROL)
         .unwrap_or_else(|err| panic!("expected an ack, got {:?}: {err}", reject(answer)))
 }

@@ -71,19 +71,41 @@ function single(extra = "") {
   return `/?query=${encodeURIComponent("shop.cpu{}")}&from=${FROM}&until=${UNTIL}${extra}`;
 }
 
-/** The frame under (fraction of the width, level) of the flame graph `testId`, via its tooltip. */
-async function frameAt(page, testId, fraction, level, { inverted = false } = {}) {
+/**
+ * The frame under (fraction of the width, level) of the flame graph `testId`, via its tooltip.
+ * @param {{ inverted?: boolean, timeout?: number }} [options] `timeout`: ms to wait for the tooltip.
+ */
+async function frameAt(page, testId, fraction, level, options = {}) {
+  const { inverted = false, timeout } = options;
   const canvas = page.getByTestId(testId).locator("canvas");
   const box = await canvas.boundingBox();
   const rows = Math.round(box.height / ROW);
   const row = inverted ? rows - 1 - level : level;
   await page.mouse.move(box.x + fraction * box.width, box.y + row * ROW + ROW / 2);
   const tooltip = page.getByTestId(testId).getByTestId("tooltip");
-  await tooltip.waitFor();
+  await tooltip.waitFor({ timeout });
   return {
     name: await tooltip.locator(".tooltip-name").innerText(),
     text: await tooltip.innerText(),
   };
+}
+
+/**
+ * The frame under (fraction, level) once it is `name`: after a new query, the graph (and the
+ * summary beside the toolbar, which moves it) can change after the pointer moved, so the pointer
+ * leaves and comes back, reading the canvas's position anew, until it is or 5 s passed.
+ */
+async function frameNamed(page, testId, fraction, level, name) {
+  for (let tries = 0; ; tries++) {
+    const last = tries === 50;
+    const frame = await frameAt(page, testId, fraction, level, { timeout: last ? undefined : 100 }).catch((err) => {
+      if (last) throw err;
+      return null;
+    });
+    if (last || frame?.name === name) return frame;
+    await page.mouse.move(0, 0);
+    await page.waitForTimeout(100);
+  }
 }
 
 async function clickFrame(page, testId, fraction, level) {
@@ -568,12 +590,7 @@ describe("web UI", () => {
       // The picker switches to memory growth, which reads as bytes.
       await page.getByTestId("app-type").selectOption("memory_growth");
       await page.waitForURL((url) => (url.searchParams.get("query") ?? "").startsWith("db.memory_growth"));
-      let load = await frameAt(page, "flamegraph", 0.5, 2);
-      for (let tries = 0; load.name !== "db.load" && tries < 50; tries++) {
-        await page.waitForTimeout(100);
-        await page.mouse.move(0, 0);
-        load = await frameAt(page, "flamegraph", 0.5, 2);
-      }
+      const load = await frameNamed(page, "flamegraph", 0.5, 2, "db.load");
       assert.equal(load.name, "db.load");
       assert.match(load.text, /total\s+6\.00 MiB/);
       await screenshot(page, "21-memory-growth");

@@ -200,6 +200,14 @@ impl Counters {
     /// `/exported-metrics` serves them: a `HELP` and `TYPE counter` per rule, then its values.
     /// Labels with an empty value are left out, which Prometheus reads the same way.
     pub fn render(&self) -> String {
+        self.render_with(&[])
+    }
+
+    /// [`Counters::render`] with `extra` labels first on every series (an aggregator's
+    /// `tenant`). A `group_by` label of the same name is renamed `exported_<name>`, as
+    /// Prometheus renames a scraped label that clashes with a target label, so that `extra`
+    /// cannot be forged by the profiles' own labels.
+    pub fn render_with(&self, extra: &[(&str, &str)]) -> String {
         let mut text = String::new();
         for family in self.families.values() {
             let rule = &family.rule;
@@ -222,11 +230,23 @@ impl Counters {
             let _ = writeln!(text, "# TYPE {} counter", rule.name());
             for sample in family.values.iter().map(|(values, value)| (values, *value)) {
                 text.push_str(rule.name());
-                let labels: Vec<_> = rule
-                    .group_by()
+                let labels: Vec<(String, &str)> = extra
                     .iter()
-                    .zip(sample.0)
-                    .filter(|(_, v)| !v.is_empty())
+                    .map(|(name, value)| ((*name).to_owned(), *value))
+                    .chain(
+                        rule.group_by()
+                            .iter()
+                            .zip(sample.0)
+                            .filter(|(_, v)| !v.is_empty())
+                            .map(|(name, value)| {
+                                let name = if extra.iter().any(|(e, _)| e == name) {
+                                    format!("exported_{name}")
+                                } else {
+                                    name.clone()
+                                };
+                                (name, value.as_str())
+                            }),
+                    )
                     .collect();
                 if !labels.is_empty() {
                     text.push('{');

@@ -519,6 +519,28 @@ mod tests {
     }
 
     #[test]
+    fn extra_labels_come_first_and_rename_a_group_by_label_of_their_name() {
+        let set = RuleSet::new([rule("t", "app.cpu", "", "", &["tenant", "env"])]).unwrap();
+        let mut counters = Counters::new(&set);
+        counters.apply(set.evaluate(&profile(
+            "app.cpu{tenant=forged,env=prod}",
+            100,
+            "samples",
+            &[("f", 1)],
+        )));
+        let text = counters.render_with(&[("tenant", "team-a")]);
+        assert!(
+            text.contains("\nt{tenant=\"team-a\",exported_tenant=\"forged\",env=\"prod\"} 0.01\n"),
+            "{text}"
+        );
+        assert!(
+            counters
+                .render()
+                .contains("\nt{tenant=\"forged\",env=\"prod\"} 0.01\n")
+        );
+    }
+
+    #[test]
     fn off_cpu_nanoseconds_export_as_seconds_and_bytes_as_bytes() {
         let set = RuleSet::new([
             rule("waits", "app.off_cpu", "", "", &[]),

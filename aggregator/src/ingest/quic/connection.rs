@@ -124,8 +124,8 @@ pub(super) async fn serve(incoming: quinn::Incoming, shared: Arc<Shared>) {
             return;
         }
     };
-    let hello = match handshake(&conn, &shared).await {
-        Ok(hello) => hello,
+    let (hello, tenant) = match handshake(&conn, &shared).await {
+        Ok(accepted) => accepted,
         Err(reason) => {
             metrics
                 .connections_total
@@ -144,6 +144,7 @@ pub(super) async fn serve(incoming: quinn::Incoming, shared: Arc<Shared>) {
         agent_id = %hello.agent_id,
         hostname = %hello.hostname,
         agent_version = %hello.agent_version,
+        %tenant,
         "agent connected"
     );
     let rate = shared.config.max_batches_per_second;
@@ -155,6 +156,7 @@ pub(super) async fn serve(incoming: quinn::Incoming, shared: Arc<Shared>) {
                 tokio::spawn(batch_stream(
                     Arc::clone(&shared),
                     Arc::clone(&agent),
+                    tenant.clone(),
                     Arc::clone(&limiter),
                     send,
                     recv,
@@ -167,8 +169,9 @@ pub(super) async fn serve(incoming: quinn::Incoming, shared: Arc<Shared>) {
     info!(agent_id = %agent, %reason, "agent disconnected");
 }
 
-/// Reads and checks the hello; answers a welcome, or a reject and closes the connection.
-async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Result<Hello, String> {
+/// Reads and checks the hello; answers a welcome, or a reject and closes the connection. The
+/// tenant is the token's.
+async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Result<(Hello, Tenant), String> {
     let (send, mut recv) = match tokio::time::timeout(HELLO_TIMEOUT, conn.accept_bi()).await {
         Ok(Ok(streams)) => streams,
         Ok(Err(err)) => return Err(format!("connection lost before its hello: {err}")),
@@ -195,23 +198,30 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Result<Hello, S
         return Err(refuse(conn, send, err.to_string()).await);
     }
     let has_cert = conn.peer_identity().is_some();
-    if let Err(reason) = authenticate(&hello, has_cert, &shared.credentials) {
-        return Err(refuse(conn, send, format!("agent {}: {reason}", hello.agent_id)).await);
-    }
+    let tenant = match authenticate(&hello, has_cert, &shared.credentials) {
+        Ok(tenant) => tenant,
+        Err(reason) => {
+            return Err(refuse(conn, send, format!("agent {}: {reason}", hello.agent_id)).await);
+        }
+    };
     let welcome = Welcome {
         aggregator_version: env!("CARGO_PKG_VERSION").to_owned(),
         max_batch_bytes: u64::from(shared.config.max_batch_bytes),
         max_batches_in_flight: shared.config.max_batches_in_flight,
     };
     reply(send, &frame::encode(FrameKind::Welcome, &welcome)).await;
-    Ok(hello)
+    Ok((hello, tenant))
 }
 
-/// Whether a hello may ship: a verified client certificate suffices, else its token must be one
-/// of the configured ones.
-fn authenticate(hello: &Hello, has_cert: bool, credentials: &Credentials) -> Result<(), String> {
+/// Whether a hello may ship, and for which tenant: a verified client certificate suffices (for
+/// `anonymous`), else its token must be one of the configured ones (for the token's tenant).
+fn authenticate(
+    hello: &Hello,
+    has_cert: bool,
+    credentials: &Credentials,
+) -> Result<Tenant, String> {
     if has_cert {
-        return Ok(());
+        return Ok(Tenant::anonymous());
     }
     let how = if credentials.client_ca {
         "a token from ingest.quic.tokens or a client certificate signed by ingest.quic.client-ca"
@@ -221,15 +231,16 @@ fn authenticate(hello: &Hello, has_cert: bool, credentials: &Credentials) -> Res
     if hello.token.is_empty() {
         return Err(format!("no credentials; present {how}"));
     }
-    if credentials
-        .tokens
-        .iter()
-        .any(|token| same(token.as_bytes(), hello.token.as_bytes()))
-    {
-        Ok(())
-    } else {
-        Err(format!("invalid token; present {how}"))
+    // Every token is compared, so that the time taken does not tell which one matched.
+    let mut found = None;
+    for (token, tenant) in &credentials.tokens {
+        if same(token.as_bytes(), hello.token.as_bytes()) {
+            found = Some(tenant);
+        }
     }
+    found
+        .cloned()
+        .ok_or_else(|| format!("invalid token; present {how}"))
 }
 
 /// Compares in time independent of where the inputs differ, so that a token cannot be guessed
@@ -330,6 +341,7 @@ async fn read_exact(
 async fn batch_stream(
     shared: Arc<Shared>,
     agent: Arc<str>,
+    tenant: Tenant,
     limiter: Arc<Mutex<RateLimiter>>,
     send: quinn::SendStream,
     mut recv: quinn::RecvStream,
@@ -339,7 +351,7 @@ async fn batch_stream(
     let mut sequence = 0;
     let outcome = tokio::time::timeout(
         STREAM_TIMEOUT,
-        receive(&shared, &agent, &limiter, &mut recv, &mut sequence),
+        receive(&shared, &agent, &tenant, &limiter, &mut recv, &mut sequence),
     )
     .await
     .unwrap_or(Err(StreamError::Timeout));
@@ -411,6 +423,7 @@ async fn batch_stream(
 async fn receive(
     shared: &Shared,
     agent: &str,
+    tenant: &Tenant,
     limiter: &Mutex<RateLimiter>,
     recv: &mut quinn::RecvStream,
     sequence: &mut u64,
@@ -477,9 +490,7 @@ async fn receive(
         sequence: number,
         window_end: unix(end),
     };
-    // Until agent tokens carry a tenant (issue 19), every agent ships for the anonymous one.
-    let tenant = Tenant::anonymous();
-    let outcome = shared.ingester.ingest(&tenant, set, Some(marker)).await;
+    let outcome = shared.ingester.ingest(tenant, set, Some(marker)).await;
     shared.ingester.record("quic", &outcome);
     outcome
         .map(|stored| stored.duplicate)
@@ -501,16 +512,28 @@ mod tests {
 
     fn credentials(client_ca: bool) -> Credentials {
         Credentials {
-            tokens: vec!["secret".into(), "other".into()],
+            tokens: vec![
+                ("secret".into(), Tenant::anonymous()),
+                ("other".into(), Tenant::new("team-b").unwrap()),
+            ],
             client_ca,
         }
     }
 
     #[test]
     fn tokens_and_certificates_authenticate() {
-        assert!(authenticate(&hello("secret"), false, &credentials(false)).is_ok());
-        assert!(authenticate(&hello("other"), false, &credentials(false)).is_ok());
-        assert!(authenticate(&hello(""), true, &credentials(true)).is_ok());
+        assert_eq!(
+            authenticate(&hello("secret"), false, &credentials(false)),
+            Ok(Tenant::anonymous())
+        );
+        assert_eq!(
+            authenticate(&hello("other"), false, &credentials(false)),
+            Ok(Tenant::new("team-b").unwrap())
+        );
+        assert_eq!(
+            authenticate(&hello(""), true, &credentials(true)),
+            Ok(Tenant::anonymous())
+        );
         let missing = authenticate(&hello(""), false, &credentials(true)).unwrap_err();
         assert!(missing.starts_with("no credentials"), "{missing}");
         assert!(missing.contains("client-ca"), "{missing}");

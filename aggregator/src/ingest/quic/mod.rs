@@ -13,7 +13,9 @@
 //! A connection's first stream is the agent's hello: protocol version (in the frame header),
 //! agent id, and a token unless the agent presented a client certificate signed by
 //! `ingest.quic.client-ca`. Anything else is refused with a reason on that stream and in the
-//! connection's close. Each later stream is one batch ([`connection`]): its header is checked
+//! connection's close. The connection's batches are stored for the tenant of its token
+//! (`ingest.quic.tenant-tokens`; `anonymous` for `tokens` and client certificates): the agent
+//! names no tenant, so that it cannot pick another's. Each later stream is one batch ([`connection`]): its header is checked
 //! against `ingest.quic.max-batch-bytes` before the body is read, the body is decompressed and
 //! decoded on the blocking pool, and the answer is an ack after the store's fsync or a reject
 //! saying why and whether a retry can help.
@@ -22,6 +24,7 @@ mod connection;
 mod metrics;
 mod tls;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,6 +39,7 @@ use tracing::{Instrument, info_span, warn};
 
 use super::Ingester;
 use crate::metrics::Errors;
+use crate::tenant::{Tenant, TenantError};
 
 pub(crate) use self::metrics::QuicMetrics;
 
@@ -54,9 +58,15 @@ pub struct QuicConfig {
     /// PEM CA certificates; an agent presenting a client certificate signed by one of them is
     /// authenticated without a token. Default none.
     pub client_ca: Option<PathBuf>,
-    /// Tokens agents may present in their hello. With none and no `client-ca`, one is generated
-    /// into `<data-dir>/tls/agent-token` on first start. Default none.
+    /// Tokens agents may present in their hello; their batches are the `anonymous` tenant's.
+    /// With none here, none in `tenant-tokens` and no `client-ca`, one is generated into
+    /// `<data-dir>/tls/agent-token` on first start. Default none.
     pub tokens: Vec<String>,
+    /// Tokens by the tenant their agents ship for (`{team-a: [token, ...]}`), with
+    /// `tenant.multitenancy-enabled`: the tenant comes from the token, so that an agent cannot
+    /// pick another. A token may appear once over `tokens` and `tenant-tokens`. Agents
+    /// authenticated by a client certificate ship for `anonymous`. Default none.
+    pub tenant_tokens: BTreeMap<String, Vec<String>>,
     /// Batches one connection may have in flight at once, each on its own stream; more wait for
     /// QUIC flow control. Told to agents in the welcome. Was `max-concurrent-streams`, still
     /// read (deprecated). Default 16.
@@ -85,6 +95,36 @@ impl QuicConfig {
     pub(crate) fn check_files(&self) -> anyhow::Result<()> {
         tls::check_files(self).context("checking the TLS files of ingest.quic")
     }
+
+    /// Every configured token with the tenant its agents ship for.
+    ///
+    /// # Errors
+    ///
+    /// [`QuicError::Tenant`] for a `tenant-tokens` key that is not a valid tenant id,
+    /// [`QuicError::TokenTwice`] for a token given twice or empty.
+    pub(crate) fn token_tenants(&self) -> Result<Vec<(String, Tenant)>, QuicError> {
+        let mut out: Vec<(String, Tenant)> = self
+            .tokens
+            .iter()
+            .map(|token| (token.clone(), Tenant::anonymous()))
+            .collect();
+        for (id, tokens) in &self.tenant_tokens {
+            let tenant = Tenant::new(id).map_err(|source| QuicError::Tenant {
+                id: id.clone(),
+                source,
+            })?;
+            out.extend(tokens.iter().map(|token| (token.clone(), tenant.clone())));
+        }
+        let mut seen = BTreeSet::new();
+        for (token, tenant) in &out {
+            if token.is_empty() || !seen.insert(token.as_str()) {
+                return Err(QuicError::TokenTwice {
+                    tenant: tenant.to_string(),
+                });
+            }
+        }
+        Ok(out)
+    }
 }
 
 impl Default for QuicConfig {
@@ -95,6 +135,7 @@ impl Default for QuicConfig {
             key: None,
             client_ca: None,
             tokens: Vec::new(),
+            tenant_tokens: BTreeMap::new(),
             max_batches_in_flight: 16,
             max_batch_bytes: 64 << 20,
             max_batches_per_second: 50,
@@ -131,6 +172,24 @@ pub(crate) enum QuicError {
     Tls {
         /// What rustls said.
         reason: String,
+    },
+    /// A key of `ingest.quic.tenant-tokens` is not a tenant id.
+    #[error("ingest.quic.tenant-tokens: {id:?} is not a tenant id")]
+    Tenant {
+        /// The key.
+        id: String,
+        /// The rule it breaks.
+        #[source]
+        source: TenantError,
+    },
+    /// A token is empty or given twice over `ingest.quic.tokens` and `tenant-tokens`, so that
+    /// its tenant would be ambiguous. The token itself is a secret and not shown.
+    #[error(
+        "ingest.quic: a token of tenant {tenant:?} is empty or appears twice over tokens and tenant-tokens"
+    )]
+    TokenTwice {
+        /// The tenant of its second appearance.
+        tenant: String,
     },
     /// The development identity cannot be generated.
     #[error("generating the development certificate failed: {reason}")]

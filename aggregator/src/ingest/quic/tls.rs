@@ -12,6 +12,7 @@ use smolder_common::wire::ALPN;
 use tracing::info;
 
 use super::{QuicConfig, QuicError};
+use crate::tenant::Tenant;
 
 /// Where the development identity lives, under the data directory.
 const DEV_DIR: &str = "tls";
@@ -26,8 +27,8 @@ const DEV_TOKEN: &str = "agent-token";
 
 /// What the listener authenticates agents with.
 pub(crate) struct Credentials {
-    /// Tokens accepted in a hello.
-    pub(crate) tokens: Vec<String>,
+    /// Tokens accepted in a hello, each with the tenant its agents ship for.
+    pub(crate) tokens: Vec<(String, Tenant)>,
     /// Whether a client CA is configured, so that a verified client certificate suffices.
     pub(crate) client_ca: bool,
 }
@@ -106,9 +107,9 @@ pub(crate) fn server_config(
     let mut server = builder.with_single_cert(certs, key).map_err(tls)?;
     server.alpn_protocols = vec![ALPN.to_vec()];
 
-    let mut tokens = config.tokens.clone();
+    let mut tokens = config.token_tenants()?;
     if tokens.is_empty() && config.client_ca.is_none() {
-        tokens.push(dev_token(data_dir)?);
+        tokens.push((dev_token(data_dir)?, Tenant::anonymous()));
     }
     Ok((
         server,

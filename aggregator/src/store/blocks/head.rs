@@ -6,13 +6,18 @@
 //! totals) and, when a range is cut, one tree per batch and bucket for the block builder.
 //! Owned by the store's state lock; the writer thread is its only writer.
 //!
+//! A range being cut is sealed: moved aside, shared with the cut building its block off the
+//! writer thread, and still read until the block is published; writes that arrive for it
+//! meanwhile start a new range of the same start, cut next time.
+//!
 //! A series keeps the union of its trees' nodes once (parent and frame per node, frames named
 //! in the range's one name table) and each write as `(node, self value)` pairs: about a fifth
 //! of a tree's nodes carry a self value, so the head holds a 10 s tree of 11,000 nodes in about
 //! 30 KB rather than the 400 KB of a `Tree`. Every write keeps its marker and stays apart, so
 //! that a cut block keeps batches separable (see the block format).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use smolder_block::Marker;
 use smolder_common::tree::NodeRef;
@@ -25,6 +30,23 @@ use crate::tenant::Tenant;
 #[derive(Default)]
 pub(crate) struct Head {
     ranges: BTreeMap<(Tenant, u64), HeadRange>,
+    /// Ranges being cut, at most one per tenant and start.
+    sealed: BTreeMap<(Tenant, u64), Sealed>,
+}
+
+/// A range being cut.
+struct Sealed {
+    range: Arc<HeadRange>,
+    /// Apps deleted since it was sealed: hidden from reads here, and in its block once
+    /// published.
+    deleted: BTreeSet<String>,
+}
+
+/// A range sealed for a cut: what the cut builds its block from.
+pub(crate) struct SealedRange {
+    pub(crate) tenant: Tenant,
+    pub(crate) start: u64,
+    pub(crate) range: Arc<HeadRange>,
 }
 
 /// One tenant's writes in one head range.
@@ -43,11 +65,33 @@ pub(crate) struct HeadSeries {
     /// Unix seconds of its first and last 10 s bucket.
     pub(crate) first: u64,
     pub(crate) last: u64,
-    parents: Vec<u32>,
-    frames: Vec<u32>,
-    children: HashMap<(u32, u32), u32, foldhash::fast::RandomState>,
+    /// The shape: the union of its trees' nodes, the root first.
+    nodes: Vec<ShapeNode>,
+    /// The children of parents with more than [`WIDE`] of them, by (parent, frame).
+    wide: HashMap<(u32, u32), u32, foldhash::fast::RandomState>,
     pub(crate) entries: Vec<Entry>,
 }
+
+/// One node of a series' shape. Children are found by walking the parent's child list (a
+/// node's first child usually follows it, since trees add their nodes depth first), which
+/// stays in cache where a hash lookup per node missed it: adding a tree does one lookup per
+/// node, and the shape of a busy series outgrows the caches.
+struct ShapeNode {
+    parent: u32,
+    /// The frame's id in the range's name table (`u32::MAX` for the root).
+    frame: u32,
+    /// `NONE` when it has none.
+    first_child: u32,
+    next_sibling: u32,
+    children: u32,
+}
+
+/// "No node": the root is nobody's child or sibling.
+const NONE: u32 = 0;
+
+/// Parents with more children than this find a child in [`HeadSeries::wide`] rather than by
+/// walking their list (roots and dispatchers can have thousands).
+const WIDE: u32 = 8;
 
 /// One write's data of one series in one bucket.
 pub(crate) struct Entry {
@@ -73,37 +117,90 @@ impl Head {
         }
     }
 
-    /// The ranges of `tenant` overlapping `[from, until)`, given the range span.
+    /// The ranges of `tenant` overlapping `[from, until)`, given the range span, each with the
+    /// apps deleted from it that reads must skip (only a sealed range has any).
     pub(crate) fn ranges_of<'h>(
         &'h self,
         tenant: &Tenant,
         span: u64,
         from: u64,
         until: u64,
-    ) -> impl Iterator<Item = (u64, &'h HeadRange)> + 'h {
-        let tenant = tenant.clone();
-        self.ranges
+    ) -> impl Iterator<Item = (&'h HeadRange, Option<&'h BTreeSet<String>>)> + use<'h> {
+        let wanted = {
+            let tenant = tenant.clone();
+            move |(t, start): &(Tenant, u64)| *t == tenant && *start < until && start + span > from
+        };
+        let live = self
+            .ranges
             .iter()
-            .filter(move |((t, start), _)| *t == tenant && *start < until && start + span > from)
-            .map(|((_, start), range)| (*start, range))
+            .filter({
+                let wanted = wanted.clone();
+                move |(key, _)| wanted(key)
+            })
+            .map(|(_, range)| (range, None));
+        let sealed = self
+            .sealed
+            .iter()
+            .filter(move |(key, _)| wanted(key))
+            .map(|(_, sealed)| (&*sealed.range, Some(&sealed.deleted)));
+        live.chain(sealed)
     }
 
-    /// Every range, as (tenant, start).
-    pub(crate) fn keys(&self) -> Vec<(Tenant, u64)> {
-        self.ranges.keys().cloned().collect()
+    /// Whether a live range of any tenant starts at `start`.
+    pub(crate) fn has_live(&self, start: u64) -> bool {
+        self.ranges.keys().any(|(_, s)| *s == start)
     }
 
-    /// The range of `tenant` starting at `start`.
-    pub(crate) fn range(&self, tenant: &Tenant, start: u64) -> Option<&HeadRange> {
-        self.ranges.get(&(tenant.clone(), start))
+    /// Seals every live range whose start `due` accepts (unless one of its tenant and start is
+    /// sealed already: it waits for that cut), and returns every sealed range, those of an
+    /// earlier cut that failed included.
+    pub(crate) fn seal(&mut self, due: impl Fn(u64) -> bool) -> Vec<SealedRange> {
+        let keys: Vec<(Tenant, u64)> = self
+            .ranges
+            .keys()
+            .filter(|key| due(key.1) && !self.sealed.contains_key(key))
+            .cloned()
+            .collect();
+        for key in keys {
+            if let Some(range) = self.ranges.remove(&key) {
+                let sealed = Sealed {
+                    range: Arc::new(range),
+                    deleted: BTreeSet::new(),
+                };
+                self.sealed.insert(key, sealed);
+            }
+        }
+        self.sealed
+            .iter()
+            .map(|((tenant, start), sealed)| SealedRange {
+                tenant: tenant.clone(),
+                start: *start,
+                range: Arc::clone(&sealed.range),
+            })
+            .collect()
     }
 
-    /// Takes the range of `tenant` starting at `start` out of the head.
-    pub(crate) fn remove(&mut self, tenant: &Tenant, start: u64) -> Option<HeadRange> {
-        self.ranges.remove(&(tenant.clone(), start))
+    /// The apps deleted from the sealed range of `tenant` at `start` since it was sealed,
+    /// which its block must hide.
+    pub(crate) fn deleted_in_sealed(&self, tenant: &Tenant, start: u64) -> BTreeSet<String> {
+        self.sealed
+            .get(&(tenant.clone(), start))
+            .map(|sealed| sealed.deleted.clone())
+            .unwrap_or_default()
     }
 
-    /// Deletes every series of `app` of `tenant`; returns the series deleted.
+    /// Whether the range of `tenant` at `start` is sealed (a cut builds its block).
+    pub(crate) fn is_sealed(&self, tenant: &Tenant, start: u64) -> bool {
+        self.sealed.contains_key(&(tenant.clone(), start))
+    }
+
+    /// Drops the sealed range of `tenant` at `start`, its block published.
+    pub(crate) fn unseal(&mut self, tenant: &Tenant, start: u64) {
+        self.sealed.remove(&(tenant.clone(), start));
+    }
+
+    /// Deletes every series of `app` of `tenant` (from a sealed range, hides it); returns the
+    /// series deleted.
     pub(crate) fn delete_app(&mut self, tenant: &Tenant, app: &str) -> Vec<Series> {
         let mut deleted = Vec::new();
         for ((t, _), range) in &mut self.ranges {
@@ -119,12 +216,31 @@ impl Head {
             });
         }
         self.ranges.retain(|_, range| !range.series.is_empty());
+        for ((t, _), sealed) in &mut self.sealed {
+            if t != tenant || sealed.deleted.contains(app) {
+                continue;
+            }
+            let before = deleted.len();
+            deleted.extend(
+                sealed
+                    .range
+                    .series
+                    .keys()
+                    .filter(|series| series.app() == app)
+                    .cloned(),
+            );
+            if deleted.len() > before {
+                sealed.deleted.insert(app.to_owned());
+            }
+        }
         deleted
     }
 
-    /// Series in the head.
+    /// Series in the head, sealed ranges included.
     pub(crate) fn series_count(&self) -> usize {
-        self.ranges.values().map(|r| r.series.len()).sum()
+        let live: usize = self.ranges.values().map(|r| r.series.len()).sum();
+        let sealed: usize = self.sealed.values().map(|s| s.range.series.len()).sum();
+        live + sealed
     }
 }
 
@@ -160,7 +276,8 @@ impl HeadRange {
         }
         series.first = series.first.min(bucket);
         series.last = series.last.max(bucket);
-        let mut values = Vec::new();
+        // About a fifth of a tree's nodes carry a self value.
+        let mut values = Vec::with_capacity(tree.len() / 4);
         let root = tree.root();
         if root.self_value() > 0 {
             values.push((0, root.self_value()));
@@ -211,7 +328,7 @@ impl HeadRange {
     /// The sum of `series`' entries in `[from, until)` and the writes it sums; `None` when
     /// none falls there.
     pub(crate) fn sum(&self, series: &HeadSeries, from: u64, until: u64) -> Option<(Tree, u64)> {
-        let mut dense = vec![0u64; series.parents.len()];
+        let mut dense = vec![0u64; series.nodes.len()];
         let mut writes = 0u64;
         let mut any = false;
         for entry in &series.entries {
@@ -245,19 +362,61 @@ impl HeadSeries {
             meta_bucket: bucket,
             first: bucket,
             last: bucket,
-            parents: vec![0],
-            frames: vec![u32::MAX],
-            children: HashMap::default(),
+            nodes: vec![ShapeNode {
+                parent: 0,
+                frame: u32::MAX,
+                first_child: NONE,
+                next_sibling: NONE,
+                children: 0,
+            }],
+            wide: HashMap::default(),
             entries: Vec::new(),
         }
     }
 
+    /// The child of `parent` with `frame`, added if new.
     fn child(&mut self, parent: u32, frame: u32) -> u32 {
-        let next = self.parents.len() as u32;
-        let at = *self.children.entry((parent, frame)).or_insert(next);
-        if at == next {
-            self.parents.push(parent);
-            self.frames.push(frame);
+        let node = &self.nodes[parent as usize];
+        if node.children > WIDE {
+            if let Some(&at) = self.wide.get(&(parent, frame)) {
+                return at;
+            }
+        } else {
+            let mut at = node.first_child;
+            while at != NONE {
+                let child = &self.nodes[at as usize];
+                if child.frame == frame {
+                    return at;
+                }
+                at = child.next_sibling;
+            }
+        }
+        let at = u32::try_from(self.nodes.len()).expect("fewer than 2^32 nodes in one series");
+        let next_sibling = self.nodes[parent as usize].first_child;
+        self.nodes.push(ShapeNode {
+            parent,
+            frame,
+            first_child: NONE,
+            next_sibling,
+            children: 0,
+        });
+        let node = &mut self.nodes[parent as usize];
+        node.first_child = at;
+        node.children += 1;
+        match node.children {
+            count if count == WIDE + 1 => {
+                // Grown wide: its children move to the map.
+                let mut child = at;
+                while child != NONE {
+                    let data = &self.nodes[child as usize];
+                    self.wide.insert((parent, data.frame), child);
+                    child = data.next_sibling;
+                }
+            }
+            count if count > WIDE + 1 => {
+                self.wide.insert((parent, frame), at);
+            }
+            _ => {}
         }
         at
     }
@@ -271,10 +430,11 @@ impl HeadSeries {
             path.clear();
             let mut at = node;
             while at != 0 {
-                let frame = self.frames[at as usize] as usize;
+                let node = &self.nodes[at as usize];
+                let frame = node.frame as usize;
                 let id = *ids[frame].get_or_insert_with(|| tree.intern(&names[frame]));
                 path.push(id);
-                at = self.parents[at as usize];
+                at = node.parent;
             }
             path.reverse();
             tree.insert(&path, value);

@@ -11,8 +11,9 @@
 //! - `blocks/` (`store.object-store`), the blocks (`files.rs`), each `<tenant>/<start>-<span>-
 //!   <id>.block`.
 //! - one writer thread (`writer.rs`) that applies writes (each group made durable with one
-//!   fsync before any is acknowledged), cuts closed head ranges into blocks, applies app
-//!   deletions, rules and retention, and publishes compactions;
+//!   fsync before any is acknowledged), seals closed head ranges for a cut and publishes the
+//!   blocks built from them (`cut.rs`, on the blocking pool), applies app deletions, rules and
+//!   retention, and publishes compactions;
 //! - the maintenance tasks [`BlockStore::start_maintenance`] spawns: cuts every 10 s,
 //!   compaction (`compact.rs`) and retention every `store.compaction-interval` and
 //!   `store.retention-interval`, then the disk gauges.
@@ -34,6 +35,7 @@
 
 mod cache;
 mod compact;
+mod cut;
 pub(crate) mod files;
 mod head;
 mod migrate;
@@ -65,7 +67,7 @@ use self::cache::ChunkCache;
 use self::files::{BlockFile, BlockSet, Files, OpenError};
 use self::head::Head;
 use self::wal::Wal;
-use self::writer::Command;
+use self::writer::{Command, Prepared, WriteIds};
 
 pub use self::files::{LocalConfig, ObjectStoreConfig};
 
@@ -147,10 +149,14 @@ pub(crate) struct BlockStore {
 struct Inner {
     shared: Arc<Shared>,
     commands: mpsc::Sender<Command>,
+    /// Numbers writes as callers prepare them.
+    ids: Arc<WriteIds>,
     writer: Mutex<Option<Supervised>>,
     maintenance: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// One compaction pass at a time.
     compacting: Arc<Mutex<()>>,
+    /// One cut pass at a time.
+    cutting: Arc<Mutex<()>>,
     dir: DataDir,
 }
 
@@ -161,11 +167,10 @@ const QUEUE: usize = 1024;
 const CUT_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The writer's heartbeat period: it beats after every group of commands, and the cut task
-/// sends it one every 10 s; a cut of a large head range or a retention pass takes seconds.
-/// Stuck after three periods.
+/// sends it one every 10 s; a retention pass takes seconds. Stuck after three periods.
 const WRITER_PERIOD: Duration = Duration::from_secs(30);
 
-/// The least heartbeat period of a maintenance task: a compaction or retention pass beats
+/// The least heartbeat period of a maintenance task: a cut, compaction or retention pass beats
 /// before and after it runs, and a merge of large blocks may take minutes.
 const MAINTENANCE_PERIOD: Duration = Duration::from_secs(300);
 
@@ -206,17 +211,22 @@ impl BlockStore {
             metrics,
             pause,
         });
-        let mut opened = Some(writer::Writer::open(Arc::clone(&shared), tombstones)?);
+        let opened = writer::Writer::open(Arc::clone(&shared), tombstones)?;
+        let ids = opened.ids();
+        let mut opened = Some(opened);
         let (commands, mut queue) = mpsc::channel(QUEUE);
-        let heartbeat = shared.metrics.health.register("store_writer", WRITER_PERIOD);
-        let reopen = Arc::clone(&shared);
+        let heartbeat = shared
+            .metrics
+            .health
+            .register("store_writer", WRITER_PERIOD);
+        let reopen = (Arc::clone(&shared), Arc::clone(&ids));
         // A panic drops the writer with its unanswered commands (their callers get an error and
-        // retry); the next run replays the head from the logs, so that nothing acknowledged or
+        // retry); the next run rebuilds the head from the logs, so that nothing acknowledged or
         // durable is missing from it, and serves the queue, which waited meanwhile.
         let handle = supervise(heartbeat, "smolder-store-writer", move |beat| {
             let writer = match opened.take() {
                 Some(writer) => writer,
-                None => writer::Writer::reopen(Arc::clone(&reopen))?,
+                None => writer::Writer::reopen(Arc::clone(&reopen.0), Arc::clone(&reopen.1))?,
             };
             writer.run(&mut queue, beat);
             Ok(())
@@ -229,9 +239,11 @@ impl BlockStore {
             inner: Arc::new(Inner {
                 shared,
                 commands,
+                ids,
                 writer: Mutex::new(Some(handle)),
                 maintenance: Mutex::new(Vec::new()),
                 compacting: Arc::new(Mutex::new(())),
+                cutting: Arc::new(Mutex::new(())),
                 dir,
             }),
         })
@@ -246,7 +258,7 @@ impl BlockStore {
         let health = &self.inner.shared.metrics.health;
         let cut = {
             let store = self.clone();
-            let beat = health.register("store_cut", CUT_INTERVAL.max(WRITER_PERIOD));
+            let beat = health.register("store_cut", MAINTENANCE_PERIOD);
             tokio::spawn(
                 every(CUT_INTERVAL, beat, move || {
                     let store = store.clone();
@@ -303,13 +315,22 @@ impl BlockStore {
             .extend([cut, compaction, retention]);
     }
 
-    /// Cuts every head range closed as of `now` into blocks; returns how many blocks it wrote.
+    /// Cuts every head range closed as of `now` into blocks, built on the blocking pool while
+    /// writes go on (`cut.rs`); returns how many blocks it published.
     ///
     /// # Errors
     ///
     /// As [`Store::write`], and [`StoreError::Object`] when a block cannot be written.
     pub(crate) async fn cut(&self, now: SystemTime) -> Result<u64, StoreError> {
-        self.ask(move |reply| Command::Cut { now, reply }).await
+        let shared = Arc::clone(&self.inner.shared);
+        let commands = self.inner.commands.clone();
+        let lock = Arc::clone(&self.inner.cutting);
+        tokio::task::spawn_blocking(move || {
+            let _one = lock.lock().expect("cut lock");
+            cut::pass(&shared, &commands, now)
+        })
+        .await
+        .map_err(|_| StoreError::Closed)?
     }
 
     /// Runs one compaction pass as of `now`: merges (and downsamples) what `plan::compactions`
@@ -373,9 +394,11 @@ impl BlockStore {
             // The writer has answered Close, so it is returning; joining cannot block long.
             let _ = tokio::task::spawn_blocking(move || handle.join()).await;
         }
-        // A compaction in flight finishes or gives up before the store is gone.
-        let lock = Arc::clone(&self.inner.compacting);
-        let _ = tokio::task::spawn_blocking(move || drop(lock.lock())).await;
+        // A cut or a compaction in flight finishes or gives up before the store is gone.
+        for lock in [&self.inner.cutting, &self.inner.compacting] {
+            let lock = Arc::clone(lock);
+            let _ = tokio::task::spawn_blocking(move || drop(lock.lock())).await;
+        }
         result
     }
 
@@ -498,12 +521,31 @@ impl Store for BlockStore {
         marker: Option<BatchMarker>,
     ) -> Ack<Written> {
         let tenant = tenant.clone();
-        self.ask(move |reply| Command::Write {
-            tenant,
-            profiles,
-            marker,
-            reply,
-            queued: Instant::now(),
+        let ids = Arc::clone(&self.inner.ids);
+        let commands = self.inner.commands.clone();
+        Box::pin(async move {
+            let queued = Instant::now();
+            // Encoding and compressing the records is most of a write's work: done here, in
+            // parallel across requests, the writer thread only appends and syncs.
+            let (write, marker) = tokio::task::spawn_blocking(move || {
+                let write = Prepared::new(&ids, tenant, profiles, marker.as_ref());
+                (write, marker)
+            })
+            .await
+            .map_err(|err| StoreError::Engine {
+                source: Box::new(err),
+            })?;
+            let (reply, answer) = oneshot::channel();
+            commands
+                .send(Command::Write {
+                    write,
+                    marker,
+                    reply,
+                    queued,
+                })
+                .await
+                .map_err(|_| StoreError::Closed)?;
+            answer.await.map_err(|_| StoreError::Closed)?
         })
     }
 
@@ -605,6 +647,10 @@ impl Store for BlockStore {
 
     fn rules(&self, tenant: &Tenant) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         self.inner.shared.wal.rules(tenant)
+    }
+
+    fn rule_tenants(&self) -> Result<Vec<Tenant>, StoreError> {
+        self.inner.shared.wal.rule_tenants()
     }
 }
 

@@ -69,8 +69,11 @@ fn head_then_blocks(
     mut f: impl FnMut(&super::head::HeadRange, &Series, &HeadSeries),
 ) -> Arc<BlockSet> {
     let state = shared.state();
-    for (_, range) in state.head.ranges_of(tenant, plan::HEAD_SPAN, from, until) {
+    for (range, deleted) in state.head.ranges_of(tenant, plan::HEAD_SPAN, from, until) {
         for (series, data) in &range.series {
+            if deleted.is_some_and(|apps| apps.contains(series.app())) {
+                continue;
+            }
             if overlaps(data.first, data.last, plan::BUCKET, from, until) {
                 f(range, series, data);
             }

@@ -49,11 +49,7 @@ fn store_metrics() -> StoreMetrics {
 fn open_with(dir: &Path, config: StoreConfig) -> BlockStore {
     let mut attempts = 0;
     loop {
-        match BlockStore::open(
-            dir,
-            config.clone(),
-            store_metrics(),
-        ) {
+        match BlockStore::open(dir, config.clone(), store_metrics()) {
             Ok(store) => return store,
             Err(StoreError::Engine { source })
                 if attempts < 100 && source.to_string().contains("could not acquire lock") =>
@@ -177,7 +173,7 @@ async fn reads_agree_before_and_after_the_cut_and_every_compaction() {
     check(&store, "head");
     let now = base + 21_000 + plan::CUT_GRACE;
     assert_eq!(store.cut(at(now)).await.unwrap(), 21);
-    assert!(store.inner.shared.state().head.keys().is_empty());
+    assert_eq!(store.inner.shared.state().head.series_count(), 0);
     check(&store, "cut");
     let report = store
         .compact(at(now + plan::COMPACTION_GRACE))
@@ -270,7 +266,12 @@ async fn a_crash_between_writing_a_cut_and_deleting_the_head_counts_nothing_twic
     store.cut(at(base + 2_000)).await.unwrap();
     // As if the process died after the block was written and before the records went.
     for (range, record) in &records {
-        store.inner.shared.wal.append(*range, record).unwrap();
+        store
+            .inner
+            .shared
+            .wal
+            .append(*range, &record.frame())
+            .unwrap();
     }
     store.inner.shared.wal.flush().unwrap();
     let store = reopen(store, dir.path(), StoreConfig::default()).await;
@@ -575,11 +576,7 @@ async fn concurrent_writes_sum_exactly_and_survive_reopening() {
         "the head replays"
     );
     assert!(matches!(
-        BlockStore::open(
-            dir.path(),
-            StoreConfig::default(),
-            store_metrics()
-        ),
+        BlockStore::open(dir.path(), StoreConfig::default(), store_metrics()),
         Err(StoreError::Locked { .. })
     ));
 }
@@ -670,6 +667,53 @@ async fn rules_survive_reopening() {
             .unwrap()
             .is_empty()
     );
+    let team = Tenant::new("team-a").unwrap();
+    store
+        .put_rule(&team, "t_total", b"t".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(store.rule_tenants().unwrap(), [tenant, team]);
+}
+
+#[tokio::test]
+async fn two_tenants_agents_never_share_a_batch_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let marker = BatchMarker {
+        agent_id: "host-1".to_owned(),
+        sequence: 1,
+        window_end: base + 10,
+    };
+    let store = open(dir.path());
+    let (a, b) = (
+        Tenant::new("team-a").unwrap(),
+        Tenant::new("team-b").unwrap(),
+    );
+    for tenant in [&a, &b, &anonymous()] {
+        let batch = vec![profile("app.cpu", base, &[("main", 2)])];
+        assert_eq!(
+            store
+                .write(tenant, batch.clone(), Some(marker.clone()))
+                .await
+                .unwrap(),
+            Written::Stored,
+            "{tenant}"
+        );
+        assert_eq!(
+            store
+                .write(tenant, batch, Some(marker.clone()))
+                .await
+                .unwrap(),
+            Written::Duplicate,
+            "{tenant}"
+        );
+    }
+    for tenant in [&a, &b] {
+        let series = store
+            .series(tenant, &selector("app.cpu"), range(base - 10, base + 20))
+            .unwrap();
+        assert_eq!(series.len(), 1, "{tenant}");
+    }
 }
 
 #[tokio::test]
@@ -907,4 +951,135 @@ async fn a_write_queued_with_a_cut_of_its_range_is_not_lost_to_the_cut() {
     let store = reopen(store, dir.path(), StoreConfig::default()).await;
     store.cut(at(base + 2_000)).await.unwrap();
     assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
+}
+
+/// A cut seals its ranges, builds their blocks off the writer and publishes them: a write for
+/// a sealed range and an app deletion that land between the two are kept, counted once and
+/// hidden, before and after the publication and after a restart.
+#[tokio::test]
+async fn writes_and_deletions_during_a_cut_are_kept_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let store = open(dir.path());
+    write(
+        &store,
+        vec![
+            profile("app.cpu", base, &[("a", 1)]),
+            profile("other.cpu", base, &[("o", 5)]),
+        ],
+    )
+    .await;
+    let now = at(base + 2_000);
+    let sealed = store
+        .ask(move |reply| Command::Seal { now, reply })
+        .await
+        .unwrap();
+    assert_eq!(sealed.len(), 1);
+    // While the block is built: a write for the sealed range, and a deletion.
+    write(&store, vec![profile("app.cpu", base + 10, &[("b", 2)])]).await;
+    assert_eq!(
+        store.delete_app(&anonymous(), "other.cpu").await.unwrap(),
+        1
+    );
+    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
+    assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
+    let shared = &store.inner.shared;
+    let blocks = sealed
+        .iter()
+        .map(|s| Arc::new(cut::write_block(shared, &s.tenant, s.start, &s.range).unwrap()))
+        .collect();
+    let start = sealed[0].start;
+    let published = store
+        .ask(move |reply| Command::PublishCut {
+            start,
+            blocks,
+            reply,
+        })
+        .await
+        .unwrap();
+    assert_eq!(published, 1);
+    assert_eq!(block_count(&store), 1);
+    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
+    assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
+    // The late write stayed in the head, in its range's log.
+    let store = reopen(store, dir.path(), StoreConfig::default()).await;
+    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
+    assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
+    assert_eq!(store.cut(now).await.unwrap(), 1);
+    assert_eq!(store.inner.shared.state().head.series_count(), 0);
+    assert_eq!(block_count(&store), 2);
+    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
+    assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
+}
+
+/// A parent with more children than a short list holds finds them through the head's map, in
+/// every later write too: each stack is summed into one node.
+#[tokio::test]
+async fn wide_parents_in_the_head_sum_each_child_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let store = open(dir.path());
+    let stacks: Vec<String> = (0..30).map(|i| format!("main;f{i};leaf")).collect();
+    for round in 0..3u64 {
+        let profiles = stacks
+            .iter()
+            .take(4 + 13 * round as usize)
+            .map(|stack| profile("app.cpu", base + 10 * round, &[(stack.as_str(), 1)]))
+            .collect();
+        write(&store, profiles).await;
+    }
+    let mut expected = Tree::new();
+    for round in 0..3usize {
+        for stack in stacks.iter().take(4 + 13 * round) {
+            expected.insert_names(stack.split(';'), 1);
+        }
+    }
+    let read = merge(&store, "app.cpu", base, base + 30).sum.tree;
+    assert_eq!(folded(&read), folded(&expected));
+    store.cut(at(base + 2_000)).await.unwrap();
+    let read = merge(&store, "app.cpu", base, base + 30).sum.tree;
+    assert_eq!(folded(&read), folded(&expected));
+}
+
+/// A cut whose block is durable but whose writes cannot leave the head's log (its directory
+/// made immutable, which even root cannot write): the block is published anyway, once, and
+/// neither the next pass nor a restart counts its writes a second time.
+#[tokio::test]
+async fn a_cut_whose_log_cannot_be_trimmed_publishes_its_block_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let store = open(dir.path());
+    write(
+        &store,
+        vec![profile("app.cpu", base, &[("a", 1), ("b", 2)])],
+    )
+    .await;
+    let log = walk(dir.path())
+        .into_iter()
+        .filter_map(|file| file.parent().map(Path::to_path_buf))
+        .find(|parent| parent.file_name().is_some_and(|name| name == "log"))
+        .expect("the head has a log directory");
+    let chattr = |flag: &str| {
+        let status = std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&log)
+            .status()
+            .expect("chattr runs");
+        assert!(status.success(), "chattr {flag} {}", log.display());
+    };
+    chattr("+i");
+    let cut = store.cut(at(base + 2_000)).await;
+    chattr("-i");
+    assert_eq!(cut.unwrap(), 1, "the block is published");
+    assert_eq!(block_count(&store), 1);
+    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
+    store.cut(at(base + 2_000)).await.unwrap();
+    assert_eq!(block_count(&store), 1, "the next pass builds nothing again");
+    let store = reopen(store, dir.path(), StoreConfig::default()).await;
+    assert_eq!(block_count(&store), 1);
+    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
+    assert!(
+        store.inner.shared.wal.records().unwrap().is_empty(),
+        "replay dropped the writes the block holds"
+    );
 }

@@ -145,10 +145,9 @@ impl Wal {
         logs + self.db.size_on_disk().unwrap_or(0)
     }
 
-    /// Appends `record` to the log of head range `range` (durable at the next
-    /// [`Wal::flush`]).
-    pub(crate) fn append(&self, range: u64, record: &Record) -> Result<(), StoreError> {
-        let frame = record.frame();
+    /// Appends a record's `frame` ([`Record::frame`]) to the log of head range `range`
+    /// (durable at the next [`Wal::flush`]).
+    pub(crate) fn append(&self, range: u64, frame: &[u8]) -> Result<(), StoreError> {
         let mut open = self.logs.lock();
         let (files, dirty) = &mut *open;
         let path = self.logs.path(range);
@@ -169,7 +168,7 @@ impl Wal {
                 slot.insert(file)
             }
         };
-        file.write_all(&frame).map_err(io)?;
+        file.write_all(frame).map_err(io)?;
         dirty.insert(range);
         Ok(())
     }
@@ -189,47 +188,54 @@ impl Wal {
             .collect();
         ranges.sort_unstable();
         for range in ranges {
-            let path = self.logs.path(range);
-            let bytes = std::fs::read(&path).map_err(|source| StoreError::Io {
-                path: path.clone(),
-                source,
-            })?;
-            let mut at = 0;
-            let mut records = Vec::new();
-            let mut damage = None;
-            while at < bytes.len() {
-                match unframe(&bytes[at..]) {
-                    Ok((record, len)) => {
-                        records.push((range, record));
-                        at += len;
-                    }
-                    Err(reason) => {
-                        damage = Some(reason);
-                        break;
-                    }
+            out.extend(self.range_records(range)?.into_iter().map(|r| (range, r)));
+        }
+        Ok(out)
+    }
+
+    /// Every record of head range `range`, in write order (none when it has no log), its
+    /// file cut at a torn or damaged frame as [`Wal::records`] says.
+    pub(crate) fn range_records(&self, range: u64) -> Result<Vec<Record>, StoreError> {
+        let path = self.logs.path(range);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(StoreError::Io { path, source }),
+        };
+        let mut at = 0;
+        let mut records = Vec::new();
+        let mut damage = None;
+        while at < bytes.len() {
+            match unframe(&bytes[at..]) {
+                Ok((record, len)) => {
+                    records.push(record);
+                    at += len;
+                }
+                Err(reason) => {
+                    damage = Some(reason);
+                    break;
                 }
             }
-            if let Some(reason) = damage {
-                tracing::warn!(file = %path.display(), kept = at, dropped = bytes.len() - at, %reason, "head log ends in a torn or damaged record; cut there (it was never acknowledged if at the end)");
-                let file =
-                    File::options()
-                        .write(true)
-                        .open(&path)
-                        .map_err(|source| StoreError::Io {
-                            path: path.clone(),
-                            source,
-                        })?;
-                file.set_len(at as u64)
-                    .and_then(|()| file.sync_all())
+        }
+        if let Some(reason) = damage {
+            tracing::warn!(file = %path.display(), kept = at, dropped = bytes.len() - at, %reason, "head log ends in a torn or damaged record; cut there (it was never acknowledged if at the end)");
+            let file =
+                File::options()
+                    .write(true)
+                    .open(&path)
                     .map_err(|source| StoreError::Io {
                         path: path.clone(),
                         source,
                     })?;
-            }
-            records.sort_by_key(|(_, r)| r.write);
-            out.extend(records);
+            file.set_len(at as u64)
+                .and_then(|()| file.sync_all())
+                .map_err(|source| StoreError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
         }
-        Ok(out)
+        records.sort_by_key(|r| r.write);
+        Ok(records)
     }
 
     /// Deletes the log of head range `range`, durably.
@@ -332,6 +338,26 @@ impl Wal {
                 })?;
             out.push((name, open(&key, &value)?.to_vec()));
         }
+        Ok(out)
+    }
+
+    /// Every tenant with a stored rule, in id order.
+    pub(crate) fn rule_tenants(&self) -> Result<Vec<Tenant>, StoreError> {
+        let mut out: Vec<Tenant> = Vec::new();
+        for entry in self.data.scan_prefix([RULE]) {
+            let (key, _) = entry?;
+            let corrupt = |reason| StoreError::Corrupt {
+                key: printable(&key),
+                reason,
+            };
+            let (id, _) = take_str(&key[1..]).ok_or_else(|| corrupt("malformed rule key"))?;
+            if out.last().is_some_and(|last| last.as_str() == id) {
+                continue;
+            }
+            out.push(Tenant::new(id).map_err(|_| corrupt("invalid tenant"))?);
+        }
+        // Keys order ids by length first.
+        out.sort();
         Ok(out)
     }
 
@@ -508,7 +534,7 @@ pub(crate) fn printable(key: &[u8]) -> String {
 
 impl Record {
     /// The record as its log frames it.
-    fn frame(&self) -> Vec<u8> {
+    pub(crate) fn frame(&self) -> Vec<u8> {
         RecordRef {
             tenant: self.tenant.as_str(),
             marker: &self.marker,

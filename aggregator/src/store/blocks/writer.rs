@@ -2,22 +2,27 @@
 //!
 //! It takes every request waiting in the queue, applies each to the head (`wal.rs`), makes the
 //! whole group durable with one fsync, then adds the group's writes to the head in memory and
-//! answers (group commit). Cuts, app deletions, rules, retention and the publication of a
-//! compaction take the same path, so that none of them races another: a cut never loses a
-//! write that arrived while it ran, and a deletion never misses a block being published.
+//! answers (group commit). A write arrives [`Prepared`]: numbered, split by head range and
+//! framed for the logs by its caller, so that concurrent writes encode and compress in parallel
+//! and the writer only appends. A cut's sealing of head ranges and publication of their blocks
+//! (built in between off this thread, `cut.rs`), app deletions, rules, retention and the
+//! publication of a compaction take the same path, so that none of them races another: a cut
+//! never loses a write that arrived while it ran, and a deletion never misses a block being
+//! published.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime};
 
-use smolder_block::{BlockBuilder, Contribution, Marker};
+use smolder_block::Marker;
 use smolder_common::{Profile, Series};
 use smolder_daemon::Heartbeat;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
-use super::files::{BlockFile, BlockName, BlockSet};
-use super::head::Head;
+use super::files::{BlockFile, BlockSet};
+use super::head::{Head, SealedRange};
 use super::wal::{Record, Wal};
 use super::{RetentionReport, Shared, Tombstones, block_plans, plan};
 use crate::store::{BatchMarker, StoreError, Written, unix};
@@ -27,8 +32,7 @@ use crate::tenant::Tenant;
 pub(crate) enum Command {
     /// Store profiles, with an agent batch's marker.
     Write {
-        tenant: Tenant,
-        profiles: Vec<Profile>,
+        write: Prepared,
         marker: Option<BatchMarker>,
         reply: oneshot::Sender<Result<Written, StoreError>>,
         queued: Instant,
@@ -52,9 +56,16 @@ pub(crate) enum Command {
         name: String,
         reply: oneshot::Sender<Result<bool, StoreError>>,
     },
-    /// Cut the head ranges closed as of `now`.
-    Cut {
+    /// Seal the head ranges closed as of `now` for a cut; answers every sealed range.
+    Seal {
         now: SystemTime,
+        reply: oneshot::Sender<Result<Vec<SealedRange>, StoreError>>,
+    },
+    /// Publish the blocks cut from the sealed ranges starting at `start` (written durably)
+    /// and remove their writes from the head; answers how many blocks.
+    PublishCut {
+        start: u64,
+        blocks: Vec<Arc<BlockFile>>,
         reply: oneshot::Sender<Result<u64, StoreError>>,
     },
     /// Apply retention as of `now`.
@@ -83,13 +94,110 @@ const GROUP: usize = 64;
 /// since agent ids are printable ASCII.
 const HTTP_AGENT: &str = "\u{b7}http\u{b7}";
 
+/// The marker agent id of `agent_id`'s batches for `tenant`: the agent id as it is for the
+/// anonymous tenant (as before tenants, so that markers written then still match), and
+/// `<agent id> <tenant>` for another. Agent ids and tenant ids hold no space, so that agents of
+/// two tenants never share a marker: an agent cannot have another tenant's batches taken for
+/// retries of its own by sending their agent id and sequence numbers.
+pub(crate) fn batch_agent(tenant: &Tenant, agent_id: &str) -> String {
+    if tenant.as_str() == crate::tenant::ANONYMOUS {
+        agent_id.to_owned()
+    } else {
+        format!("{agent_id} {tenant}")
+    }
+}
+
 /// The writer's state, owned by its thread.
 pub(crate) struct Writer {
     shared: Arc<Shared>,
-    /// The marker agent id of this aggregator's HTTP writes.
-    http_agent: String,
+    ids: Arc<WriteIds>,
+    /// One past the highest write number applied or replayed, as stored with each group.
     next_write: u64,
     tombstones: Tombstones,
+}
+
+/// What callers need to prepare a write: its number and the marker of HTTP writes.
+pub(crate) struct WriteIds {
+    /// The marker agent id of this aggregator's HTTP writes.
+    http_agent: String,
+    /// The next write's number. Given out before the writer applies the write, so numbers
+    /// reach the logs out of order and a write given up before it was sent leaves a gap; both
+    /// are harmless: a number only has to be unique (it is an HTTP write's marker), and replay
+    /// orders a range's records by it.
+    next: AtomicU64,
+}
+
+/// A write the writer appended: the profiles it holds and its records by head range, for the
+/// head in memory once the group is durable.
+type Appended = (usize, Vec<(u64, Record)>);
+
+/// One write, numbered, split by head range and each range's record framed for its log.
+pub(crate) struct Prepared {
+    write: u64,
+    /// Whose write it is.
+    tenant: Tenant,
+    /// The agent id of its marker: an agent batch's as [`batch_agent`] gives it, or this
+    /// aggregator's for an HTTP write.
+    batch_agent: String,
+    /// Profiles the write holds.
+    profiles: usize,
+    /// Per head range: its record and the record's frame.
+    records: Vec<(u64, Record, Vec<u8>)>,
+}
+
+impl Prepared {
+    /// Numbers `profiles` of `tenant`, splits them by head range and frames each range's
+    /// record (the tree encoding and lz4 of [`Record::frame`], the costly part of a write).
+    pub(crate) fn new(
+        ids: &WriteIds,
+        tenant: Tenant,
+        profiles: Vec<Profile>,
+        marker: Option<&BatchMarker>,
+    ) -> Prepared {
+        let write = ids.next.fetch_add(1, Ordering::Relaxed);
+        let window_end = marker.map(|m| m.window_end);
+        let marker = match marker {
+            Some(m) => Marker {
+                agent_id: batch_agent(&tenant, &m.agent_id),
+                sequence: m.sequence,
+            },
+            None => Marker {
+                agent_id: ids.http_agent.clone(),
+                sequence: write,
+            },
+        };
+        let agent = marker.agent_id.clone();
+        let count = profiles.len();
+        let mut ranges: BTreeMap<u64, Vec<(u64, Profile)>> = BTreeMap::new();
+        for profile in profiles {
+            let bucket = plan::bucket_of(unix(profile.from), unix(profile.until));
+            ranges
+                .entry(plan::head_range(bucket))
+                .or_default()
+                .push((bucket, profile));
+        }
+        let records = ranges
+            .into_iter()
+            .map(|(range, profiles)| {
+                let record = Record {
+                    tenant: tenant.clone(),
+                    marker: marker.clone(),
+                    window_end,
+                    write,
+                    profiles,
+                };
+                let frame = record.frame();
+                (range, record, frame)
+            })
+            .collect();
+        Prepared {
+            write,
+            tenant,
+            batch_agent: agent,
+            profiles: count,
+            records,
+        }
+    }
 }
 
 /// An answer held back until the group it belongs to is durable.
@@ -107,14 +215,20 @@ enum Pending {
 }
 
 impl Writer {
-    /// A writer again over `shared`, after the last one panicked: the head in memory is rebuilt
-    /// from its logs (a panic may have left it without a write that is durable), the app
-    /// deletions read again from the database.
+    /// The writer over `shared`, replaying the head from its database.
+    pub(crate) fn open(shared: Arc<Shared>, tombstones: Tombstones) -> Result<Writer, StoreError> {
+        Writer::replay(shared, tombstones, None)
+    }
+
+    /// A writer again over `shared` and the callers' `ids`, after the last one panicked: the
+    /// head in memory is rebuilt from its logs (a panic may have left it without a write that
+    /// is durable, or half-changed), the app deletions read again from the database. A cut in
+    /// flight then finds its range no longer sealed and is refused ([`Writer::publish_cut`]).
     ///
     /// # Errors
     ///
     /// As [`Writer::open`].
-    pub(crate) fn reopen(shared: Arc<Shared>) -> Result<Writer, StoreError> {
+    pub(crate) fn reopen(shared: Arc<Shared>, ids: Arc<WriteIds>) -> Result<Writer, StoreError> {
         let present: BTreeSet<String> = shared
             .state()
             .blocks
@@ -122,11 +236,16 @@ impl Writer {
             .map(|b| b.name.id.clone())
             .collect();
         let tombstones = super::tombstones(&shared.wal, &present)?;
-        Writer::open(shared, tombstones)
+        Writer::replay(shared, tombstones, Some(ids))
     }
 
-    /// The writer over `shared`, replaying the head from its database (into an empty head).
-    pub(crate) fn open(shared: Arc<Shared>, tombstones: Tombstones) -> Result<Writer, StoreError> {
+    /// Replays the head from the database into an empty head; `ids` are the callers' when a
+    /// writer is reopened.
+    fn replay(
+        shared: Arc<Shared>,
+        tombstones: Tombstones,
+        ids: Option<Arc<WriteIds>>,
+    ) -> Result<Writer, StoreError> {
         let wal = &shared.wal;
         let id = match wal.meta("aggregator_id")? {
             Some(id) => String::from_utf8_lossy(&id).into_owned(),
@@ -149,8 +268,13 @@ impl Writer {
             None => 1,
         };
         let mut writer = Writer {
-            http_agent: format!("{HTTP_AGENT}{id}"),
             shared,
+            ids: ids.unwrap_or_else(|| {
+                Arc::new(WriteIds {
+                    http_agent: format!("{HTTP_AGENT}{id}"),
+                    next: AtomicU64::new(0),
+                })
+            }),
             next_write: 0,
             tombstones,
         };
@@ -214,8 +338,15 @@ impl Writer {
         writer.shared.wal.apply(batch)?;
         writer.shared.wal.flush()?;
         writer.next_write = next_write;
+        // After a panic, callers may hold numbers past the log's: never give one out again.
+        writer.ids.next.fetch_max(next_write, Ordering::Relaxed);
         info!(replayed, dropped, "head replayed");
         Ok(writer)
+    }
+
+    /// What callers need to prepare writes for this writer.
+    pub(crate) fn ids(&self) -> Arc<WriteIds> {
+        Arc::clone(&self.ids)
     }
 
     fn retention(&self) -> u64 {
@@ -276,13 +407,12 @@ impl Writer {
     ) {
         match command {
             Command::Write {
-                tenant,
-                profiles,
+                write,
                 marker,
                 reply,
                 queued,
             } => {
-                let result = self.write(tenant, &profiles, marker.as_ref());
+                let result = self.write(write, marker.as_ref());
                 // The test-only fault hook (`smolder_daemon::fault`), where a restart is hardest:
                 // the write is in the head's log, neither durable nor acknowledged nor in the
                 // head in memory.
@@ -290,14 +420,10 @@ impl Writer {
                     panic!("injected fault store-writer-panic (SMOLDER_FAULTS)");
                 }
                 match result {
-                    Ok((written, records)) => pending.push(Pending::Write {
+                    Ok((written, (profiles, records))) => pending.push(Pending::Write {
                         reply,
                         queued,
-                        profiles: if written == Written::Stored {
-                            profiles.len()
-                        } else {
-                            0
-                        },
+                        profiles,
                         written,
                         records,
                     }),
@@ -333,8 +459,21 @@ impl Writer {
                     let _ = reply.send(Err(err));
                 }
             },
-            Command::Cut { now, reply } => {
-                let _ = reply.send(self.cut(unix(now)));
+            Command::Seal { now, reply } => {
+                let now = unix(now);
+                let sealed = self
+                    .shared
+                    .state_mut()
+                    .head
+                    .seal(|start| plan::cut_due(start, now));
+                let _ = reply.send(Ok(sealed));
+            }
+            Command::PublishCut {
+                start,
+                blocks,
+                reply,
+            } => {
+                let _ = reply.send(self.publish_cut(start, blocks));
             }
             Command::Retention { now, reply } => {
                 let _ = reply.send(self.retention_pass(unix(now)));
@@ -417,169 +556,112 @@ impl Writer {
         }
     }
 
-    /// Appends one write to the head's logs, one record per head range it touches, with
-    /// its marker (an agent batch's, checked first and stored in the same atomic batch, or the
-    /// aggregator's own). The head in memory gets the records once the group is durable.
+    /// Appends one prepared write to the head's logs, one record per head range it touches,
+    /// with its marker (an agent batch's, checked first and stored in the same atomic batch, or
+    /// the aggregator's own). Returns what it did, the profiles it stored and the records, which
+    /// the head in memory gets once the group is durable.
     fn write(
         &mut self,
-        tenant: Tenant,
-        profiles: &[Profile],
+        prepared: Prepared,
         marker: Option<&BatchMarker>,
-    ) -> Result<(Written, Vec<(u64, Record)>), StoreError> {
+    ) -> Result<(Written, Appended), StoreError> {
         let wal = &self.shared.wal;
         let mut batch = sled::Batch::default();
-        let window_end = marker.map(|m| m.window_end);
         if let Some(marker) = marker {
-            if wal.has_batch(&marker.agent_id, marker.sequence)? {
+            if wal.has_batch(&prepared.batch_agent, marker.sequence)? {
                 debug!(
                     agent_id = %marker.agent_id,
+                    tenant = %prepared.tenant,
                     sequence = marker.sequence,
                     "batch stored before; not written again"
                 );
-                return Ok((Written::Duplicate, Vec::new()));
+                return Ok((Written::Duplicate, (0, Vec::new())));
             }
             Wal::put_batch(
                 &mut batch,
-                &marker.agent_id,
+                &prepared.batch_agent,
                 marker.sequence,
                 marker.window_end,
             );
         }
-        let write = self.next_write;
-        let marker = match marker {
-            Some(m) => Marker {
-                agent_id: m.agent_id.clone(),
-                sequence: m.sequence,
-            },
-            None => Marker {
-                agent_id: self.http_agent.clone(),
-                sequence: write,
-            },
-        };
-        let mut ranges: BTreeMap<u64, Vec<(u64, Profile)>> = BTreeMap::new();
-        for profile in profiles {
-            let bucket = plan::bucket_of(unix(profile.from), unix(profile.until));
-            ranges
-                .entry(plan::head_range(bucket))
-                .or_default()
-                .push((bucket, profile.clone()));
+        for (range, _, frame) in &prepared.records {
+            wal.append(*range, frame)?;
         }
-        let records: Vec<(u64, Record)> = ranges
-            .into_iter()
-            .map(|(range, profiles)| {
-                (
-                    range,
-                    Record {
-                        tenant: tenant.clone(),
-                        marker: marker.clone(),
-                        window_end,
-                        write,
-                        profiles,
-                    },
-                )
-            })
-            .collect();
-        for (range, record) in &records {
-            wal.append(*range, record)?;
-        }
-        Wal::set_meta(&mut batch, "next_write", &(write + 1).to_be_bytes());
+        let next_write = self.next_write.max(prepared.write + 1);
+        Wal::set_meta(&mut batch, "next_write", &next_write.to_be_bytes());
         wal.apply(batch)?;
-        self.next_write = write + 1;
-        Ok((Written::Stored, records))
+        self.next_write = next_write;
+        let records = prepared
+            .records
+            .into_iter()
+            .map(|(range, record, _)| (range, record))
+            .collect();
+        Ok((Written::Stored, (prepared.profiles, records)))
     }
 
-    /// Cuts every head range closed as of `now`: one block per tenant, written durably, then
-    /// the range's log deleted, then the blocks published and the
-    /// range dropped from memory.
-    fn cut(&mut self, now: u64) -> Result<u64, StoreError> {
-        let due: BTreeSet<u64> = self
-            .shared
-            .state()
-            .head
-            .keys()
-            .into_iter()
-            .map(|(_, start)| start)
-            .filter(|&start| plan::cut_due(start, now))
-            .collect();
-        let mut cut = 0;
-        for start in due {
-            cut += self.cut_range(start)?;
+    /// Publishes the blocks a cut built from the sealed ranges starting at `start`: the apps
+    /// deleted from those ranges meanwhile hidden in them (durably), then the range's log rid
+    /// of what the blocks hold (deleted, unless writes arrived for the range since it was
+    /// sealed), then the blocks in the published set and the sealed ranges out of the head, in
+    /// one step for reads.
+    fn publish_cut(&mut self, start: u64, blocks: Vec<Arc<BlockFile>>) -> Result<u64, StoreError> {
+        if let Some(block) = blocks.iter().find(|block| {
+            !self
+                .shared
+                .state()
+                .head
+                .is_sealed(&block.name.tenant, start)
+        }) {
+            // The head was rebuilt from its logs since the cut sealed this range (the writer
+            // restarted): it holds the range's writes again, so publishing would count them
+            // twice. The cut deletes its blocks; the next one builds them again.
+            return Err(StoreError::Stale {
+                block: block.name.to_string(),
+            });
         }
-        Ok(cut)
-    }
-
-    fn cut_range(&mut self, start: u64) -> Result<u64, StoreError> {
-        let started = Instant::now();
-        let _span = tracing::info_span!("cut", start).entered();
-        let tenants: Vec<Tenant> = self
-            .shared
-            .state()
-            .head
-            .keys()
-            .into_iter()
-            .filter(|(_, s)| *s == start)
-            .map(|(t, _)| t)
-            .collect();
-        let mut blocks = Vec::new();
-        for tenant in &tenants {
-            let bytes = {
-                let state = self.shared.state();
-                let Some(range) = state.head.range(tenant, start) else {
-                    continue;
-                };
-                let mut builder =
-                    BlockBuilder::new(tenant.as_str(), start, plan::HEAD_SPAN, plan::BUCKET)
-                        .expect("the head span climbs by tens from 10 s");
-                for (series, data) in &range.series {
-                    for entry in &data.entries {
-                        let tree = range.entry_tree(data, entry);
-                        builder
-                            .add(
-                                series,
-                                &data.meta,
-                                entry.bucket,
-                                &tree,
-                                Contribution::batch(entry.marker.clone(), entry.writes),
-                            )
-                            .expect("a head range holds only its own buckets");
-                    }
+        let deleted: Vec<(Arc<BlockFile>, BTreeSet<String>)> = {
+            let state = self.shared.state();
+            blocks
+                .iter()
+                .map(|block| {
+                    (
+                        Arc::clone(block),
+                        state.head.deleted_in_sealed(&block.name.tenant, start),
+                    )
+                })
+                .collect()
+        };
+        if deleted.iter().any(|(_, apps)| !apps.is_empty()) {
+            let mut batch = sled::Batch::default();
+            for (block, apps) in &deleted {
+                for app in apps {
+                    let key = (block.name.tenant.clone(), app.clone());
+                    let hidden = self.tombstones.entry(key).or_default();
+                    hidden.insert(block.name.id.clone());
+                    Wal::put_tombstone(&mut batch, &block.name.tenant, app, hidden);
                 }
-                builder.finish().map_err(|err| StoreError::Engine {
-                    source: Box::new(err),
-                })?
-            };
-            let (bytes, report) = bytes;
-            let name = BlockName {
-                start,
-                span: plan::HEAD_SPAN,
-                tenant: tenant.clone(),
-                id: format!("{:016x}", rand::random::<u64>()),
-            };
-            let len = bytes.len() as u64;
-            self.shared.files.put(&name, bytes)?;
-            let block =
-                self.shared
-                    .files
-                    .open_block(&name, len)
-                    .map_err(|err| StoreError::Object {
-                        what: format!("reading back {name}"),
-                        source: Box::new(err),
-                    })?;
-            self.shared.metrics.blocks_cut.inc();
-            self.shared.metrics.block_bytes_written.inc_by(len);
-            debug!(block = %name, series = report.series, nodes = report.nodes, bytes = len, "head range cut");
-            blocks.push(Arc::new(block));
+            }
+            self.shared.wal.apply(batch)?;
+            self.shared.wal.flush()?;
         }
-        self.shared.test_pause("cut written, head not yet deleted");
-        self.shared.wal.remove_range(start)?;
+        if let Err(err) = self.trim_cut_range(start, &blocks) {
+            // The blocks are durable, so they are published all the same: failing here would
+            // have the next pass build them a second time, and a restart load both. The
+            // records left in the log are the ones a restart's replay drops by their markers.
+            warn!(start, error = %err, "removing a cut range's writes from its log failed; its blocks are published and the next restart drops those writes");
+        }
         let count = blocks.len() as u64;
         let mut state = self.shared.state_mut();
         let mut set = BlockSet::clone(&state.blocks);
-        for block in blocks {
+        for (block, apps) in deleted {
+            state.head.unseal(&block.name.tenant, start);
+            for app in apps {
+                set.hidden
+                    .entry(block.name.id.clone())
+                    .or_default()
+                    .insert(app);
+            }
             set.insert(block);
-        }
-        for tenant in &tenants {
-            state.head.remove(tenant, start);
         }
         state.blocks = Arc::new(set);
         self.shared
@@ -587,11 +669,30 @@ impl Writer {
             .head_series
             .set(state.head.series_count() as i64);
         self.update_gauges(&state.blocks);
-        self.shared
-            .metrics
-            .cut_duration
-            .observe(started.elapsed().as_secs_f64());
         Ok(count)
+    }
+
+    /// Removes from the log of head range `start` the writes `blocks` hold: the whole log, or,
+    /// when writes arrived for the range while it was cut, everything but theirs (the rule a
+    /// restart's replay applies).
+    fn trim_cut_range(&self, start: u64, blocks: &[Arc<BlockFile>]) -> Result<(), StoreError> {
+        if !self.shared.state().head.has_live(start) {
+            return self.shared.wal.remove_range(start);
+        }
+        let kept: Vec<Record> = self
+            .shared
+            .wal
+            .range_records(start)?
+            .into_iter()
+            .filter(|record| {
+                !blocks.iter().any(|block| {
+                    block.name.tenant == record.tenant
+                        && block.index.contains_marker(&record.marker)
+                })
+            })
+            .collect();
+        let kept: Vec<&Record> = kept.iter().collect();
+        self.shared.wal.rewrite_range(start, &kept)
     }
 
     /// Deletes every series of `app` of `tenant`: from the head (memory and records) and, as
