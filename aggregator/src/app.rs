@@ -146,10 +146,16 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     let quic_addr = quic.addr();
     store.start_maintenance();
     let remote_write = (!config.rules.remote_write_url.is_empty()).then(|| {
+        // A push may take its whole timeout after waiting out its interval.
+        let beat = health.register(
+            "remote_write",
+            config.rules.remote_write_interval + config.rules.remote_write_timeout,
+        );
         tokio::spawn(rules::remote_write::run(
             Arc::clone(&rules),
             config.rules.clone(),
             rules_metrics,
+            beat,
         ))
     });
     let router = http::router(

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use smolder_agent::app;
 use smolder_agent::config::Config;
+use smolder_test_support::health::{PATIENCE, probe, until};
 use smolder_test_support::net::silent_udp;
 use smolder_test_support::process::{Process, daemon};
 use smolder_test_support::prometheus::Metrics;
@@ -15,90 +16,21 @@ use smolder_test_support::prometheus::Metrics;
 use crate::ebpf::{BUSY, build, release, spawn};
 use crate::util::{exclusive, isolated};
 
-/// How long a state the test waits for may take on a loaded machine.
-const PATIENCE: Duration = Duration::from_secs(120);
-
-/// One row of a health body: state, restarts, detail.
-#[derive(Debug)]
-struct Row {
-    state: String,
-    restarts: u64,
-    detail: String,
-}
-
-/// The status and the rows of `/readyz` or `/healthz`, by loop name.
-async fn probe(base: &str, path: &str) -> (u16, String, Vec<(String, Row)>) {
-    let response = reqwest::get(format!("{base}{path}")).await.unwrap();
-    let status = response.status().as_u16();
-    let body = response.text().await.unwrap();
-    let rows = body
-        .lines()
-        .skip_while(|line| !line.starts_with("loop "))
-        .skip(1)
-        .map(|line| {
-            let mut columns = line.split_whitespace();
-            let name = columns.next().unwrap().to_owned();
-            let state = columns.next().unwrap().to_owned();
-            let _beat = columns.next().unwrap();
-            let restarts = columns.next().unwrap().parse().unwrap();
-            let detail = columns.collect::<Vec<_>>().join(" ");
-            (
-                name,
-                Row {
-                    state,
-                    restarts,
-                    detail,
-                },
-            )
-        })
-        .collect();
-    (status, body, rows)
-}
-
-fn row<'a>(rows: &'a [(String, Row)], name: &str, body: &str) -> &'a Row {
-    rows.iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, row)| row)
-        .unwrap_or_else(|| panic!("no loop {name} in\n{body}"))
-}
-
-/// Polls `path` until `check` holds for its answer, failing after [`PATIENCE`] with the last
-/// body.
-async fn until(
-    base: &str,
-    path: &str,
-    what: &str,
-    check: impl Fn(u16, &[(String, Row)]) -> bool,
-) -> (u16, String, Vec<(String, Row)>) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let (status, body, rows) = probe(base, path).await;
-        if check(status, &rows) {
-            return (status, body, rows);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: last {path} {status}:\n{body}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test]
 async fn every_loop_is_named_and_ready_once_running() {
     let mut config = isolated(Config::default());
     config.ebpf.enabled = false;
     let agent = app::start(config).await.unwrap();
     let base = format!("http://{}", agent.addr());
-    let (_, body, rows) = until(&base, "/readyz", "ready", |status, _| status == 200).await;
+    let ready = until(&base, "/readyz", "ready", |a| a.status == 200).await;
     for name in ["window", "spool", "ship"] {
-        let row = row(&rows, name, &body);
-        assert_eq!(row.state, "running", "{body}");
-        assert_eq!(row.restarts, 0, "{body}");
+        let row = ready.row(name);
+        assert_eq!(row.state, "running", "{}", ready.body);
+        assert_eq!(row.restarts, 0, "{}", ready.body);
     }
-    let (status, body, _) = probe(&base, "/healthz").await;
-    assert_eq!(status, 200, "{body}");
-    assert!(body.starts_with("ok\n"), "{body}");
+    let live = probe(&base, "/healthz").await;
+    assert_eq!(live.status, 200, "{}", live.body);
+    assert!(live.body.starts_with("ok\n"), "{}", live.body);
     let metrics = Metrics::scrape(&format!("{base}/metrics")).await;
     assert_eq!(
         metrics.value(
@@ -141,18 +73,18 @@ async fn a_shipper_without_an_aggregator_is_degraded_and_still_ready() {
         })
         .await
         .unwrap();
-    let (status, body, rows) = until(&base, "/readyz", "the shipper degraded", |_, rows| {
-        rows.iter()
-            .any(|(name, row)| name == "ship" && row.state == "degraded")
+    let ready = until(&base, "/readyz", "the shipper degraded", |a| {
+        a.is("ship", "degraded")
     })
     .await;
-    assert_eq!(status, 200, "degraded is ready:\n{body}");
+    assert_eq!(ready.status, 200, "degraded is ready:\n{}", ready.body);
     assert!(
-        row(&rows, "ship", &body).detail.contains("aggregator"),
-        "{body}"
+        ready.row("ship").detail.contains("aggregator"),
+        "{}",
+        ready.body
     );
-    let (status, body, _) = probe(&base, "/healthz").await;
-    assert_eq!(status, 200, "degraded is live:\n{body}");
+    let live = probe(&base, "/healthz").await;
+    assert_eq!(live.status, 200, "degraded is live:\n{}", live.body);
     agent.stop().await.unwrap();
 }
 
@@ -186,44 +118,38 @@ fn a_symbolizer_panic_restarts_the_thread_and_readyz_says_so_meanwhile() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         // The first window's symbolization panics: the thread waits out its backoff.
-        let (status, body, rows) =
-            until(&base, "/readyz", "the symbolizer restarting", |_, rows| {
-                rows.iter()
-                    .any(|(name, row)| name == "symbolize" && row.state == "restarting")
-            })
-            .await;
-        assert_eq!(status, 503, "{body}");
+        let ready = until(&base, "/readyz", "the symbolizer restarting", |a| {
+            a.is("symbolize", "restarting")
+        })
+        .await;
+        assert_eq!(ready.status, 503, "{}", ready.body);
         assert!(
-            body.lines()
+            ready
+                .body
+                .lines()
                 .next()
                 .unwrap()
                 .contains("symbolize restarting"),
-            "{body}"
+            "{}",
+            ready.body
         );
-        let symbolize = row(&rows, "symbolize", &body);
-        assert_eq!(symbolize.restarts, 1, "{body}");
+        let symbolize = ready.row("symbolize");
+        assert_eq!(symbolize.restarts, 1, "{}", ready.body);
         assert!(
             symbolize.detail.contains("injected fault symbolize-panic"),
-            "{body}"
+            "{}",
+            ready.body
         );
         // Restarting is not dead: the process is live, the watchdog pinged.
-        let (status, body, _) = probe(&base, "/healthz").await;
-        assert_eq!(status, 200, "{body}");
+        let live = probe(&base, "/healthz").await;
+        assert_eq!(live.status, 200, "{}", live.body);
 
-        let (_, body, rows) = until(
-            &base,
-            "/readyz",
-            "the symbolizer running again",
-            |status, rows| {
-                status == 200
-                    && rows
-                        .iter()
-                        .any(|(name, row)| name == "symbolize" && row.state == "running")
-            },
-        )
+        let ready = until(&base, "/readyz", "the symbolizer running again", |a| {
+            a.status == 200 && a.is("symbolize", "running")
+        })
         .await;
-        assert_eq!(row(&rows, "symbolize", &body).restarts, 1, "{body}");
-        assert_eq!(row(&rows, "ebpf", &body).state, "running", "{body}");
+        assert_eq!(ready.row("symbolize").restarts, 1, "{}", ready.body);
+        assert_eq!(ready.row("ebpf").state, "running", "{}", ready.body);
 
         // Sampling resumes: the workload's samples keep arriving through later windows.
         let exported = format!("{base}/exported-metrics");
