@@ -23,7 +23,7 @@ use super::process::{Labeller, ProcessInfo, Processes, process_start_time};
 use super::python::Pythons;
 use super::samples::{KindCounts, UnwindCounts, WindowSamples};
 use super::symbolize::{DebugDirs, Symbolizer};
-use super::unwind::{Ready, Unwinder};
+use super::unwind::{Ready, Reporting, Unwinder};
 use super::{
     EbpfMetrics, ProcessEvent, ProcessEventKind, SampleKind, Sampler, memory, metrics, profiles,
 };
@@ -41,6 +41,9 @@ pub(super) const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// window and every period while idle; one process's binaries (a first read of a large debug
 /// file) take seconds at most. Stuck after three periods.
 const SYMBOLIZE_PERIOD: Duration = Duration::from_secs(10);
+/// The unwinder's heartbeat period: it beats every half second when idle, but one table of a
+/// very large binary (a browser's, a JIT's) takes seconds to build.
+const UNWIND_PERIOD: Duration = Duration::from_secs(30);
 
 /// The sampler, the unwinder, the symbolizer and what they know, driven by one thread.
 pub(super) struct Collector {
@@ -126,8 +129,11 @@ impl Collector {
                 config.ebpf.exit_grace,
                 cache.as_deref(),
                 debug.clone(),
-                metrics.ebpf.unwind.clone(),
-                metrics.ebpf.tier.clone(),
+                Reporting {
+                    metrics: metrics.ebpf.unwind.clone(),
+                    errors: metrics.ebpf.tier.clone(),
+                    heartbeat: metrics.health.register("unwind", UNWIND_PERIOD),
+                },
             )?)
         } else {
             None

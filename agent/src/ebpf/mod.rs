@@ -68,7 +68,7 @@ pub use metrics::{EbpfMetrics, PythonMetrics, SymbolizeMetrics};
 pub use offcpu::OffCpuConfig;
 pub use record::{ProcessReady, RecordFormat, Recording, print_record, record};
 pub use sample::{PythonFrames, SPY_NAME, SampleKind, Splice, Stack, StackCount};
-pub use unwind::{UnwindConfig, Unwinder};
+pub use unwind::{Reporting, UnwindConfig, Unwinder};
 
 use self::collector::Collector;
 use self::python::PythonConfig;
