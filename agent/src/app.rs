@@ -1,6 +1,8 @@
 //! Wires the stages together in data-path order: sources submit profiles, the window loop
 //! merges them, sinks take each closed window (the spool, which the shipper drains to the
-//! aggregator); the HTTP port serves the agent's metrics.
+//! aggregator); the HTTP port serves the agent's metrics and health. Every long-running loop
+//! registers with the agent's [`Health`]: `ebpf` and `symbolize` (supervised threads),
+//! `window`, `spool`, `ship` and one `scrape:<job>` per job.
 //!
 //! [`run`] is what the binary calls; [`start_in`] is the same agent on a caller's runtime,
 //! bound and ready, with its state in a data directory; [`start`] keeps its spool in a
@@ -9,8 +11,10 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use smolder_daemon::Health;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::info;
@@ -46,6 +50,7 @@ pub struct Running {
     task: JoinHandle<anyhow::Result<()>>,
     /// The eBPF source, when `ebpf.enabled`.
     ebpf: Option<EbpfSource>,
+    health: Health,
 }
 
 impl Running {
@@ -57,6 +62,11 @@ impl Running {
     /// The agent's persistent id, as it introduces itself to the aggregator.
     pub fn agent_id(&self) -> &str {
         &self.agent_id
+    }
+
+    /// Its loops' heartbeats, as `/healthz` and `/readyz` report them.
+    pub fn health(&self) -> Health {
+        self.health.clone()
     }
 
     /// A handle to submit profiles into the agent's windows, as its sources do.
@@ -72,6 +82,7 @@ impl Running {
     ///
     /// When serving failed.
     pub async fn stop(self) -> anyhow::Result<()> {
+        self.health.stopping();
         self.scraper.stop().await;
         if let Some(ebpf) = self.ebpf {
             // Its last drain submits the partial window before the window loop closes.
@@ -86,6 +97,10 @@ impl Running {
 }
 
 impl smolder_daemon::Daemon for Running {
+    fn health(&self) -> Health {
+        self.health.clone()
+    }
+
     async fn stop(self) -> anyhow::Result<()> {
         Running::stop(self).await
     }
@@ -118,6 +133,13 @@ pub async fn start_in(config: Config, data_dir: &Path) -> anyhow::Result<Running
 /// Queued closed windows between the window loop and the spool.
 const SPOOL_QUEUE: usize = 4;
 
+/// The heartbeat periods of the async loops: each beats on its work and at least this often
+/// while idle, and is stuck after three periods without a beat (`smolder_daemon::health`). The
+/// window loop's longest legitimate pause is a sink's send; the spool's an fsync; the
+/// shipper's waits are bounded by the QUIC timeouts and count as alive.
+const WINDOW_PERIOD: Duration = Duration::from_secs(10);
+const SHIP_PERIOD: Duration = Duration::from_secs(10);
+
 async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let hostname = config.hostname()?;
@@ -141,15 +163,21 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         })?;
     let agent_id = spool.agent_id().to_owned();
     let (ship_stop, ship_stopped) = watch::channel(false);
+    let health = metrics.health.clone();
     let shipper = tokio::spawn(ship::run(
         config.ship.clone(),
         spool.clone(),
         hostname.clone(),
         metrics.ship.clone(),
         ship_stopped,
+        health.register("ship", SHIP_PERIOD),
     ));
     let (spool_sink, spooled) = mpsc::channel(SPOOL_QUEUE);
-    let spooler = tokio::spawn(spool::run(spool, spooled));
+    let spooler = tokio::spawn(spool::run(
+        spool,
+        spooled,
+        health.register("spool", spool::EXPIRE_INTERVAL),
+    ));
 
     let (submitter, profiles) = window::channel();
     let windows = tokio::spawn(window::run(
@@ -158,6 +186,7 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         // The rules first: their counters move before the window waits for the spool.
         vec![rules_sink, spool_sink],
         metrics.window.clone(),
+        health.register("window", WINDOW_PERIOD),
     ));
     let ebpf = if config.ebpf.enabled {
         let (config, hostname, submitter, metrics) = (
@@ -177,8 +206,13 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
     } else {
         None
     };
-    let scraper = scrape::start(&config.scrape_configs, &submitter, &metrics.scrape)
-        .context("starting the pprof scraper")?;
+    let scraper = scrape::start(
+        &config.scrape_configs,
+        &submitter,
+        &metrics.scrape,
+        &metrics.health,
+    )
+    .context("starting the pprof scraper")?;
     let state = HttpState {
         metrics,
         targets: scraper.status(),
@@ -206,5 +240,6 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         stop,
         task,
         ebpf,
+        health,
     })
 }

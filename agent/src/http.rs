@@ -1,6 +1,6 @@
 //! The agent's HTTP port: `/metrics` for Prometheus, `/exported-metrics` for the rules' counters,
-//! `/targets` for the pprof scraper's targets and their health, and `/healthz` for systemd and
-//! load checks.
+//! `/targets` for the pprof scraper's targets and their health, and `/healthz` (liveness) and
+//! `/readyz` (readiness), which name each loop's state (`smolder_daemon::health`).
 
 use std::sync::Arc;
 
@@ -26,12 +26,13 @@ pub struct HttpState {
 
 /// Every route of the agent.
 pub fn router(state: HttpState) -> Router {
+    let health = state.metrics.health.routes();
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
         .route("/targets", get(targets))
         .route("/exported-metrics", get(exported_metrics))
         .with_state(state)
+        .merge(health)
 }
 
 async fn metrics(State(state): State<HttpState>) -> Response {

@@ -23,6 +23,8 @@ use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 
+use smolder_daemon::Health;
+
 use crate::ebpf::{EbpfMetrics, PythonMetrics, SymbolizeMetrics};
 use crate::rules::RulesMetrics;
 use crate::scrape::ScrapeMetrics;
@@ -50,6 +52,9 @@ pub struct Metrics {
     pub spool: SpoolMetrics,
     /// The shipper's metrics.
     pub ship: ShipMetrics,
+    /// The loops' heartbeats (`smolder_agent_health_*`), which `/healthz`, `/readyz` and the
+    /// watchdog pings read.
+    pub health: Health,
 }
 
 impl Metrics {
@@ -66,6 +71,7 @@ impl Metrics {
             rules: RulesMetrics::new(&registry, &tier),
             spool: SpoolMetrics::new(&registry, &tier),
             ship: ShipMetrics::new(&registry, &tier),
+            health: Health::new("agent", &registry),
             registry,
         }
     }

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
+use smolder_daemon::Health;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::info;
@@ -40,6 +41,7 @@ pub struct Running {
     quic_addr: SocketAddr,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<()>>,
+    health: Health,
 }
 
 impl Running {
@@ -53,18 +55,28 @@ impl Running {
         self.quic_addr
     }
 
+    /// Its loops' heartbeats, as `/healthz` and `/readyz` report them.
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+
     /// Stops accepting requests, lets those in flight finish, flushes the store and returns.
     ///
     /// # Errors
     ///
     /// When serving failed or the final flush did.
     pub async fn stop(self) -> anyhow::Result<()> {
+        self.health.stopping();
         let _ = self.stop.send(());
         self.task.await.context("the server task panicked")?
     }
 }
 
 impl smolder_daemon::Daemon for Running {
+    fn health(&self) -> Health {
+        self.health.clone()
+    }
+
     async fn stop(self) -> anyhow::Result<()> {
         Running::stop(self).await
     }
@@ -79,9 +91,14 @@ impl smolder_daemon::Daemon for Running {
 pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let registry = metrics.registry();
+    let health = metrics.health.clone();
 
-    let store = BlockStore::open(data_dir, config.store.clone(), StoreMetrics::new(registry))
-        .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+    let store = BlockStore::open(
+        data_dir,
+        config.store.clone(),
+        StoreMetrics::new(registry, &metrics.health),
+    )
+    .with_context(|| format!("opening the store in {}", data_dir.display()))?;
     let shared: Arc<dyn Store> = Arc::new(store.clone());
 
     rules::check_config(&config.metrics_export_rules, &config.rules)
@@ -129,10 +146,16 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     let quic_addr = quic.addr();
     store.start_maintenance();
     let remote_write = (!config.rules.remote_write_url.is_empty()).then(|| {
+        // A push may take its whole timeout after waiting out its interval.
+        let beat = health.register(
+            "remote_write",
+            config.rules.remote_write_interval + config.rules.remote_write_timeout,
+        );
         tokio::spawn(rules::remote_write::run(
             Arc::clone(&rules),
             config.rules.clone(),
             rules_metrics,
+            beat,
         ))
     });
     let router = http::router(
@@ -167,6 +190,7 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         quic_addr,
         stop,
         task,
+        health,
     })
 }
 

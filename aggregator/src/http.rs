@@ -1,5 +1,6 @@
 //! The HTTP surface: one listener, the stages' routes mounted side by side, `/metrics`,
-//! `/healthz`, and the request metrics Pyroscope's dashboards read.
+//! `/healthz` and `/readyz` (each loop's state, `smolder_daemon::health`), and the request
+//! metrics Pyroscope's dashboards read.
 //!
 //! Input: the routers of the stages (ingest, query, rules, admin, ui), each already holding
 //! its own state. Output: one [`Router`] for `axum::serve`. Caller: `app`. Owns
@@ -48,17 +49,18 @@ struct Shared {
 }
 
 /// Every route of the aggregator: the stages' `routes`, `/metrics` from `metrics`, and
-/// `/healthz`, each request timed in `requests`.
+/// `/healthz` and `/readyz` from its health, each request timed in `requests`.
 pub(crate) fn router(
     stages: impl IntoIterator<Item = Router>,
     metrics: Arc<Metrics>,
     requests: RequestMetrics,
 ) -> Router {
+    let health = metrics.health.routes();
     let shared = Shared { metrics, requests };
     let own = Router::new()
         .route("/metrics", get(serve_metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .with_state(shared.clone());
+        .with_state(shared.clone())
+        .merge(health);
     stages
         .into_iter()
         .fold(own, Router::merge)

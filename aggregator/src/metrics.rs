@@ -15,6 +15,7 @@ use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
     TextEncoder,
 };
+use smolder_daemon::Health;
 
 /// The registry `/metrics` serves, with the tier's errors and dropped counters.
 pub(crate) struct Metrics {
@@ -24,6 +25,9 @@ pub(crate) struct Metrics {
     /// `smolder_aggregator_dropped_increments_total{stage,reason,intentional}`: rules' counter
     /// increments, the one thing the aggregator drops today.
     pub(crate) dropped_increments: Dropped,
+    /// The loops' heartbeats (`smolder_aggregator_health_*`), which `/healthz`, `/readyz` and
+    /// the watchdog pings read.
+    pub(crate) health: Health,
 }
 
 impl Metrics {
@@ -43,6 +47,7 @@ impl Metrics {
             &["stage", "reason", "intentional"],
         ));
         Metrics {
+            health: Health::new("aggregator", &registry),
             registry,
             errors,
             dropped_increments,

@@ -1,6 +1,7 @@
 //! A daemon's life under a service manager: start on a tokio runtime, tell systemd it is ready
-//! (`Type=notify`) and ping its watchdog, wait for SIGTERM or SIGINT, tell systemd it is
-//! stopping, stop gracefully. Without `NOTIFY_SOCKET` (not under systemd) nothing is sent.
+//! (`Type=notify`) and ping its watchdog while its loops are live ([`Health::live`]), wait for
+//! SIGTERM or SIGINT, tell systemd it is stopping, stop gracefully. Without `NOTIFY_SOCKET`
+//! (not under systemd) nothing is sent.
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -8,14 +9,18 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use sd_notify::NotifyState;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::{DaemonConfig, load};
 use crate::flags::Flags;
+use crate::health::Health;
 use crate::logs;
 
 /// A started daemon that can be stopped gracefully.
 pub trait Daemon {
+    /// Its loops' heartbeats, which gate the watchdog pings.
+    fn health(&self) -> Health;
+
     /// Stops accepting work, finishes or saves what is in flight, and returns.
     ///
     /// # Errors
@@ -26,7 +31,8 @@ pub trait Daemon {
 
 /// Runs a daemon on a new multi-threaded runtime whose threads are named `name` (with
 /// `worker_threads` workers, or one per CPU): awaits `start`, says READY=1, pings the watchdog
-/// when `WatchdogSec=` asks, and on SIGTERM or SIGINT says STOPPING=1 and stops it.
+/// when `WatchdogSec=` asks and its loops are live, and on SIGTERM or SIGINT says STOPPING=1 and
+/// stops it.
 ///
 /// # Errors
 ///
@@ -47,10 +53,11 @@ pub fn run<D: Daemon>(
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let daemon = start.await?;
-        notify_ready();
+        notify_ready(daemon.health());
         shutdown_signal().await;
         info!("shutting down");
         notify_stopping();
+        daemon.health().stopping();
         daemon.stop().await
     })
 }
@@ -80,8 +87,9 @@ pub fn exit(result: anyhow::Result<ExitCode>) -> ExitCode {
 
 /// Tells systemd that the daemon is ready: its listeners are bound and its stages started.
 /// When the unit sets `WatchdogSec=`, pings the watchdog from a task on this runtime every half
-/// of `WATCHDOG_USEC`, so that a wedged runtime misses its pings and systemd restarts it.
-fn notify_ready() {
+/// of `WATCHDOG_USEC` while every loop of `health` is live, so that a wedged runtime, or a loop
+/// stuck or dead, misses its pings and systemd restarts the daemon.
+fn notify_ready(health: Health) {
     if let Err(err) = sd_notify::notify(&[NotifyState::Ready]) {
         warn!(error = %err, "telling systemd the daemon is ready failed");
     }
@@ -93,8 +101,26 @@ fn notify_ready() {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut withheld = false;
         loop {
             ticker.tick().await;
+            if !health.live() {
+                if !withheld {
+                    let failing: Vec<String> = health
+                        .report()
+                        .into_iter()
+                        .filter(|l| !l.live(false))
+                        .map(|l| format!("{} {}", l.name, l.state))
+                        .collect();
+                    error!(
+                        loops = failing.join(", "),
+                        "a loop is stuck or dead; not pinging the systemd watchdog, which restarts the daemon"
+                    );
+                }
+                withheld = true;
+                continue;
+            }
+            withheld = false;
             if let Err(err) = sd_notify::notify(&[NotifyState::Watchdog]) {
                 warn!(error = %err, "pinging the systemd watchdog failed");
             }

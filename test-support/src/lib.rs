@@ -7,6 +7,8 @@
 //! - [`process`]: a daemon binary as a child process on port 0: it binds what it is given,
 //!   logs the address it got, and the fixture reads it from the `listening` line; its log is
 //!   kept for assertions and failures.
+//! - [`health`]: `/healthz` and `/readyz` read into rows by loop name, and polled until a
+//!   state holds.
 //! - [`systemd`]: the check both daemons pass under a service manager (READY=1, watchdog pings,
 //!   STOPPING=1).
 //! - [`net`] and [`wait`]: port-0 addresses, a socket that never answers, polling until a
@@ -15,6 +17,7 @@
 //! Every listener a test makes binds port 0, so that the suite runs beside a real Smolder on
 //! the default ports.
 
+pub mod health;
 pub mod net;
 pub mod process;
 pub mod prometheus;

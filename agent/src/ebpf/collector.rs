@@ -15,6 +15,7 @@ use anyhow::Context;
 use prometheus::local::LocalHistogram;
 use smolder_agent_ebpf::unwind::Status;
 use smolder_common::Profile;
+use smolder_daemon::Heartbeat;
 use tracing::{debug, info_span, warn};
 
 use super::offcpu::{Throttle, monotonic_ns};
@@ -22,7 +23,7 @@ use super::process::{Labeller, ProcessInfo, Processes, process_start_time};
 use super::python::Pythons;
 use super::samples::{KindCounts, UnwindCounts, WindowSamples};
 use super::symbolize::{DebugDirs, Symbolizer};
-use super::unwind::{Ready, Unwinder};
+use super::unwind::{Ready, Reporting, Unwinder};
 use super::{
     EbpfMetrics, ProcessEvent, ProcessEventKind, SampleKind, Sampler, memory, metrics, profiles,
 };
@@ -35,6 +36,14 @@ use crate::relabel::Relabeler;
 /// unsymbolized) and how full the samples ring buffer gets (at 99 Hz, 64 CPUs fill 2 MiB of
 /// 300-byte samples in about 3 s), and costs 20 wake-ups a second.
 pub(super) const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The `symbolize` loop's period: it beats between requests, between the processes of a
+/// window and every period while idle; one process's binaries (a first read of a large debug
+/// file) take seconds at most. Stuck after three periods.
+const SYMBOLIZE_PERIOD: Duration = Duration::from_secs(10);
+/// The unwinder's heartbeat period: it beats every half second when idle, but one table of a
+/// very large binary (a browser's, a JIT's) takes seconds to build.
+const UNWIND_PERIOD: Duration = Duration::from_secs(30);
 
 /// The sampler, the unwinder, the symbolizer and what they know, driven by one thread.
 pub(super) struct Collector {
@@ -120,8 +129,11 @@ impl Collector {
                 config.ebpf.exit_grace,
                 cache.as_deref(),
                 debug.clone(),
-                metrics.ebpf.unwind.clone(),
-                metrics.ebpf.tier.clone(),
+                Reporting {
+                    metrics: metrics.ebpf.unwind.clone(),
+                    errors: metrics.ebpf.tier.clone(),
+                    heartbeat: metrics.health.register("unwind", UNWIND_PERIOD),
+                },
             )?)
         } else {
             None
@@ -142,8 +154,12 @@ impl Collector {
                 unwinder.preload(running);
             }
         }
-        let symbolizer =
-            Symbolizer::start(config.symbolize.clone(), debug, metrics.symbolize.clone())?;
+        let symbolizer = Symbolizer::start(
+            config.symbolize.clone(),
+            debug,
+            metrics.symbolize.clone(),
+            metrics.health.register("symbolize", SYMBOLIZE_PERIOD),
+        )?;
         let throttle = config
             .ebpf
             .off_cpu
@@ -311,14 +327,17 @@ impl Collector {
         }
     }
 
-    /// Sleeps until `deadline`, handling events and samples every poll interval.
+    /// Sleeps until `deadline`, handling events and samples every poll interval and beating
+    /// `beat` after each.
     pub(super) fn poll_until(
         &mut self,
         deadline: Instant,
         stop: &AtomicBool,
+        beat: &Heartbeat,
     ) -> anyhow::Result<()> {
         loop {
             self.poll()?;
+            beat.beat();
             let now = Instant::now();
             if now >= deadline || stop.load(Ordering::Relaxed) {
                 return Ok(());
@@ -327,11 +346,14 @@ impl Collector {
         }
     }
 
-    /// Takes the window's samples and returns one profile per series over `[from, until)`.
+    /// Takes the window's samples and returns one profile per series over `[from, until)`,
+    /// beating `beat` while the symbolizer works. A window the symbolizer fails on (it panicked
+    /// and is restarting) yields no profiles; its samples are counted as dropped.
     pub(super) fn drain(
         &mut self,
         from: SystemTime,
         until: SystemTime,
+        beat: &Heartbeat,
     ) -> anyhow::Result<Vec<Profile>> {
         let _span = info_span!("drain").entered();
         self.poll()?;
@@ -396,12 +418,22 @@ impl Collector {
             python.mix(&mut kept, &profiled.python);
         }
 
+        let submitted: u64 = kept.iter().map(|s| s.samples).sum();
         let pending = self.symbolizer.submit(kept)?;
         let symbolized = loop {
-            if let Some(answer) = pending.wait_for(POLL_INTERVAL)? {
-                break answer;
+            match pending.wait_for(POLL_INTERVAL) {
+                Ok(Some(answer)) => break answer,
+                Ok(None) => {
+                    self.poll()?;
+                    beat.beat();
+                }
+                Err(err) => {
+                    self.metrics.tier.error("symbolize");
+                    self.metrics.dropped(metrics::SYMBOLIZER_FAILED, submitted);
+                    warn!(error = %err, samples = submitted, "the symbolizer failed on this window; its samples are dropped");
+                    break Vec::new();
+                }
             }
-            self.poll()?;
         };
         self.drained += 1;
         let profiles =

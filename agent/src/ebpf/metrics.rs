@@ -44,17 +44,21 @@ pub(crate) const DEBUGINFOD_QUEUE_FULL: DropCause = DropCause::forced("debuginfo
 /// Samples of new distinct stacks past a window's bound
 /// ([`crate::ebpf::samples::MAX_WINDOW_STACKS`]).
 pub(crate) const WINDOW_STACKS_FULL: DropCause = DropCause::forced("window_stacks_full");
+/// Samples of a window the symbolizer failed on (it panicked and was restarted): they cannot
+/// be named.
+pub(crate) const SYMBOLIZER_FAILED: DropCause = DropCause::forced("symbolizer_failed");
 
 /// The `error_type`s of `smolder_agent_errors_total{stage="ebpf"}`: reading the kernel's loss
 /// counters failed, the samples ring buffer held a malformed record, putting an unwind table or
-/// a process's mappings into the kernel failed, or registering a CPython process for the kernel
-/// walk did (`python_procs` full).
-const ERROR_TYPES: [&str; 5] = [
+/// a process's mappings into the kernel failed, registering a CPython process for the kernel
+/// walk did (`python_procs` full), or the symbolizer failed on a window.
+const ERROR_TYPES: [&str; 6] = [
     "read_counters",
     "malformed_sample",
     "unwind_table_load",
     "unwind_mappings",
     "python_register",
+    "symbolize",
 ];
 
 /// The eBPF sampler's metrics (the `smolder-ebpf` thread), updated once per drain.
@@ -124,6 +128,7 @@ impl EbpfMetrics {
             UNMATCHED_SWITCH_IN,
             WAITING_FULL,
             WINDOW_STACKS_FULL,
+            SYMBOLIZER_FAILED,
         ]
         .map(|cause| (DroppedUnit::Samples, cause))
         .into();

@@ -53,11 +53,11 @@ pub mod unwind;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use smolder_daemon::{Heartbeat, Supervised, supervise};
 use tracing::{info_span, warn};
 
 pub use counters::LostCounts;
@@ -68,7 +68,7 @@ pub use metrics::{EbpfMetrics, PythonMetrics, SymbolizeMetrics};
 pub use offcpu::OffCpuConfig;
 pub use record::{ProcessReady, RecordFormat, Recording, print_record, record};
 pub use sample::{PythonFrames, SPY_NAME, SampleKind, Splice, Stack, StackCount};
-pub use unwind::{UnwindConfig, Unwinder};
+pub use unwind::{Reporting, UnwindConfig, Unwinder};
 
 use self::collector::Collector;
 use self::python::PythonConfig;
@@ -185,22 +185,28 @@ impl EbpfConfig {
 /// The running eBPF source.
 pub struct EbpfSource {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
+    thread: Supervised,
 }
 
 impl EbpfSource {
     /// Stops sampling, submits what was sampled since the last window boundary and returns once
-    /// the thread has ended. Blocks for up to one poll interval plus a drain.
+    /// the thread has ended. Blocks for up to one poll interval plus a drain (or a restart's
+    /// backoff, if the loop failed just before).
     pub fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
-        if self.thread.join().is_err() {
-            warn!("the eBPF sampler thread panicked");
-        }
+        self.thread.join();
     }
 }
 
+/// The `ebpf` loop's period: it beats every poll (50 ms), and while a drain waits for the
+/// symbolizer; a drain's own work (closing the window, building the trees) takes well under a
+/// second on a busy host. Stuck after three periods.
+const PERIOD: Duration = Duration::from_secs(5);
+
 /// Loads the sampler and starts the `smolder-ebpf` thread, which submits a profile per series
-/// at every window boundary; the unwinder's and debuginfod's caches live in `data_dir`.
+/// at every window boundary; the unwinder's and debuginfod's caches live in `data_dir`. The
+/// thread is the health loop `ebpf`, supervised: a panic or an error of its loop restarts it
+/// (same sampler, a new window) after a backoff.
 ///
 /// # Errors
 ///
@@ -217,29 +223,27 @@ pub fn start(
     let length = config.window.length;
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = Arc::clone(&stop);
-    let thread = std::thread::Builder::new()
-        .name("smolder-ebpf".to_owned())
-        .spawn(move || {
-            let _span = info_span!("ebpf").entered();
-            let mut submit = |profiles: Vec<_>| {
-                profiles
-                    .into_iter()
-                    .all(|profile| submitter.blocking_submit(profile).is_ok())
-            };
-            if let Err(err) = sample_windows(&mut collector, length, &stopping, &mut submit) {
-                tracing::error!(error = format!("{err:#}"), "the eBPF sampler stopped");
-            }
-        })
-        .context("starting the eBPF sampler thread")?;
+    let heartbeat = metrics.health.register("ebpf", PERIOD);
+    let thread = supervise(heartbeat, "smolder-ebpf", move |beat| {
+        let _span = info_span!("ebpf").entered();
+        let mut submit = |profiles: Vec<_>| {
+            profiles
+                .into_iter()
+                .all(|profile| submitter.blocking_submit(profile).is_ok())
+        };
+        sample_windows(&mut collector, length, &stopping, beat, &mut submit)
+    })
+    .context("starting the eBPF sampler thread")?;
     Ok(EbpfSource { stop, thread })
 }
 
 /// Runs windows of `length` until `stop`, handing each window's profiles to `submit`, which
-/// says whether to go on.
+/// says whether to go on; beats `beat` all along.
 fn sample_windows(
     collector: &mut Collector,
     length: Duration,
     stop: &AtomicBool,
+    beat: &Heartbeat,
     submit: &mut dyn FnMut(Vec<smolder_common::Profile>) -> bool,
 ) -> anyhow::Result<()> {
     let mut from = SystemTime::now();
@@ -248,14 +252,14 @@ fn sample_windows(
         let wait = boundary
             .duration_since(SystemTime::now())
             .unwrap_or_default();
-        collector.poll_until(Instant::now() + wait, stop)?;
+        collector.poll_until(Instant::now() + wait, stop, beat)?;
         let stopping = stop.load(Ordering::Relaxed);
         let until = if stopping {
             SystemTime::now()
         } else {
             boundary
         };
-        match collector.drain(from, until) {
+        match collector.drain(from, until, beat) {
             Ok(profiles) => {
                 if !submit(profiles) {
                     return Ok(());

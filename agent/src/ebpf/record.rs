@@ -60,6 +60,8 @@ pub fn record(
 ) -> anyhow::Result<Recording> {
     let metrics = Metrics::new();
     let mut collector = Collector::new(config, config.hostname()?, &metrics, data_dir)?;
+    // Nothing reads the health of a recording; the collector beats all the same.
+    let beat = metrics.health.register("ebpf", Duration::MAX);
     collector.ready = Some(Vec::new());
     let never = AtomicBool::new(false);
     let end = Instant::now() + duration;
@@ -71,10 +73,10 @@ pub fn record(
         let to_boundary = boundary
             .duration_since(SystemTime::now())
             .unwrap_or_default();
-        collector.poll_until((Instant::now() + to_boundary).min(end), &never)?;
+        collector.poll_until((Instant::now() + to_boundary).min(end), &never, &beat)?;
         let last = Instant::now() >= end;
         let until = if last { SystemTime::now() } else { boundary };
-        profiles.extend(collector.drain(from, until)?);
+        profiles.extend(collector.drain(from, until, &beat)?);
         if last {
             break;
         }

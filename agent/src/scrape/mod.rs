@@ -19,7 +19,8 @@
 //! - [`status`]: every target's health, last scrape and last error, for `/targets`.
 //!
 //! Tasks owned: one pool per job (span `scrape_job`), one per file or HTTP discovery source
-//! (`scrape_discovery`), one per target and profile (`scrape_target`). Logs use the tracing
+//! (`scrape_discovery`), one per target and profile (`scrape_target`); each job's pool is the
+//! health loop `scrape:<job>`. Logs use the tracing
 //! target `smolder_agent::scrape`. Metrics: `smolder_agent_scrape_*` ([`ScrapeMetrics`]).
 
 pub mod config;
@@ -35,7 +36,9 @@ pub mod status;
 pub mod target;
 
 use std::collections::HashSet;
+use std::time::Duration;
 
+use smolder_daemon::Health;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -45,6 +48,9 @@ pub use status::Status;
 
 use crate::relabel::RelabelError;
 use crate::window::Submitter;
+
+/// How often a job's loop beats while idle (its targets' loops report in `/targets`).
+const PERIOD: Duration = Duration::from_secs(10);
 
 /// Why `scrape-configs` cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -118,7 +124,8 @@ pub struct Scraper {
     jobs: Vec<JoinHandle<()>>,
 }
 
-/// Starts one pool per job on the current runtime.
+/// Starts one pool per job on the current runtime, each a loop of `health` named
+/// `scrape:<job>`.
 ///
 /// # Errors
 ///
@@ -127,6 +134,7 @@ pub fn start(
     configs: &[ScrapeConfig],
     submitter: &Submitter,
     metrics: &ScrapeMetrics,
+    health: &Health,
 ) -> Result<Scraper, ScrapeConfigError> {
     validate(configs)?;
     let status = Status::default();
@@ -160,8 +168,9 @@ pub fn start(
         .into_iter()
         .map(|job| {
             let span = tracing::info_span!("scrape_job", job = %job.config.job_name);
+            let heartbeat = health.register(format!("scrape:{}", job.config.job_name), PERIOD);
             tokio::spawn(tracing::Instrument::instrument(
-                pool::run(job, stopped.clone()),
+                pool::run(job, stopped.clone(), heartbeat),
                 span,
             ))
         })

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use smolder_common::pprof::Limits;
+use smolder_daemon::Heartbeat;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{Instrument as _, info, info_span, warn};
@@ -45,8 +46,9 @@ struct Running {
     task: JoinHandle<()>,
 }
 
-/// Runs the job until `stop` turns true, then ends its discovery tasks and scrape loops.
-pub async fn run(job: Job, mut stop: watch::Receiver<bool>) {
+/// Runs the job until `stop` turns true, then ends its discovery tasks and scrape loops. Beats
+/// `heartbeat` on every discovery update and every period.
+pub async fn run(job: Job, mut stop: watch::Receiver<bool>, heartbeat: Heartbeat) {
     let name = job.config.job_name.clone();
     let (updates_tx, mut updates) = mpsc::channel::<Update>(16);
     let mut groups: Vec<Vec<TargetGroup>> = Vec::new();
@@ -103,8 +105,12 @@ pub async fn run(job: Job, mut stop: watch::Receiver<bool>) {
     let mut running: HashMap<String, Running> = HashMap::new();
     job.status.set_sources(&name, sources.clone());
     sync(&job, &groups, &mut running);
+    let mut ticker = tokio::time::interval(heartbeat.period());
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        heartbeat.beat();
         tokio::select! {
+            _ = ticker.tick() => {}
             // Without file or HTTP sources the channel closes at once; the targets stay.
             Some(update) = updates.recv() => {
                 for error in &update.errors {

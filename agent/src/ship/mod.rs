@@ -27,6 +27,7 @@ use smolder_common::wire::frame::{self, HEADER_LEN};
 use smolder_common::wire::{
     Ack, FrameHeader, FrameKind, FrameLimits, Hello, Reject, Welcome, code,
 };
+use smolder_daemon::Heartbeat;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{Instrument, debug, error, info, info_span, warn};
@@ -230,12 +231,16 @@ enum Answer {
 /// Ships until `stop` turns true; then, if connected, goes on for up to 5 s to deliver what is
 /// still waiting (the windows spooled as the agent stopped), and closes the connection. What is
 /// not acknowledged by then stays in the spool for the next start.
+///
+/// Beats `heartbeat` while it waits for batches, connects and sends (each wait bounded by the
+/// QUIC timeouts and `ship.ack-timeout`); without an aggregator it is degraded, never stuck.
 pub async fn run(
     config: ShipConfig,
     spool: Spool,
     hostname: String,
     metrics: ShipMetrics,
     stop: watch::Receiver<bool>,
+    heartbeat: Heartbeat,
 ) {
     let span = info_span!("ship", aggregator = %config.aggregator);
     async move {
@@ -243,25 +248,38 @@ pub async fn run(
         let mut backoff = Backoff::new(config.backoff_min, config.backoff_max);
         let mut endpoint: Option<quinn::Endpoint> = None;
         loop {
+            heartbeat.alive();
             if !spool.has_waiting() {
                 if stop.requested() {
                     return;
                 }
-                tokio::select! {
-                    () = spool.waiting() => {}
-                    () = stop.changed() => {}
-                }
+                heartbeat
+                    .beating(async {
+                        tokio::select! {
+                            () = spool.waiting() => {}
+                            () = stop.changed() => {}
+                        }
+                    })
+                    .await;
                 continue;
             }
-            let connected = tokio::select! {
-                connected = connect(&config, &mut endpoint, &spool, &hostname) => connected,
-                () = stop.grace_over() => return,
-            };
+            let connected = heartbeat
+                .beating(async {
+                    tokio::select! {
+                        connected = connect(&config, &mut endpoint, &spool, &hostname) => Some(connected),
+                        () = stop.grace_over() => None,
+                    }
+                })
+                .await;
+            let Some(connected) = connected else { return };
             match connected {
                 Ok(conn) => {
                     backoff.reset();
+                    heartbeat.beat();
                     metrics.connected.set(1);
-                    let drained = drain(&conn, &config, &spool, &metrics, &mut stop, &mut backoff).await;
+                    let drained = heartbeat
+                        .beating(drain(&conn, &config, &spool, &metrics, &mut stop, &mut backoff))
+                        .await;
                     metrics.connected.set(0);
                     spool.retry_all();
                     match drained {
@@ -274,16 +292,19 @@ pub async fn run(
                         }
                         Err(err) => {
                             metrics.tier.error(err.kind());
+                            heartbeat.degraded(format_args!("lost the aggregator: {err}"));
                             warn!(error = %err, "lost the aggregator; reconnecting");
                         }
                     }
                 }
                 Err(err @ ShipError::Refused { .. }) => {
                     metrics.tier.error(err.kind());
+                    heartbeat.degraded(format_args!("refused by the aggregator: {err}"));
                     error!(error = %err, "the aggregator refused this agent; check ship.token, ship.token-file or the client certificate");
                 }
                 Err(err) => {
                     metrics.tier.error(err.kind());
+                    heartbeat.degraded(format_args!("cannot reach the aggregator: {err}"));
                     warn!(error = %err, "cannot reach the aggregator; batches stay in the spool");
                 }
             }
@@ -294,9 +315,16 @@ pub async fn run(
             metrics.reconnects.inc();
             let delay = backoff.next(rand::random());
             debug!(delay_ms = delay.as_millis() as u64, "reconnecting after a backoff");
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                () = stop.grace_over() => return,
+            let over = heartbeat
+                .beating(async {
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => false,
+                        () = stop.grace_over() => true,
+                    }
+                })
+                .await;
+            if over {
+                return;
             }
         }
     }

@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use smolder_common::wire::{BatchMessage, FrameKind, frame};
+use smolder_daemon::Heartbeat;
 use tokio::sync::{Notify, mpsc};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
@@ -458,12 +459,14 @@ fn created_of(key: &[u8], value: &[u8]) -> Result<SystemTime, SpoolError> {
     Ok(UNIX_EPOCH + Duration::from_millis(u64::from_be_bytes(millis)))
 }
 
-/// How often the age bound and the age gauge are brought up to date.
-const EXPIRE_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the age bound and the age gauge are brought up to date, and the spool loop's
+/// heartbeat period when idle.
+pub(crate) const EXPIRE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The window sink: spools every closed window until the window loop stops, and applies the
-/// age bound on an interval.
-pub async fn run(spool: Spool, mut windows: mpsc::Receiver<Arc<Window>>) {
+/// age bound on an interval; beats `heartbeat` after each (a disk that blocks a write stops
+/// the beats).
+pub async fn run(spool: Spool, mut windows: mpsc::Receiver<Arc<Window>>, heartbeat: Heartbeat) {
     let task = async move {
         let mut ticker = tokio::time::interval(EXPIRE_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -485,6 +488,7 @@ pub async fn run(spool: Spool, mut windows: mpsc::Receiver<Arc<Window>>) {
                     }
                 }
             }
+            heartbeat.beat();
         }
         if let Err(err) = spool.flush().await {
             spool.inner.metrics.tier.error("flush");

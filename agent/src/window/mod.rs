@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use smolder_common::{Aggregation, Profile, ProfileMeta, Series, Tree};
+use smolder_daemon::Heartbeat;
 use tokio::sync::mpsc;
 use tracing::debug;
 
@@ -189,18 +190,22 @@ impl Open {
 }
 
 /// Runs the window loop until every [`Submitter`] is dropped, then hands on what is still
-/// open and returns.
+/// open and returns. Beats `heartbeat` on every profile, every close and every period while
+/// idle; a sink that blocks the loop stops its beats.
 pub async fn run(
     config: WindowConfig,
     mut profiles: mpsc::Receiver<Profile>,
     sinks: Vec<mpsc::Sender<Arc<Window>>>,
     metrics: WindowMetrics,
+    heartbeat: Heartbeat,
 ) {
     let mut open = Open {
         length: config.length,
         windows: BTreeMap::new(),
         closed_until: UNIX_EPOCH,
     };
+    let mut ticker = tokio::time::interval(heartbeat.period());
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let wait = open
             .next_close(config.settle)
@@ -226,7 +231,9 @@ pub async fn run(
                     hand_on(window, &sinks, &metrics).await;
                 }
             }
+            _ = ticker.tick() => {}
         }
+        heartbeat.beat();
     }
     let everything = SystemTime::now() + config.length + config.settle;
     for window in open.close(everything, Duration::ZERO) {

@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
 "#;
 
 /// Spins in `busy_function`.
-const BUSY: &str = r#"
+pub(crate) const BUSY: &str = r#"
 __attribute__((noinline)) void busy_function(double end) {
     while (now() < end)
         for (unsigned long i = 0; i < 100000UL; i++) sink += i;
@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
 "#;
 
 /// Builds C `source` with frame pointers into `dir/name`.
-fn build(dir: &Path, name: &str, source: &str) -> PathBuf {
+pub(crate) fn build(dir: &Path, name: &str, source: &str) -> PathBuf {
     build_with("gcc", "c", dir, name, source)
 }
 
@@ -121,7 +121,7 @@ fn build_with(compiler: &str, extension: &str, dir: &Path, name: &str, source: &
 }
 
 /// Starts `exe`, waiting at its start gate, to run `seconds` once released.
-fn spawn(exe: &Path, seconds: f64) -> Child {
+pub(crate) fn spawn(exe: &Path, seconds: f64) -> Child {
     Command::new(exe)
         .arg(seconds.to_string())
         .stdin(Stdio::piped())
@@ -130,7 +130,7 @@ fn spawn(exe: &Path, seconds: f64) -> Child {
 }
 
 /// Lets a workload past its start gate.
-fn release(child: &mut Child) {
+pub(crate) fn release(child: &mut Child) {
     let mut stdin = child.stdin.take().expect("stdin is piped");
     stdin.write_all(b"\n").unwrap();
 }

@@ -2,6 +2,9 @@
 
 /// The eBPF source: the real sampler, loaded as root, sampling workloads the tests build.
 mod ebpf;
+/// Health: every loop in `/healthz` and `/readyz`, a symbolizer panic restarted and reported,
+/// a shipper without an aggregator degraded.
+mod health;
 /// Off-CPU and memory growth: blocked time, lock sites, long waits split per window, bytes
 /// touched and huge pages, against workloads that measure themselves.
 mod offcpu;

@@ -107,7 +107,7 @@ fn scrape_config(yaml: &str) -> ScrapeConfig {
 fn start_scraper(configs: &[ScrapeConfig]) -> (Scraper, mpsc::Receiver<Profile>) {
     let (submitter, profiles) = window::channel();
     let metrics = Metrics::new();
-    let scraper = scrape::start(configs, &submitter, &metrics.scrape).unwrap();
+    let scraper = scrape::start(configs, &submitter, &metrics.scrape, &metrics.health).unwrap();
     (scraper, profiles)
 }
 

@@ -25,7 +25,9 @@ use serde::Deserialize;
 use smolder_agent::config::{Config, SymbolizeConfig};
 use smolder_agent::ebpf::process::{Object, ProcessMap};
 use smolder_agent::ebpf::symbolize::{DebugDirs, Symbolizer};
-use smolder_agent::ebpf::{PythonFrames, SampleKind, Sampler, Stack, StackCount, Unwinder};
+use smolder_agent::ebpf::{
+    PythonFrames, Reporting, SampleKind, Sampler, Stack, StackCount, Unwinder,
+};
 use smolder_agent::metrics::Metrics;
 use smolder_agent_ebpf::PROGRAM_UPROBE;
 use smolder_agent_ebpf::unwind::{SampleKind as RawKind, Status};
@@ -597,8 +599,11 @@ fn a_uprobe_walked_with_the_agents_tables_gives_the_known_call_path() {
         config.ebpf.exit_grace,
         None,
         DebugDirs::default(),
-        metrics.ebpf.unwind.clone(),
-        metrics.ebpf.tier.clone(),
+        Reporting {
+            metrics: metrics.ebpf.unwind.clone(),
+            errors: metrics.ebpf.tier.clone(),
+            heartbeat: metrics.health.register("unwind", Duration::from_secs(30)),
+        },
     )
     .unwrap();
     let start_time = smolder_agent::ebpf::process::process_start_time(workload.pid).unwrap();
@@ -645,6 +650,9 @@ fn a_uprobe_walked_with_the_agents_tables_gives_the_known_call_path() {
         SymbolizeConfig::default(),
         DebugDirs::default(),
         metrics.symbolize.clone(),
+        metrics
+            .health
+            .register("symbolize", std::time::Duration::from_secs(10)),
     )
     .unwrap();
     symbolizer.capture(workload.pid).unwrap();

@@ -318,7 +318,7 @@ mod tests {
             let store = BlockStore::open(
                 dir.path(),
                 StoreConfig::default(),
-                StoreMetrics::new(metrics.registry()),
+                StoreMetrics::new(metrics.registry(), &metrics.health),
             )
             .unwrap();
             let shared: Arc<dyn Store> = Arc::new(store.clone());

@@ -540,7 +540,7 @@ mod tests {
             BlockStore::open(
                 dir.path(),
                 StoreConfig::default(),
-                StoreMetrics::new(metrics.registry()),
+                StoreMetrics::new(metrics.registry(), &metrics.health),
             )
             .unwrap(),
         );
@@ -600,7 +600,7 @@ mod tests {
             BlockStore::open(
                 dir.path(),
                 StoreConfig::default(),
-                StoreMetrics::new(metrics.registry()),
+                StoreMetrics::new(metrics.registry(), &metrics.health),
             )
             .unwrap(),
         );

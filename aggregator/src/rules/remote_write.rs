@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use prost::Message;
+use smolder_daemon::Heartbeat;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::{CounterValue, Rules, RulesConfig, RulesError, RulesMetrics};
@@ -126,8 +127,14 @@ fn encode(samples: Vec<CounterValue>, external: &[(String, String)], timestamp_m
         .expect("snappy compresses any input under 4 GiB")
 }
 
-/// Pushes the counters of `rules` every interval, for as long as the aggregator runs.
-pub(crate) async fn run(rules: Arc<Rules>, config: RulesConfig, metrics: RulesMetrics) {
+/// Pushes the counters of `rules` every interval, for as long as the aggregator runs, beating
+/// `beat` at each (degraded while the receiver fails: the loop works, its peer does not).
+pub(crate) async fn run(
+    rules: Arc<Rules>,
+    config: RulesConfig,
+    metrics: RulesMetrics,
+    beat: Heartbeat,
+) {
     let url = config.remote_write_url.clone();
     let span = info_span!("remote_write", %url);
     async move {
@@ -138,6 +145,7 @@ pub(crate) async fn run(rules: Arc<Rules>, config: RulesConfig, metrics: RulesMe
             Ok(client) => client,
             Err(err) => {
                 warn!(error = %err, "cannot build the HTTP client; remote write is off");
+                beat.degraded(format_args!("remote write is off: {err}"));
                 return;
             }
         };
@@ -150,9 +158,10 @@ pub(crate) async fn run(rules: Arc<Rules>, config: RulesConfig, metrics: RulesMe
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
         loop {
-            ticker.tick().await;
+            beat.beating(ticker.tick()).await;
             let samples = rules.snapshot();
             if samples.is_empty() {
+                beat.alive();
                 continue;
             }
             let count = samples.len();
@@ -188,6 +197,7 @@ pub(crate) async fn run(rules: Arc<Rules>, config: RulesConfig, metrics: RulesMe
                         .with_label_values(&["success"])
                         .inc();
                     metrics.remote_write_samples.inc_by(count as u64);
+                    beat.beat();
                     if failing {
                         info!(samples = count, "remote write recovered");
                         failing = false;
@@ -199,6 +209,7 @@ pub(crate) async fn run(rules: Arc<Rules>, config: RulesConfig, metrics: RulesMe
                         .remote_write_requests
                         .with_label_values(&["error"])
                         .inc();
+                    beat.degraded(format_args!("the receiver {url} fails: {error}"));
                     if failing {
                         debug!(%error, "remote write still failing");
                     } else {

@@ -1,6 +1,7 @@
 //! The store's metrics, `smolder_aggregator_store_*`.
 
 use prometheus::{Histogram, IntCounter, IntGauge, Registry};
+use smolder_daemon::Health;
 
 use crate::metrics::{counter, gauge, histogram, latency_buckets};
 
@@ -51,11 +52,14 @@ pub(crate) struct StoreMetrics {
     pub(crate) filesystem_free_bytes: IntGauge,
     /// `smolder_aggregator_store_filesystem_size_bytes`: size of that filesystem.
     pub(crate) filesystem_size_bytes: IntGauge,
+    /// The tier's health, which the writer thread and the maintenance tasks register with
+    /// (`store_writer`, `store_cut`, `store_compaction`, `store_retention`).
+    pub(crate) health: Health,
 }
 
 impl StoreMetrics {
-    /// Creates the store's metrics in `registry`.
-    pub(crate) fn new(registry: &Registry) -> Self {
+    /// Creates the store's metrics in `registry`; its loops report to `health`.
+    pub(crate) fn new(registry: &Registry, health: &Health) -> Self {
         let g = |name, help| gauge(registry, name, help);
         let c = |name, help| counter(registry, name, help);
         let h = |name, help| histogram(registry, name, help, latency_buckets());
@@ -137,6 +141,7 @@ impl StoreMetrics {
                 "smolder_aggregator_store_filesystem_size_bytes",
                 "Size of the data directory's filesystem in bytes.",
             ),
+            health: health.clone(),
         }
     }
 }

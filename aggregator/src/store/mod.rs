@@ -163,6 +163,10 @@ pub(crate) enum StoreError {
     /// The store has been closed; nothing more is accepted.
     #[error("the store is closed")]
     Closed,
+    /// A cut's block whose range the head no longer holds sealed: the writer restarted and
+    /// rebuilt the head meanwhile.
+    #[error("block {block} was cut from a head the writer has since rebuilt")]
+    Stale { block: String },
 }
 
 /// A write's answer: resolves once the write is durable, or with why it is not. Queues the write

@@ -1,6 +1,9 @@
 //! Integration tests of `smolder-aggregator` over real HTTP against a running aggregator on a
 //! temporary data directory; one module per stage.
 
+/// `/healthz` and `/readyz`: every loop named, a refused remote write degraded, a store-writer
+/// panic restarted with nothing acknowledged lost.
+mod health;
 /// The aggregator as a process: kill -9 durability (during ingest, cuts and merges), `check`,
 /// the data directory lock.
 mod process;

@@ -8,6 +8,10 @@
 //! which owns a blazesym `Symbolizer` (not `Send`), the captured process maps, the open
 //! binaries and debug files, the frame cache, and the debuginfod client's thread.
 //!
+//! The thread is the health loop `symbolize`, supervised: if blazesym panics (on an odd ELF,
+//! say), the window it worked on is dropped and counted, and the loop starts again after a
+//! backoff with fresh state, capturing processes again as their samples come.
+//!
 //! User frames come from symbol tables (no DWARF, so no line numbers), demangled for Rust and
 //! C++: the binary's own `.symtab`, else its separate debug file's (found the way gdb finds it,
 //! `debuginfo.rs`, or fetched by build id from `symbolize.debuginfod-urls` in the background,
@@ -27,10 +31,10 @@ mod resolve;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use smolder_daemon::{Heartbeat, Supervised, supervise};
 
 pub use self::debuginfo::{DebugDirs, DebugSource};
 pub(crate) use self::debuginfod::FETCH_OUTCOMES;
@@ -104,8 +108,9 @@ pub enum SymbolizeError {
     /// The symbolizer thread could not be started.
     #[error("starting the symbolizer thread failed")]
     Spawn(#[source] std::io::Error),
-    /// The symbolizer thread has stopped (it panicked); the source stops with it.
-    #[error("the symbolizer thread has stopped")]
+    /// The symbolizer dropped the request: it failed on it (it panicked, and restarts), or it
+    /// has stopped for good (it failed too often in a row).
+    #[error("the symbolizer dropped the request (it failed and restarts, or has stopped)")]
     Stopped,
 }
 
@@ -139,12 +144,13 @@ impl Pending {
 /// The handle to the symbolizer thread; dropping it stops the thread.
 pub struct Symbolizer {
     tx: Option<mpsc::Sender<Request>>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<Supervised>,
 }
 
 impl Symbolizer {
-    /// Starts the symbolizer thread, looking for debug files in `debug` (whose `downloaded`
-    /// directory is the debuginfod client's cache; none: no debuginfod).
+    /// Starts the symbolizer thread under supervision with `heartbeat`, looking for debug files
+    /// in `debug` (whose `downloaded` directory is the debuginfod client's cache; none: no
+    /// debuginfod).
     ///
     /// # Errors
     ///
@@ -153,12 +159,15 @@ impl Symbolizer {
         config: SymbolizeConfig,
         debug: DebugDirs,
         metrics: SymbolizeMetrics,
+        heartbeat: Heartbeat,
     ) -> Result<Symbolizer, SymbolizeError> {
         let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("smolder-symbolize".to_owned())
-            .spawn(move || resolve::run(config, debug, metrics, rx))
-            .map_err(SymbolizeError::Spawn)?;
+        let thread = supervise(heartbeat, "smolder-symbolize", move |beat| {
+            // Each run starts afresh: a panic may have left blazesym's caches half-built.
+            resolve::run(config.clone(), debug.clone(), metrics.clone(), &rx, beat);
+            Ok(())
+        })
+        .map_err(SymbolizeError::Spawn)?;
         Ok(Symbolizer {
             tx: Some(tx),
             thread: Some(thread),
@@ -208,7 +217,7 @@ impl Drop for Symbolizer {
     fn drop(&mut self) {
         self.tx.take();
         if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            thread.join();
         }
     }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer as Blaze, evict};
 use blazesym::{MaybeDefault, Pid};
+use smolder_daemon::Heartbeat;
 use tracing::{debug, debug_span, warn};
 
 use super::binaries::Binaries;
@@ -87,14 +88,16 @@ struct State {
     tick: u64,
 }
 
-/// Serves requests until the handle is dropped. Captures jump the queue: they are taken between
-/// the processes of a symbolization in progress, so a short-lived process started during a drain
-/// is captured before it exits.
+/// Serves requests until the handle is dropped, beating `beat` between requests, between the
+/// processes of a symbolization and every period while idle. Captures jump the queue: they are
+/// taken between the processes of a symbolization in progress, so a short-lived process started
+/// during a drain is captured before it exits.
 pub(super) fn run(
     config: SymbolizeConfig,
     debug: DebugDirs,
     metrics: SymbolizeMetrics,
-    rx: mpsc::Receiver<Request>,
+    rx: &mpsc::Receiver<Request>,
+    beat: &Heartbeat,
 ) {
     let blaze = Blaze::builder()
         .enable_code_info(false)
@@ -132,20 +135,26 @@ pub(super) fn run(
     };
     let mut deferred = VecDeque::new();
     loop {
+        beat.beat();
         let request = match deferred.pop_front() {
             Some(request) => request,
-            None => match rx.recv() {
+            None => match rx.recv_timeout(beat.period()) {
                 Ok(request) => request,
-                Err(_) => return,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
             },
         };
         match request {
             Request::Capture(pid) => state.capture(pid),
             Request::Forget(pid) => state.forget(pid),
             Request::Symbolize(samples, reply) => {
+                if smolder_daemon::fault::fire("symbolize-panic") {
+                    panic!("injected fault symbolize-panic (SMOLDER_FAULTS)");
+                }
                 let _span = debug_span!("symbolize", samples = samples.len()).entered();
                 let started = Instant::now();
                 let answer = state.symbolize(samples, || {
+                    beat.beat();
                     // Between processes: capture newcomers now, keep the rest for later.
                     deferred.extend(rx.try_iter());
                     let captures: Vec<u32> = deferred
@@ -281,6 +290,11 @@ impl State {
 
     /// Resolves every uncached address of one process's samples, one blazesym call per binary.
     fn resolve_process(&mut self, pid: u32, samples: &[&StackCount]) {
+        // Not captured by this run of the thread (it restarted since the process was first
+        // seen, and what it knew went with the old run): capture it now, while it runs.
+        if !self.processes.contains_key(&pid) && process_start_time(pid).is_some() {
+            self.capture(pid);
+        }
         // Code mapped since the capture (a library loaded with dlopen): read the map again.
         let unmapped = |map: &ProcessMap| {
             samples.iter().any(|sample| match &sample.user {

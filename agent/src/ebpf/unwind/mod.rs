@@ -39,6 +39,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use smolder_daemon::Heartbeat;
 use tracing::info;
 
 pub(crate) use self::file::{FileBytes, Stamp, crc32, open_regular};
@@ -157,10 +158,22 @@ pub struct Unwinder {
     thread: Option<JoinHandle<()>>,
 }
 
+/// Where the unwinder reports: its metrics, the eBPF stage's error counters, and its heartbeat
+/// (the health loop `unwind`).
+pub struct Reporting {
+    /// `smolder_agent_unwind_*`.
+    pub metrics: UnwindMetrics,
+    /// `smolder_agent_errors_total{stage="ebpf"}` and the dropped counters.
+    pub errors: StageCounters,
+    /// Beaten on each turn of the thread.
+    pub heartbeat: Heartbeat,
+}
+
 impl Unwinder {
     /// Starts the thread over the unwinder's `maps`. `cache_dir` holds the disk cache (none:
     /// tables are built at every start); `debug` says where separate debug files are; an exited
-    /// process's mappings stay for `grace`.
+    /// process's mappings stay for `grace`. The thread beats `reporting.heartbeat` on each turn; a panic leaves it dead, which fails `/healthz`, so that systemd
+    /// restarts the agent (its tables come back from the disk cache).
     ///
     /// # Errors
     ///
@@ -172,9 +185,13 @@ impl Unwinder {
         grace: Duration,
         cache_dir: Option<&Path>,
         debug: DebugDirs,
-        metrics: UnwindMetrics,
-        errors: StageCounters,
+        reporting: Reporting,
     ) -> Result<Unwinder, UnwinderError> {
+        let Reporting {
+            metrics,
+            errors,
+            heartbeat,
+        } = reporting;
         let cache = cache_dir
             .map(|dir| {
                 DiskCache::open(dir, config.max_cache_bytes).map_err(|source| {
@@ -212,7 +229,7 @@ impl Unwinder {
                     errors,
                     ready_tx,
                 )
-                .run(rx);
+                .run(rx, &heartbeat);
             })
             .map_err(UnwinderError::Spawn)?;
         Ok(Unwinder {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
+use smolder_daemon::Heartbeat;
 use smolder_unwind::{Elf, ExeId, Layout, Limits, Unsupported, UnwindError};
 use tracing::{debug, debug_span, warn};
 
@@ -114,10 +115,11 @@ impl Worker {
     }
 
     /// Serves requests until the sender is dropped; preloads when none waits.
-    pub(super) fn run(mut self, rx: Receiver<Request>) {
+    pub(super) fn run(mut self, rx: Receiver<Request>, beat: &Heartbeat) {
         let mut last_tick = Instant::now();
         loop {
             self.metrics.last_progress.set(unix_seconds());
+            beat.beat();
             if self.tables.preloading() {
                 match rx.try_recv() {
                     Ok(request) => self.handle(request),

@@ -189,6 +189,11 @@ impl Head {
             .unwrap_or_default()
     }
 
+    /// Whether the range of `tenant` at `start` is sealed (a cut builds its block).
+    pub(crate) fn is_sealed(&self, tenant: &Tenant, start: u64) -> bool {
+        self.sealed.contains_key(&(tenant.clone(), start))
+    }
+
     /// Drops the sealed range of `tenant` at `start`, its block published.
     pub(crate) fn unseal(&mut self, tenant: &Tenant, start: u64) {
         self.sealed.remove(&(tenant.clone(), start));

@@ -48,10 +48,10 @@ mod writer;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use smolder_common::{Profile, Selector};
+use smolder_daemon::{Heartbeat, Supervised, supervise};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{Instrument, error, info, info_span, warn};
 
@@ -151,7 +151,7 @@ struct Inner {
     commands: mpsc::Sender<Command>,
     /// Numbers writes as callers prepare them.
     ids: Arc<WriteIds>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    writer: Mutex<Option<Supervised>>,
     maintenance: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// One compaction pass at a time.
     compacting: Arc<Mutex<()>>,
@@ -165,6 +165,14 @@ const QUEUE: usize = 1024;
 
 /// How often closed head ranges are cut.
 const CUT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The writer's heartbeat period: it beats after every group of commands, and the cut task
+/// sends it one every 10 s; a retention pass takes seconds. Stuck after three periods.
+const WRITER_PERIOD: Duration = Duration::from_secs(30);
+
+/// The least heartbeat period of a maintenance task: a cut, compaction or retention pass beats
+/// before and after it runs, and a merge of large blocks may take minutes.
+const MAINTENANCE_PERIOD: Duration = Duration::from_secs(300);
 
 impl BlockStore {
     /// Opens (creating if needed) the store in `dir`, locking it against other aggregators:
@@ -203,16 +211,30 @@ impl BlockStore {
             metrics,
             pause,
         });
-        let state = writer::Writer::open(Arc::clone(&shared), tombstones)?;
-        let ids = state.ids();
-        let (commands, queue) = mpsc::channel(QUEUE);
-        let handle = std::thread::Builder::new()
-            .name("smolder-store-writer".to_owned())
-            .spawn(move || state.run(queue))
-            .map_err(|source| StoreError::Io {
-                path: dir.path().to_owned(),
-                source,
-            })?;
+        let opened = writer::Writer::open(Arc::clone(&shared), tombstones)?;
+        let ids = opened.ids();
+        let mut opened = Some(opened);
+        let (commands, mut queue) = mpsc::channel(QUEUE);
+        let heartbeat = shared
+            .metrics
+            .health
+            .register("store_writer", WRITER_PERIOD);
+        let reopen = (Arc::clone(&shared), Arc::clone(&ids));
+        // A panic drops the writer with its unanswered commands (their callers get an error and
+        // retry); the next run rebuilds the head from the logs, so that nothing acknowledged or
+        // durable is missing from it, and serves the queue, which waited meanwhile.
+        let handle = supervise(heartbeat, "smolder-store-writer", move |beat| {
+            let writer = match opened.take() {
+                Some(writer) => writer,
+                None => writer::Writer::reopen(Arc::clone(&reopen.0), Arc::clone(&reopen.1))?,
+            };
+            writer.run(&mut queue, beat);
+            Ok(())
+        })
+        .map_err(|source| StoreError::Io {
+            path: dir.path().to_owned(),
+            source,
+        })?;
         Ok(BlockStore {
             inner: Arc::new(Inner {
                 shared,
@@ -233,10 +255,12 @@ impl BlockStore {
     /// [`BlockStore::close`] stops them.
     pub(crate) fn start_maintenance(&self) {
         let config = &self.inner.shared.config;
+        let health = &self.inner.shared.metrics.health;
         let cut = {
             let store = self.clone();
+            let beat = health.register("store_cut", MAINTENANCE_PERIOD);
             tokio::spawn(
-                every(CUT_INTERVAL, move || {
+                every(CUT_INTERVAL, beat, move || {
                     let store = store.clone();
                     async move {
                         if let Err(err) = store.cut(SystemTime::now()).await {
@@ -249,8 +273,12 @@ impl BlockStore {
         };
         let compaction = {
             let store = self.clone();
+            let beat = health.register(
+                "store_compaction",
+                config.compaction_interval.max(MAINTENANCE_PERIOD),
+            );
             tokio::spawn(
-                every(config.compaction_interval, move || {
+                every(config.compaction_interval, beat, move || {
                     let store = store.clone();
                     async move {
                         if let Err(err) = store.compact(SystemTime::now()).await {
@@ -263,8 +291,12 @@ impl BlockStore {
         };
         let retention = {
             let store = self.clone();
+            let beat = health.register(
+                "store_retention",
+                config.retention_interval.max(MAINTENANCE_PERIOD),
+            );
             tokio::spawn(
-                every(config.retention_interval, move || {
+                every(config.retention_interval, beat, move || {
                     let store = store.clone();
                     async move {
                         if let Err(err) = store.enforce_retention(SystemTime::now()).await {
@@ -387,8 +419,9 @@ impl BlockStore {
     }
 }
 
-/// Runs `f` every `period` (the first at once), for as long as the server runs.
-async fn every<F, Fut>(period: Duration, mut f: F)
+/// Runs `f` every `period` (the first at once), for as long as the server runs, beating
+/// `beat` while it waits for the next run and after each (a run that hangs stops the beats).
+async fn every<F, Fut>(period: Duration, beat: Heartbeat, mut f: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -396,13 +429,28 @@ where
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticker.tick().await;
+        beat.beating(ticker.tick()).await;
         f().await;
+        beat.beat();
     }
 }
 
 /// App deletions as loaded: (tenant, app) → hidden block ids.
 pub(crate) type Tombstones = HashMap<(Tenant, String), BTreeSet<String>>;
+
+/// The app deletions of the database, each with the blocks it hides among `present`.
+///
+/// # Errors
+///
+/// When the database cannot be read.
+fn tombstones(wal: &Wal, present: &BTreeSet<String>) -> Result<Tombstones, StoreError> {
+    let mut tombstones = Tombstones::new();
+    for (tenant, app, blocks) in wal.tombstones()? {
+        let blocks: BTreeSet<String> = blocks.intersection(present).cloned().collect();
+        tombstones.insert((tenant, app), blocks);
+    }
+    Ok(tombstones)
+}
 
 /// Loads every block, sets aside those that cannot be read (named in the log and counted),
 /// deletes those a present block replaces, and the app deletions that still apply.
@@ -447,16 +495,14 @@ fn load(
         }
     }
     let present: BTreeSet<String> = set.all().map(|b| b.name.id.clone()).collect();
-    let mut tombstones = Tombstones::new();
-    for (tenant, app, blocks) in wal.tombstones()? {
-        let blocks: BTreeSet<String> = blocks.intersection(&present).cloned().collect();
-        for id in &blocks {
+    let tombstones = tombstones(wal, &present)?;
+    for ((_, app), blocks) in &tombstones {
+        for id in blocks {
             set.hidden
                 .entry(id.clone())
                 .or_default()
                 .insert(app.clone());
         }
-        tombstones.insert((tenant, app), blocks);
     }
     info!(
         blocks = present.len(),

@@ -38,16 +38,18 @@ fn open(dir: &Path) -> BlockStore {
     open_with(dir, StoreConfig::default())
 }
 
+/// The store's metrics in a registry of their own.
+fn store_metrics() -> StoreMetrics {
+    let metrics = Metrics::new();
+    StoreMetrics::new(metrics.registry(), &metrics.health)
+}
+
 /// Opens the store in `dir`; sled releases its file lock from background threads a moment
 /// after a closed database drops, so a reopen retries that for a while.
 fn open_with(dir: &Path, config: StoreConfig) -> BlockStore {
     let mut attempts = 0;
     loop {
-        match BlockStore::open(
-            dir,
-            config.clone(),
-            StoreMetrics::new(Metrics::new().registry()),
-        ) {
+        match BlockStore::open(dir, config.clone(), store_metrics()) {
             Ok(store) => return store,
             Err(StoreError::Engine { source })
                 if attempts < 100 && source.to_string().contains("could not acquire lock") =>
@@ -574,11 +576,7 @@ async fn concurrent_writes_sum_exactly_and_survive_reopening() {
         "the head replays"
     );
     assert!(matches!(
-        BlockStore::open(
-            dir.path(),
-            StoreConfig::default(),
-            StoreMetrics::new(Metrics::new().registry())
-        ),
+        BlockStore::open(dir.path(), StoreConfig::default(), store_metrics()),
         Err(StoreError::Locked { .. })
     ));
 }

@@ -17,11 +17,12 @@ use std::time::{Instant, SystemTime};
 
 use smolder_block::Marker;
 use smolder_common::{Profile, Series};
+use smolder_daemon::Heartbeat;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
 use super::files::{BlockFile, BlockSet};
-use super::head::SealedRange;
+use super::head::{Head, SealedRange};
 use super::wal::{Record, Wal};
 use super::{RetentionReport, Shared, Tombstones, block_plans, plan};
 use crate::store::{BatchMarker, StoreError, Written, unix};
@@ -216,6 +217,35 @@ enum Pending {
 impl Writer {
     /// The writer over `shared`, replaying the head from its database.
     pub(crate) fn open(shared: Arc<Shared>, tombstones: Tombstones) -> Result<Writer, StoreError> {
+        Writer::replay(shared, tombstones, None)
+    }
+
+    /// A writer again over `shared` and the callers' `ids`, after the last one panicked: the
+    /// head in memory is rebuilt from its logs (a panic may have left it without a write that
+    /// is durable, or half-changed), the app deletions read again from the database. A cut in
+    /// flight then finds its range no longer sealed and is refused ([`Writer::publish_cut`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Writer::open`].
+    pub(crate) fn reopen(shared: Arc<Shared>, ids: Arc<WriteIds>) -> Result<Writer, StoreError> {
+        let present: BTreeSet<String> = shared
+            .state()
+            .blocks
+            .all()
+            .map(|b| b.name.id.clone())
+            .collect();
+        let tombstones = super::tombstones(&shared.wal, &present)?;
+        Writer::replay(shared, tombstones, Some(ids))
+    }
+
+    /// Replays the head from the database into an empty head; `ids` are the callers' when a
+    /// writer is reopened.
+    fn replay(
+        shared: Arc<Shared>,
+        tombstones: Tombstones,
+        ids: Option<Arc<WriteIds>>,
+    ) -> Result<Writer, StoreError> {
         let wal = &shared.wal;
         let id = match wal.meta("aggregator_id")? {
             Some(id) => String::from_utf8_lossy(&id).into_owned(),
@@ -239,9 +269,11 @@ impl Writer {
         };
         let mut writer = Writer {
             shared,
-            ids: Arc::new(WriteIds {
-                http_agent: format!("{HTTP_AGENT}{id}"),
-                next: AtomicU64::new(0),
+            ids: ids.unwrap_or_else(|| {
+                Arc::new(WriteIds {
+                    http_agent: format!("{HTTP_AGENT}{id}"),
+                    next: AtomicU64::new(0),
+                })
             }),
             next_write: 0,
             tombstones,
@@ -255,6 +287,7 @@ impl Writer {
         let mut changed: BTreeSet<u64> = BTreeSet::new();
         {
             let mut state = writer.shared.state_mut();
+            state.head = Head::default();
             let blocks = Arc::clone(&state.blocks);
             for (range, record) in &records {
                 next_write = next_write.max(record.write + 1);
@@ -305,7 +338,8 @@ impl Writer {
         writer.shared.wal.apply(batch)?;
         writer.shared.wal.flush()?;
         writer.next_write = next_write;
-        writer.ids.next.store(next_write, Ordering::Relaxed);
+        // After a panic, callers may hold numbers past the log's: never give one out again.
+        writer.ids.next.fetch_max(next_write, Ordering::Relaxed);
         info!(replayed, dropped, "head replayed");
         Ok(writer)
     }
@@ -319,9 +353,11 @@ impl Writer {
         self.shared.config.retention.as_secs()
     }
 
-    /// Serves commands until `Close` or until every sender is gone.
-    pub(crate) fn run(mut self, mut queue: mpsc::Receiver<Command>) {
+    /// Serves commands until `Close` or until every sender is gone, beating `beat` after each
+    /// group (the cut task sends a command every 10 s, so an idle writer beats too).
+    pub(crate) fn run(mut self, queue: &mut mpsc::Receiver<Command>, beat: &Heartbeat) {
         let _span = tracing::info_span!("store_writer").entered();
+        beat.beat();
         while let Some(first) = queue.blocking_recv() {
             let mut group = vec![first];
             while group.len() < GROUP {
@@ -349,6 +385,7 @@ impl Writer {
             }
             let flushed = self.flush();
             self.answer(pending, &flushed);
+            beat.beat();
             if let Some(reply) = close {
                 let _ = reply.send(flushed.map_err(|err| StoreError::Flush {
                     reason: err.to_string(),
@@ -374,18 +411,27 @@ impl Writer {
                 marker,
                 reply,
                 queued,
-            } => match self.write(write, marker.as_ref()) {
-                Ok((written, (profiles, records))) => pending.push(Pending::Write {
-                    reply,
-                    queued,
-                    profiles,
-                    written,
-                    records,
-                }),
-                Err(err) => {
-                    let _ = reply.send(Err(err));
+            } => {
+                let result = self.write(write, marker.as_ref());
+                // The test-only fault hook (`smolder_daemon::fault`), where a restart is hardest:
+                // the write is in the head's log, neither durable nor acknowledged nor in the
+                // head in memory.
+                if smolder_daemon::fault::fire("store-writer-panic") {
+                    panic!("injected fault store-writer-panic (SMOLDER_FAULTS)");
                 }
-            },
+                match result {
+                    Ok((written, (profiles, records))) => pending.push(Pending::Write {
+                        reply,
+                        queued,
+                        profiles,
+                        written,
+                        records,
+                    }),
+                    Err(err) => {
+                        let _ = reply.send(Err(err));
+                    }
+                }
+            }
             Command::DeleteApp { tenant, app, reply } => match self.delete_app(&tenant, &app) {
                 Ok(count) => pending.push(Pending::Count(reply, count)),
                 Err(err) => {
@@ -559,6 +605,20 @@ impl Writer {
     /// sealed), then the blocks in the published set and the sealed ranges out of the head, in
     /// one step for reads.
     fn publish_cut(&mut self, start: u64, blocks: Vec<Arc<BlockFile>>) -> Result<u64, StoreError> {
+        if let Some(block) = blocks.iter().find(|block| {
+            !self
+                .shared
+                .state()
+                .head
+                .is_sealed(&block.name.tenant, start)
+        }) {
+            // The head was rebuilt from its logs since the cut sealed this range (the writer
+            // restarted): it holds the range's writes again, so publishing would count them
+            // twice. The cut deletes its blocks; the next one builds them again.
+            return Err(StoreError::Stale {
+                block: block.name.to_string(),
+            });
+        }
         let deleted: Vec<(Arc<BlockFile>, BTreeSet<String>)> = {
             let state = self.shared.state();
             blocks
