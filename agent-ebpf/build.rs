@@ -18,6 +18,7 @@ fn main() {
         "src/offcpu.h",
         "src/python.h",
         "src/python.bpf.h",
+        "src/pagetable.bpf.h",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }

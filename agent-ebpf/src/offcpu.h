@@ -16,11 +16,13 @@
  *
  * Memory growth: `on_fault` (perf_event, software event page-faults-min, one sample every
  * `period` faults per CPU) sends a MEMORY sample (value = period, addr = the faulting address)
- * with SMOLDER_SAMPLE_HUGE when the fault mapped a transparent huge page: its anonymous,
- * private mapping allows huge pages (MADV_HUGEPAGE, or the `thp_always` global and no
- * MADV_NOHUGEPAGE), the fault's 2 MiB-aligned block lies inside the mapping, and both ends of
- * the block are mapped once the fault is handled. File-backed and shared-memory huge pages,
- * and multi-size (mTHP) folios, count as base pages.
+ * with SMOLDER_SAMPLE_HUGE when the fault mapped a transparent huge page: once the fault is
+ * handled, the PMD of its 2 MiB block maps a writable huge page, in an anonymous private
+ * mapping (pagetable.bpf.h reads the page tables). A fault that fell back to base pages leaves
+ * a page table there, however much of the block earlier faults mapped. With
+ * SMOLDER_SAMPLE_HUGE_UNKNOWN instead when the page tables could not be read (the kernel's
+ * direct map was not found): the sample counts as a base page. File-backed, shared-memory and
+ * hugetlbfs huge pages and multi-size (mTHP) folios count as base pages.
  */
 #ifndef SMOLDER_OFFCPU_H
 #define SMOLDER_OFFCPU_H
@@ -48,9 +50,8 @@ struct offcpu_pending {
 	__u32 tid;
 };
 
-/* vm_area_struct.vm_flags bits (include/linux/mm.h, 64-bit). */
-#define SMOLDER_VM_HUGEPAGE 0x20000000ul
-#define SMOLDER_VM_NOHUGEPAGE 0x40000000ul
+/* vm_area_struct.vm_flags: a shared mapping (include/linux/mm.h). */
+#define SMOLDER_VM_SHARED 0x00000008ul
 
 /* Kernel frames a tracing program's own stack adds under the kernel stack it reads:
  * the program and bpf_trace_run4. */
@@ -58,7 +59,6 @@ struct offcpu_pending {
 
 /* The huge page a PMD maps on x86-64. */
 #define SMOLDER_HUGE_PAGE_SHIFT 21
-#define SMOLDER_HUGE_PAGE_MASK (~((1ull << SMOLDER_HUGE_PAGE_SHIFT) - 1))
 
 _Static_assert(sizeof(struct offcpu_config) == 8, "offcpu_config is 8 bytes");
 _Static_assert(sizeof(struct offcpu_pending) == 16, "offcpu_pending is 16 bytes");

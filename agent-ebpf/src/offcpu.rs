@@ -5,10 +5,11 @@
 //! samples of kind `OffCpu`/`RunQueue` (switch-out, with stacks) and `OffCpuEnd` (switch-in)
 //! come back through [`crate::unwind::MAP_SAMPLES`]. Memory growth: [`PROGRAM_FAULT`] on the
 //! page-faults-min software event, every N faults per CPU; its samples carry
-//! [`crate::unwind::SAMPLE_HUGE`] when the fault mapped a transparent huge page (an anonymous
-//! mapping that allows them, the 2 MiB block inside it, both ends of the block mapped after the
-//! fault; [`GLOBAL_THP_ALWAYS`] says whether mappings allow them without `MADV_HUGEPAGE`). Both
-//! unwind only the processes user space puts in [`MAP_PROFILED`].
+//! [`crate::unwind::SAMPLE_HUGE`] when the fault mapped a transparent huge page (the PMD of its
+//! block maps a writable huge page once the fault is handled, in an anonymous private mapping;
+//! the page tables are read through the kernel's direct map, which the program finds itself
+//! with [`GLOBAL_PHYS_ADDRESS_BITS`] and [`GLOBAL_DIRECT_MAP_CANDIDATES`]). Both unwind only the
+//! processes user space puts in [`MAP_PROFILED`].
 
 /// The `tp_btf/sched_switch` program (`on_switch` in C).
 pub const PROGRAM_SWITCH: &str = "on_switch";
@@ -16,9 +17,12 @@ pub const PROGRAM_SWITCH: &str = "on_switch";
 pub const TRACEPOINT_SWITCH: &str = "sched_switch";
 /// The perf_event program sampling page faults (`on_fault` in C).
 pub const PROGRAM_FAULT: &str = "on_fault";
-/// The global the agent sets to 1 when `/sys/kernel/mm/transparent_hugepage/enabled` is
-/// `always`.
-pub const GLOBAL_THP_ALWAYS: &str = "thp_always";
+/// The global the agent sets to the CPU's physical address bits (`/proc/cpuinfo`'s "address
+/// sizes"): the bits of a page-table entry that hold an address. 52 unless set.
+pub const GLOBAL_PHYS_ADDRESS_BITS: &str = "phys_address_bits";
+/// The global the agent sets to the 1 GiB bases the program tries when it looks for the
+/// kernel's direct map: the highest physical address of RAM in GiB, plus one.
+pub const GLOBAL_DIRECT_MAP_CANDIDATES: &str = "direct_map_candidates";
 /// ARRAY of one [`OffCpuConfig`].
 pub const MAP_CONFIG: &str = "offcpu_config";
 /// HASH u32 → u8: the processes (tgid) off-CPU and memory-growth samples are unwound for; the

@@ -81,21 +81,28 @@ static __always_inline long unwind_stop(struct unwind_scratch *st, __u16 status)
 	return 1;
 }
 
-/* One frame-pointer step; `failure` is the status when its checks fail. */
+/* One frame-pointer step; `failure` is the status when its checks fail.
+ *
+ * rbp 0 (or a zero return address above it) ends the chain, but says the stack ends only where
+ * every frame walked keeps a frame pointer: `_start` and glibc's `clone3` zero rbp, and code
+ * built without frame pointers (Debian's, gcc -O2's) never sets it again, so a leaf of such code
+ * sampled before its process's tables are in has rbp 0 too. Which of the two cannot be told
+ * here: the walk ends FP_END, not COMPLETE. COMPLETE is only said by a table, whose
+ * end-of-stack rows mark the true roots (`_start`, `clone3`'s child, Go's `runtime.goexit`). */
 static __always_inline long unwind_fp_step(struct unwind_scratch *st, __u16 failure)
 {
 	if (!st->bp_valid)
 		return unwind_stop(st, SMOLDER_UNWIND_FP_LOST);
 	__u64 bp = st->bp;
 	if (bp == 0)
-		return unwind_stop(st, SMOLDER_UNWIND_COMPLETE);
+		return unwind_stop(st, SMOLDER_UNWIND_FP_END);
 	if ((bp & 7) || bp < st->sp || bp - st->sp >= SMOLDER_UNWIND_MAX_FP_FRAME)
 		return unwind_stop(st, failure);
 	__u64 saved[2]; /* the caller's rbp, then the return address */
 	if (bpf_probe_read_user(saved, sizeof(saved), (void *)bp))
 		return unwind_stop(st, SMOLDER_UNWIND_READ_FAULT);
 	if (saved[1] == 0)
-		return unwind_stop(st, SMOLDER_UNWIND_COMPLETE);
+		return unwind_stop(st, SMOLDER_UNWIND_FP_END);
 	st->ip = saved[1];
 	st->sp = bp + 16;
 	st->bp = saved[0];

@@ -71,7 +71,7 @@ enum smolder_unwind_fp {
 
 /* Why a walk ended (smolder_unwind::eval::Status::code). */
 enum smolder_unwind_status {
-	SMOLDER_UNWIND_COMPLETE = 0,          /* end-of-stack row, zero return address or zero rbp */
+	SMOLDER_UNWIND_COMPLETE = 0,          /* an end-of-stack row, or a zero return address a row found */
 	SMOLDER_UNWIND_TRUNCATED = 1,         /* the frame limit was reached */
 	SMOLDER_UNWIND_NO_TABLE = 2,          /* a frame-pointer step without table failed its checks */
 	SMOLDER_UNWIND_BAD_FRAME_POINTER = 3, /* a frame-pointer step at an address without FDE failed */
@@ -80,7 +80,8 @@ enum smolder_unwind_status {
 	SMOLDER_UNWIND_READ_FAULT = 6,        /* the stack could not be read */
 	SMOLDER_UNWIND_NOT_MOVING_UP = 7,     /* the computed CFA was not above rsp */
 	SMOLDER_UNWIND_NO_USER_STACK = 8,     /* a kernel thread, or no user registers */
-	SMOLDER_UNWIND_STATUS_COUNT = 9,
+	SMOLDER_UNWIND_FP_END = 9,            /* a frame-pointer step met rbp 0 or a zero return address */
+	SMOLDER_UNWIND_STATUS_COUNT = 10,
 };
 
 /* What a sample measures. */
@@ -156,11 +157,13 @@ struct unwind_sample {
 	__u64 value;           /* 1 for CPU samples and uprobe hits; see enum smolder_sample_kind */
 	__u64 addr;            /* memory: the faulting address; 0 otherwise */
 	__u32 threshold;       /* off-CPU: the sampling threshold it was taken with (offcpu.h) */
-	__u32 flags;           /* memory: SMOLDER_SAMPLE_HUGE when the fault mapped a huge page */
+	__u32 flags;           /* memory: SMOLDER_SAMPLE_HUGE(_UNKNOWN) */
 };
 
 /* Flags of struct unwind_sample. */
 #define SMOLDER_SAMPLE_HUGE 1
+/* A flag of memory samples: the page tables could not be read, a huge page counts as base. */
+#define SMOLDER_SAMPLE_HUGE_UNKNOWN 2
 
 /* A caller's scratch: the sample being built and the walk's registers. Every program type that
  * can interrupt another (perf_event's NMI inside tp_btf or a uprobe) has its own per-CPU

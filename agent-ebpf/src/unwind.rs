@@ -87,7 +87,8 @@ pub const FP_KINDS: [(&str, u8); 3] = [("same", 0), ("at_cfa", 1), ("lost", 2)];
 /// `enum smolder_unwind_status`: why a walk ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Status {
-    /// An end-of-stack row, a zero return address or a zero `rbp`: the whole stack.
+    /// An end-of-stack row (`_start`, `clone3`'s child, Go's stack roots), or a zero return
+    /// address where a row said the return address is: the whole stack.
     Complete = 0,
     /// The depth limit was reached.
     Truncated = 1,
@@ -105,11 +106,15 @@ pub enum Status {
     NotMovingUp = 7,
     /// No user stack: a kernel thread, or no user registers.
     NoUserStack = 8,
+    /// A frame-pointer step (no table applied) met `rbp` 0 or a zero return address: the
+    /// stack's root only if every frame walked keeps a frame pointer; code built without them
+    /// leaves `rbp` 0 from `_start` on, so it is not counted as complete.
+    FpEnd = 9,
 }
 
 impl Status {
     /// Every status, in code order (`SMOLDER_UNWIND_STATUS_COUNT` of them).
-    pub const ALL: [Status; 9] = [
+    pub const ALL: [Status; 10] = [
         Status::Complete,
         Status::Truncated,
         Status::NoTable,
@@ -119,6 +124,7 @@ impl Status {
         Status::ReadFault,
         Status::NotMovingUp,
         Status::NoUserStack,
+        Status::FpEnd,
     ];
 
     /// The status a header's `status` names, if any.
@@ -138,6 +144,7 @@ impl Status {
             Status::ReadFault => "read_fault",
             Status::NotMovingUp => "not_moving_up",
             Status::NoUserStack => "no_user_stack",
+            Status::FpEnd => "fp_end",
         }
     }
 }
@@ -157,7 +164,8 @@ pub enum SampleKind {
     /// A thread sampled at its switch-out runs again: `value` is the switch-in time; no frames.
     OffCpuEnd = 5,
     /// A page fault: `value` is the faults it stands for (the period), `addr` the faulting
-    /// address, `flags` has [`SAMPLE_HUGE`] when it mapped a huge page.
+    /// address, `flags` has [`SAMPLE_HUGE`] when it mapped a huge page ([`SAMPLE_HUGE_UNKNOWN`]
+    /// when that could not be told).
     Memory = 6,
 }
 
@@ -178,6 +186,9 @@ impl SampleKind {
 
 /// `SMOLDER_SAMPLE_HUGE`: a flag of [`SampleHeader::flags`], the fault mapped a huge page.
 pub const SAMPLE_HUGE: u32 = 1;
+/// `SMOLDER_SAMPLE_HUGE_UNKNOWN`: a flag of [`SampleHeader::flags`], the page tables could not
+/// be read, so a fault that mapped a huge page counts as a base page.
+pub const SAMPLE_HUGE_UNKNOWN: u32 = 2;
 
 /// `enum smolder_unwind_counter`: indexes into [`MAP_COUNTERS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -302,7 +313,7 @@ pub struct SampleHeader {
     pub addr: u64,
     /// Off-CPU: the sampling threshold the sample was taken with; 0 otherwise.
     pub threshold: u32,
-    /// Memory: [`SAMPLE_HUGE`] or 0.
+    /// Memory: [`SAMPLE_HUGE`], [`SAMPLE_HUGE_UNKNOWN`] or 0.
     pub flags: u32,
 }
 

@@ -7,8 +7,8 @@
  * and loads its tables. on_exec and on_exit (raw tracepoints) send EXEC and EXIT.
  * on_switch (tp_btf/sched_switch) samples threads leaving the CPU and sends when they come back
  * (off-CPU, offcpu.h); on_fault (perf_event on page-faults-min) samples page faults and
- * tells those that mapped a transparent huge page (memory growth, offcpu.h); both unwind only
- * the processes user space put in `profiled`.
+ * tells those that mapped a transparent huge page, from the page tables (memory growth,
+ * offcpu.h, pagetable.bpf.h); both unwind only the processes user space put in `profiled`.
  * on_uprobe (uprobe) unwinds at a probed instruction: the point check of the tests, where the
  * expected call path is known exactly. All four add the Python frames of a thread of a CPython
  * process the agent registered in `python_procs` (python.bpf.h, contract in python.h), walked
@@ -29,6 +29,7 @@
 #include "process.h"
 #include "unwind.bpf.h"
 #include "python.bpf.h"
+#include "pagetable.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -281,57 +282,43 @@ int on_switch(__u64 *ctx)
 	return 0;
 }
 
-/* Memory growth. Whether the system maps huge pages without MADV_HUGEPAGE
- * (/sys/kernel/mm/transparent_hugepage/enabled is "always"), patched in at load time. */
-const volatile __u32 thp_always = 0;
+/* Memory growth: whether the fault the current thread just took (the page-fault event fires
+ * once it is handled) mapped a transparent huge page. Only a fault that mapped a huge page
+ * leaves its block's PMD holding one: a fault the kernel could not give a huge page (no free
+ * 2 MiB, or the block already had base pages) maps a base page under a PMD that points to a
+ * page table, however many of the block's pages earlier faults mapped. The huge zero page a read
+ * maps is read only and counts as a base page. Anonymous private memory only: file-backed and
+ * shared-memory huge pages count as base pages (offcpu.h). */
 
 /* The fields of struct vm_area_struct read here, relocated against the kernel's BTF (CO-RE):
  * the kernel's own names, so that they match. */
 struct vm_area_struct {
-	unsigned long vm_start;
-	unsigned long vm_end;
-	unsigned long vm_flags;
 	void *vm_file;
+	unsigned long vm_flags;
 } __attribute__((preserve_access_index));
 
-struct huge_check {
-	__u64 addr;
-	__u32 eligible;
-};
-
-/* bpf_find_vma's callback: whether the fault's 2 MiB block can hold a transparent huge page. */
-static long huge_eligible(struct task_struct *task, struct vm_area_struct *vma, void *data)
+/* bpf_find_vma's callback: whether the fault's mapping is anonymous and private. */
+static long anonymous_private(struct task_struct *task, struct vm_area_struct *vma, void *data)
 {
-	struct huge_check *check = data;
-	__u64 block = check->addr & SMOLDER_HUGE_PAGE_MASK;
-	if (vma->vm_file)
-		return 0; /* file and shared memory: not counted as huge (offcpu.h) */
-	unsigned long flags = vma->vm_flags;
-	if (flags & SMOLDER_VM_NOHUGEPAGE)
-		return 0;
-	if (!(flags & SMOLDER_VM_HUGEPAGE) && !thp_always)
-		return 0;
-	if (block < vma->vm_start || block + (1ull << SMOLDER_HUGE_PAGE_SHIFT) > vma->vm_end)
-		return 0;
-	check->eligible = 1;
+	__u32 *anonymous = data;
+	*anonymous = !vma->vm_file && !(vma->vm_flags & SMOLDER_VM_SHARED);
 	return 0;
 }
 
-/* Whether the fault at `addr` (already handled: the event fires at its end) mapped a whole
- * huge page: its block is eligible, and both ends of it are mapped now (a fault that fell back
- * to a base page maps one 4 KiB page, not the block's first and last). */
-static __always_inline int mapped_huge(__u64 addr)
+/* SMOLDER_SAMPLE_HUGE when the fault at `addr` mapped a huge page, SMOLDER_SAMPLE_HUGE_UNKNOWN
+ * when the page tables could not be read, else 0. */
+static __always_inline __u32 huge_flags(__u64 addr)
 {
-	struct huge_check check = { .addr = addr };
-	if (bpf_find_vma(bpf_get_current_task_btf(), addr, huge_eligible, &check, 0) ||
-	    !check.eligible)
+	enum smolder_pmd_kind pmd = current_pmd(addr);
+	if (pmd == SMOLDER_PMD_UNREADABLE)
+		return SMOLDER_SAMPLE_HUGE_UNKNOWN;
+	if (pmd != SMOLDER_PMD_HUGE)
 		return 0;
-	__u64 block = addr & SMOLDER_HUGE_PAGE_MASK;
-	__u8 byte;
-	/* bpf_probe_read_user never faults a page in: it fails where nothing is mapped. */
-	return bpf_probe_read_user(&byte, 1, (void *)block) == 0 &&
-	       bpf_probe_read_user(&byte, 1,
-				   (void *)(block + (1ull << SMOLDER_HUGE_PAGE_SHIFT) - 1)) == 0;
+	__u32 anonymous = 0;
+	if (bpf_find_vma(bpf_get_current_task_btf(), addr, anonymous_private, &anonymous, 0) ||
+	    !anonymous)
+		return 0;
+	return SMOLDER_SAMPLE_HUGE;
 }
 
 SEC("perf_event")
@@ -350,8 +337,7 @@ int on_fault(struct bpf_perf_event_data *ctx)
 		return 0;
 	st->sample.value = ctx->sample_period;
 	st->sample.addr = ctx->addr;
-	if (mapped_huge(ctx->addr))
-		st->sample.flags = SMOLDER_SAMPLE_HUGE;
+	st->sample.flags = huge_flags(ctx->addr);
 	unwind_user(st, &regs, tgid);
 	unwind_kernel(ctx, st, 0);
 	python_frames(st, pid_tgid);

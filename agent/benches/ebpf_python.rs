@@ -18,15 +18,21 @@
 //! time), the agent's in the workload's CPU time.
 //!
 //! `memory`: the daemon with 50 CPython processes (each a different script, waking every 100 ms
-//! for a burst 15 frames deep), with `ebpf.python.enabled` on and then off, each after a 25 s
-//! warm-up: the daemon's RSS and what the Python walk reports.
+//! for a burst 15 frames deep), keeping only them (a `keep` rule), with `ebpf.python.enabled`
+//! on and off in alternating order over the rounds, each measured after 25 s: the daemon's RSS
+//! from `/proc/PID/smaps_rollup`, split into anonymous memory (its own) and file-backed (the
+//! binaries it maps to symbolize, shared and reclaimable), its peak, and what the Python walk
+//! reports. A first run fills the disk cache of unwind tables that every measured run reads,
+//! so that neither condition builds the tables the other reads.
 //!
 //! ```sh
 //! cargo bench -p smolder-agent --bench ebpf_python -- bpf_cost slowdown memory
 //! ```
-//! `SMOLDER_BENCH_ROUNDS` (default 10) sets the rounds of `bpf_cost` and `slowdown`;
-//! `SMOLDER_PY_SPY` the py-spy binary (default `py-spy` on `PATH`; PyPI's `py-spy`, installed
-//! with `pip install py-spy` into any virtualenv). Needs root, Debian's python3.11 and py-spy.
+//! `SMOLDER_BENCH_ROUNDS` (default 10) sets the rounds of all three; `SMOLDER_PY_SPY` the
+//! py-spy binary (default `py-spy` on `PATH`). Needs root, Debian's python3.11 and PyPI's
+//! py-spy, installed with pip into pyenv's 3.12:
+//! `$(pyenv root)/versions/3.12.1/bin/pip install py-spy`, then
+//! `SMOLDER_PY_SPY=$(pyenv root)/versions/3.12.1/bin/py-spy`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -227,8 +233,9 @@ fn bpf_cost() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// Starts the release agent daemon with `extra` config lines; returns it and its port.
-fn start_agent(dir: &Path, extra: &str) -> (Child, u16) {
+/// Starts the release agent daemon with `extra` config lines and the data directory `data`;
+/// returns it and its port.
+fn start_agent(dir: &Path, data: &Path, extra: &str) -> (Child, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -243,7 +250,7 @@ fn start_agent(dir: &Path, extra: &str) -> (Child, u16) {
         .arg("--config")
         .arg(&config)
         .arg("--data-dir")
-        .arg(dir.join("agent-data"))
+        .arg(data)
         .arg("--log-level")
         .arg("error")
         .spawn()
@@ -354,7 +361,7 @@ fn slowdown() {
     for round in 0..rounds {
         let base = run(&script, work);
 
-        let (daemon, port) = start_agent(&dir, "");
+        let (daemon, port) = start_agent(&dir, &dir.join("agent-data"), "");
         // Steady state: after the first drain, which symbolizes every binary on the host once.
         wait_for_drains(port, 1.0);
         let drains = metric(&scrape(port), "smolder_agent_ebpf_drains_total");
@@ -423,8 +430,9 @@ fn slowdown() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+/// The `field` (kB) of `/proc/PID/<file>` (`status`, `smaps_rollup`), in KiB; 0 when absent.
+fn proc_kib(pid: u32, file: &str, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix(field))
@@ -450,7 +458,51 @@ fn idle_script(i: usize) -> String {
     text
 }
 
+/// The agent's memory at the end of one run, in MiB.
+#[derive(Clone, Copy, Debug)]
+struct Footprint {
+    rss: f64,
+    peak: f64,
+    anonymous: f64,
+    /// File-backed: the binaries the symbolizer maps and the agent's own, shared and reclaimable.
+    file: f64,
+    walked: f64,
+    samples: f64,
+}
+
+/// Runs the daemon with `extra` config, keeping only the benchmark's processes, its tables
+/// from the warm disk cache in `data`; measures it after `warm_up`.
+fn footprint(dir: &Path, data: &Path, extra: &str, warm_up: Duration) -> Footprint {
+    let keep = "ebpf:\n  relabel-configs:\n    - {source_labels: [__meta_process_cmdline], regex: '.*smolder-idle-.*', action: keep}\n";
+    let (daemon, port) = start_agent(dir, data, &format!("{keep}{extra}"));
+    let pid = daemon.id();
+    sleep(warm_up);
+    let mib = |file: &str, field: &str| proc_kib(pid, file, field) as f64 / 1024.0;
+    let rss = mib("smaps_rollup", "Rss:");
+    let anonymous = mib("smaps_rollup", "Anonymous:");
+    let shmem = mib("smaps_rollup", "Pss_Shmem:");
+    let footprint = Footprint {
+        rss,
+        peak: mib("status", "VmHWM:"),
+        anonymous,
+        file: rss - anonymous - shmem,
+        walked: 0.0,
+        samples: 0.0,
+    };
+    let metrics = scrape(port);
+    terminate(daemon, libc::SIGTERM);
+    Footprint {
+        walked: metric(&metrics, "smolder_agent_python_processes "),
+        samples: metric(
+            &metrics,
+            "smolder_agent_python_samples_total{stack=\"mixed\"}",
+        ),
+        ..footprint
+    }
+}
+
 fn memory() {
+    let rounds = rounds();
     let dir = bench_dir();
     let mut processes: Vec<Child> = (0..50)
         .map(|i| {
@@ -462,32 +514,45 @@ fn memory() {
                 .expect("a workload process starts")
         })
         .collect();
-    println!(
-        "memory (50 python3.11 processes, each waking every 100 ms 15 frames deep; 25 s warm-up)"
-    );
-    for (label, extra) in [
+    // One run first fills the disk cache of unwind tables; every measured run reads it, so that
+    // neither condition builds tables the other reads.
+    let data = dir.join("agent-data");
+    footprint(&dir, &data, "", Duration::from_secs(25));
+    let conditions = [
         ("python on ", ""),
-        ("python off", "ebpf:\n  python:\n    enabled: false\n"),
-    ] {
-        let (daemon, port) = start_agent(&dir, extra);
-        let pid = daemon.id();
-        sleep(Duration::from_secs(25));
-        let rss = status_kib(pid, "VmRSS:");
-        let hwm = status_kib(pid, "VmHWM:");
-        let anon = status_kib(pid, "RssAnon:");
-        let metrics = scrape(port);
-        terminate(daemon, libc::SIGTERM);
+        ("python off", "  python:\n    enabled: false\n"),
+    ];
+    let mut runs: Vec<Vec<Footprint>> = vec![Vec::new(); conditions.len()];
+    for round in 0..rounds {
+        // Alternating order, so that neither condition always runs first.
+        for k in 0..conditions.len() {
+            let c = (k + round) % conditions.len();
+            let (label, extra) = conditions[c];
+            let run = footprint(&dir, &data, extra, Duration::from_secs(25));
+            eprintln!("round {round} {label}: {run:?}");
+            runs[c].push(run);
+        }
+    }
+    println!(
+        "memory ({rounds} rounds, alternating; 50 python3.11 processes, each waking every 100 ms 15 frames deep; the agent keeps only them, tables from a warm disk cache, measured after 25 s; MiB, median [min, max])"
+    );
+    let spread = |runs: &[Footprint], field: fn(&Footprint) -> f64| {
+        let mut values: Vec<f64> = runs.iter().map(field).collect();
+        let (min, max) = (
+            values.iter().copied().fold(f64::INFINITY, f64::min),
+            values.iter().copied().fold(0.0, f64::max),
+        );
+        format!("{:.1} [{min:.1}, {max:.1}]", median(&mut values))
+    };
+    for ((label, _), runs) in conditions.iter().zip(&runs) {
         println!(
-            "  {label}: agent RSS {:.1} MiB (peak {:.1} MiB, anonymous {:.1} MiB); Python processes walked {:.0}, Python samples {:.0}, frames {:.0}",
-            rss as f64 / 1024.0,
-            hwm as f64 / 1024.0,
-            anon as f64 / 1024.0,
-            metric(&metrics, "smolder_agent_python_processes "),
-            metric(
-                &metrics,
-                "smolder_agent_python_samples_total{stack=\"mixed\"}"
-            ),
-            metric(&metrics, "smolder_agent_python_frames_total"),
+            "  {label}: RSS {}, anonymous {}, file {}, peak {}; Python processes walked {}, mixed samples {}",
+            spread(runs, |f| f.rss),
+            spread(runs, |f| f.anonymous),
+            spread(runs, |f| f.file),
+            spread(runs, |f| f.peak),
+            spread(runs, |f| f.walked),
+            spread(runs, |f| f.samples),
         );
     }
     for process in &mut processes {

@@ -20,14 +20,14 @@ use tokio::task::JoinHandle;
 use tracing::info;
 
 use crate::config::Config;
-use crate::ebpf::{self, EbpfSource};
+use crate::ebpf::{self, EbpfSource, SourceConfig, SourceMetrics};
 use crate::http::{self, HttpState};
 use crate::metrics::Metrics;
 use crate::rules;
 use crate::scrape::{self, Scraper};
 use crate::ship;
 use crate::spool::{self, Spool};
-use crate::window::{self, Submitter};
+use crate::window::{self, Sink, Submitter};
 
 /// Runs the agent with its state in `data_dir` until SIGTERM or SIGINT, then spools the open
 /// windows and returns.
@@ -130,8 +130,10 @@ pub async fn start_in(config: Config, data_dir: &Path) -> anyhow::Result<Running
     start_with(config, Some(data_dir)).await
 }
 
-/// Queued closed windows between the window loop and the spool.
-const SPOOL_QUEUE: usize = 4;
+/// Queued closed windows between the window loop and the spool, past which the window loop drops
+/// the newest rather than wait: a burst of windows closing at once (a source catching up on
+/// old data) fits, and a disk that stalls has 160 s of default windows before one is lost.
+const SPOOL_QUEUE: usize = 16;
 
 /// The heartbeat periods of the async loops: each beats on its work and at least this often
 /// while idle, and is stuck after three periods without a beat (`smolder_daemon::health`). The
@@ -179,26 +181,41 @@ async fn start_with(config: Config, data_dir: Option<&Path>) -> anyhow::Result<R
         health.register("spool", spool::EXPIRE_INTERVAL),
     ));
 
-    let (submitter, profiles) = window::channel();
+    let (submitter, profiles) = window::channel(&metrics.window);
     let windows = tokio::spawn(window::run(
         config.window.clone(),
         profiles,
-        // The rules first: their counters move before the window waits for the spool.
-        vec![rules_sink, spool_sink],
+        vec![
+            Sink::new(rules_sink, window::RULES_BUSY),
+            Sink::new(spool_sink, window::SPOOL_BUSY),
+        ],
         metrics.window.clone(),
         health.register("window", WINDOW_PERIOD),
     ));
     let ebpf = if config.ebpf.enabled {
-        let (config, hostname, submitter, metrics) = (
-            config.clone(),
+        let (ebpf_config, symbolize_config, hostname, submitter) = (
+            config.ebpf.clone(),
+            config.symbolize.clone(),
             hostname.clone(),
             submitter.clone(),
-            Arc::clone(&metrics),
         );
+        let window_length = config.window.length;
+        let source_metrics = SourceMetrics {
+            ebpf: metrics.ebpf.clone(),
+            symbolize: metrics.symbolize.clone(),
+            python: metrics.python.clone(),
+            health: metrics.health.clone(),
+        };
         let data_dir = data_dir.map(Path::to_path_buf);
         // Loading attaches to every CPU and reads /proc: blocking work.
         let source = tokio::task::spawn_blocking(move || {
-            ebpf::start(&config, hostname, submitter, &metrics, data_dir.as_deref())
+            let config = SourceConfig {
+                ebpf: &ebpf_config,
+                symbolize: &symbolize_config,
+                hostname,
+                window_length,
+            };
+            ebpf::start(config, submitter, &source_metrics, data_dir.as_deref())
         })
         .await
         .context("starting the eBPF sampler")??;

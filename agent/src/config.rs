@@ -62,6 +62,7 @@ impl DaemonConfig for Config {
         // here, where every load passes.
         self.ebpf.warn_deprecated();
         self.ebpf.validate()?;
+        self.ship.validate().map_err(anyhow::Error::msg)?;
         Ok(())
     }
 
@@ -88,6 +89,20 @@ impl Config {
     }
 }
 
+impl<'a> TryFrom<&'a Config> for crate::ebpf::SourceConfig<'a> {
+    type Error = anyhow::Error;
+
+    /// What the eBPF source reads of the file, with the hostname resolved ([`Config::hostname`]).
+    fn try_from(config: &'a Config) -> anyhow::Result<Self> {
+        Ok(crate::ebpf::SourceConfig {
+            ebpf: &config.ebpf,
+            symbolize: &config.symbolize,
+            hostname: config.hostname()?,
+            window_length: config.window.length,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +121,27 @@ mod tests {
                 assert!(format!("{err:#}").contains("ebpf."), "{err:#}");
             }
         }
+    }
+
+    #[test]
+    fn one_aggregator_and_a_list_of_them_is_refused_naming_both_keys() {
+        let err = smolder_daemon::parse::<Config>(
+            "ship:\n  aggregator: a.example:4041\n  aggregators: [b.example:4041]\n",
+        )
+        .unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("ship.aggregator (a.example:4041) and ship.aggregators"),
+            "{err}"
+        );
+        let config = smolder_daemon::parse::<Config>(
+            "ship:\n  aggregators: [b.example:4041, c.example:4041]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.ship.addresses(),
+            ["b.example:4041", "c.example:4041"]
+        );
     }
 
     #[test]

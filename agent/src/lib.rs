@@ -17,14 +17,17 @@
 //!   [`Window`](window::Window) to its sinks.
 //! - [`rules`]: a window sink that turns every closed window into the counters of the config's
 //!   `metrics-export-rules`, served on `/exported-metrics`.
-//! - [`spool`]: a window sink: every closed window becomes a batch in an on-disk sled queue,
-//!   bounded by bytes and age, until the aggregator acknowledges it.
+//! - [`spool`]: a window sink: every closed window becomes batches within the aggregator's
+//!   limits, one file each on disk, bounded by bytes and age, until the aggregator acknowledges
+//!   them.
 //! - [`ship`]: drains the spool to the aggregator over QUIC, oldest first, reconnecting with
 //!   backoff; a batch leaves the spool only on its ack.
 //! - [`http`]: the agent's own port (`127.0.0.1:4042`): `/metrics`, `/exported-metrics`,
 //!   `/targets` and `/healthz`.
-//! - [`metrics`]: the registry every stage's metrics are created in, and the tier's two
-//!   counters with the stage as a label: errors and dropped data.
+//! - [`tier`]: the tier's two counters with the stage as a label, errors and dropped data,
+//!   which every stage counts in (a leaf).
+//! - [`metrics`]: the catalogue: every stage's metrics, created in one registry that
+//!   `/metrics` renders.
 //! - [`config`]: the YAML file, one section per stage.
 //! - [`app`]: wires the stages together; [`app::start`] is what the binary and the tests run.
 
@@ -38,4 +41,5 @@ pub mod rules;
 pub mod scrape;
 pub mod ship;
 pub mod spool;
+pub mod tier;
 pub mod window;

@@ -12,6 +12,8 @@
 //!
 //! A scenario, not a micro-benchmark: it prints one table and its results go to BENCHMARKS.md.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -21,7 +23,6 @@ use smolder_aggregator::app::{self, Running};
 use smolder_aggregator::config::Config;
 use smolder_common::pprof::{self, EncodeOptions};
 use smolder_common::{Corpus, CorpusConfig, Tree, to_folded};
-use smolder_test_support::prometheus::Metrics;
 
 /// Distinct bucket bodies; the day cycles through them (generating 8640 would dominate).
 const BODIES: usize = 48;
@@ -151,7 +152,7 @@ async fn run(buckets: u64, fresh: bool) {
     // 2. The block store cuts the day's head ranges and compacts them; a live aggregator does
     // this as the day goes by, here the day arrived in seconds.
     let settled = Instant::now();
-    settle(&http, server.addr()).await;
+    support::settle(server.addr()).await;
     println!(
         "cut and compacted in {:.1} s after the last write",
         settled.elapsed().as_secs_f64()
@@ -223,7 +224,7 @@ async fn run(buckets: u64, fresh: bool) {
     for round in 0..4 {
         let start_at = day_start + round * per_round * 10;
         ingest_folded(&http, server.addr(), &cycled, start_at, per_round).await;
-        settle(&http, server.addr()).await;
+        support::settle(server.addr()).await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         println!(
             "size retention (limit {limit} MiB), round {}: {per_round} more buckets, disk {:.1} MiB (blocks {:.1}, head {:.1})",
@@ -234,38 +235,6 @@ async fn run(buckets: u64, fresh: bool) {
         );
     }
     server.stop().await.unwrap();
-}
-
-/// Waits until the head is empty and compaction has nothing left to merge: the head-series
-/// gauge at zero and the block count unchanged over three seconds.
-async fn settle(http: &reqwest::Client, addr: SocketAddr) {
-    let mut last = None;
-    let mut stable = 0;
-    loop {
-        let text = http
-            .get(format!("http://{addr}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let metrics = Metrics::parse(&text).unwrap();
-        let now = (
-            metrics.value("smolder_aggregator_store_head_series", &[]) as i64,
-            metrics.value("smolder_aggregator_store_blocks", &[]) as i64,
-        );
-        if now.0 == 0 && Some(now) == last {
-            stable += 1;
-            if stable >= 3 {
-                return;
-            }
-        } else {
-            stable = 0;
-        }
-        last = Some(now);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
 }
 
 async fn start(config: Config, dir: &Path) -> Running {

@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use smolder_daemon::Health;
@@ -15,8 +16,12 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::info;
 
+use crate::admission::Admission;
+use crate::auth::{self, Auth};
+pub use crate::auth::{Access, Route, Scope};
 use crate::config::Config;
 use crate::http::{self, RequestMetrics};
+use crate::identity;
 use crate::ingest::{self, IngestMetrics, Ingester, quic};
 use crate::metrics::Metrics;
 use crate::query::{self, Querier, QueryMetrics};
@@ -39,6 +44,7 @@ pub fn run(config: Config, data_dir: &Path) -> anyhow::Result<()> {
 pub struct Running {
     addr: SocketAddr,
     quic_addr: SocketAddr,
+    routes: Vec<Route>,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<()>>,
     health: Health,
@@ -58,6 +64,11 @@ impl Running {
     /// Its loops' heartbeats, as `/healthz` and `/readyz` report them.
     pub fn health(&self) -> Health {
         self.health.clone()
+    }
+
+    /// Every HTTP route it serves, with who may call it.
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
     }
 
     /// Stops accepting requests, lets those in flight finish, flushes the store and returns.
@@ -93,18 +104,70 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     let registry = metrics.registry();
     let health = metrics.health.clone();
 
-    let store = BlockStore::open(
-        data_dir,
-        config.store.clone(),
-        StoreMetrics::new(registry, &metrics.health),
-    )
-    .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+    // Opening reads the head back, loads blocks and, in object-storage mode, checks the bucket
+    // and reads it: blocking work, on the blocking pool.
+    let store = {
+        let (dir, store_config) = (data_dir.to_owned(), config.store.clone());
+        let store_metrics = StoreMetrics::new(registry, &metrics.health);
+        tokio::task::spawn_blocking(move || BlockStore::open(&dir, store_config, store_metrics))
+            .await
+            .context("opening the store")?
+            .with_context(|| format!("opening the store in {}", data_dir.display()))?
+    };
     let shared: Arc<dyn Store> = Arc::new(store.clone());
 
     rules::check_config(&config.metrics_export_rules, &config.rules)
         .context("checking the rules config")?;
     config.check_tenants()?;
+    let listener = config
+        .http
+        .bind()
+        .await?
+        .with_metrics(http::listener_metrics(&metrics));
+    let addr = listener.addr();
+    info!(data_dir = %data_dir.display(), tls = listener.is_tls(), "serving");
+    let legacy = config.ingest.quic.token_tenants()?;
+    let setup = auth::Setup {
+        legacy: &legacy,
+        multitenancy: config.tenant.multitenancy_enabled,
+        data_dir,
+        agent_token: config.ingest.quic.client_ca.is_none(),
+        http_port: addr.port(),
+    };
+    // The aggregators of one bucket share one development CA and tokens: settled on in the
+    // bucket before auth reads the tokens and QUIC ingest signs its certificate.
+    let (admin_token, agent_token) = setup.development_tokens(&config.auth);
+    let needs = identity::Needs {
+        ca: config.ingest.quic.cert.is_none(),
+        agent_token,
+        admin_token,
+    };
+    if needs.any() && store.in_bucket() {
+        let (dir, store) = (data_dir.to_owned(), store.clone());
+        tokio::task::spawn_blocking(move || {
+            identity::share(&dir, needs, |candidate| store.adopt_identity(candidate))
+        })
+        .await
+        .context("sharing the development identity")?
+        .context("sharing the development identity through the bucket")?;
+    }
+    let auth = Arc::new(
+        Auth::start(
+            config.auth.clone(),
+            &setup,
+            registry,
+            metrics.refused.clone(),
+        )
+        .context("loading the credentials (auth)")?,
+    );
+    let admission = Arc::new(Admission::new(
+        &config.admission,
+        registry,
+        metrics.refused.clone(),
+    ));
     let rules_metrics = RulesMetrics::new(registry, metrics.dropped_increments.clone());
+    // Taken before the rules are read, so that no change found after is missed.
+    let rule_changes = shared.rule_changes();
     let rules = Arc::new(
         Rules::load(
             &config.metrics_export_rules,
@@ -122,26 +185,29 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         config.store.retention,
         IngestMetrics::new(registry),
         metrics.errors.clone(),
+        metrics.dropped_series.clone(),
     ));
     let querier = Arc::new(Querier::new(
         Arc::clone(&shared),
         config.query.clone(),
         QueryMetrics::new(registry),
         metrics.errors.clone(),
+        metrics.refused.clone(),
     ));
     let quic_metrics = quic::QuicMetrics::new(registry);
     let requests = RequestMetrics::new(registry);
 
-    let listener = config.http.bind().await?;
-    let addr = listener.addr();
-    info!(data_dir = %data_dir.display(), "serving");
-
     let quic = quic::start(
-        Arc::clone(&ingester),
         config.ingest.quic.clone(),
         data_dir,
-        quic_metrics,
-        metrics.errors.clone(),
+        quic::Parts {
+            ingester: Arc::clone(&ingester),
+            auth: Arc::clone(&auth),
+            admission: Arc::clone(&admission),
+            metrics: quic_metrics,
+            errors: metrics.errors.clone(),
+            refused: metrics.refused.clone(),
+        },
     )?;
     let quic_addr = quic.addr();
     store.start_maintenance();
@@ -158,19 +224,31 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
             beat,
         ))
     });
-    let router = http::router(
+    let follow = rule_changes.map(|changes| {
+        // Waits for changes, beating meanwhile; a reload takes milliseconds.
+        let beat = health.register("rules_follow", Duration::from_secs(30));
+        tokio::spawn(Arc::clone(&rules).follow(changes, beat))
+    });
+    let reload = (!config.auth.credential_files.is_empty()).then(|| {
+        // A read of every file each interval; twice its period is still on time.
+        let beat = health.register("auth_reload", 2 * auth::RELOAD_INTERVAL);
+        tokio::spawn(Arc::clone(&auth).run_reload(beat))
+    });
+    let (router, routes) = http::router(
         [
             ingest::routes(ingester),
             query::routes(querier),
             rules::routes(rules),
             admin::routes(shared, metrics.errors.clone()),
-            tenant::routes(),
+            auth::routes(Arc::clone(&auth)),
             ui::routes(),
         ],
         Arc::clone(&metrics),
         requests,
-    )
-    .layer(tenant::layer(config.tenant));
+        auth,
+        admission,
+    );
+    let router = router.layer(tenant::layer(config.tenant));
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let served = listener
@@ -179,8 +257,10 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
             })
             .await;
         quic.close().await;
-        if let Some(remote_write) = remote_write {
-            remote_write.abort();
+        for task in [remote_write, reload, follow].into_iter().flatten() {
+            task.abort();
+            // Dropped before the store closes: the rules' tasks hold it too.
+            let _ = task.await;
         }
         let closed = store.close().await.context("flushing the store");
         served.and(closed)
@@ -188,6 +268,7 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
     Ok(Running {
         addr,
         quic_addr,
+        routes,
         stop,
         task,
         health,

@@ -6,14 +6,17 @@
 
 use std::collections::BTreeMap;
 
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use smolder_daemon::{DaemonConfig, RenamedKey};
 
+pub use crate::admission::AdmissionConfig;
+pub use crate::auth::{AuthConfig, CredentialSpec, Scope, Secret};
 pub use crate::http::HttpConfig;
 pub use crate::ingest::IngestConfig;
 pub use crate::query::QueryConfig;
 pub use crate::rules::RulesConfig;
-pub use crate::store::{LocalConfig, ObjectStoreConfig, StoreConfig};
+pub use crate::store::{LocalConfig, ObjectStoreConfig, S3Config, StoreConfig};
 use crate::tenant::Tenant;
 pub use crate::tenant::TenantConfig;
 pub use smolder_common::rules::RuleSpec;
@@ -24,6 +27,10 @@ pub use smolder_common::rules::RuleSpec;
 pub struct Config {
     /// The HTTP listener: API, UI and `/metrics`.
     pub http: HttpConfig,
+    /// Credentials of the HTTP API and of agents, and what needs none.
+    pub auth: AuthConfig,
+    /// How much work is taken on at once: the in-flight budget, tenants' ingest rates.
+    pub admission: AdmissionConfig,
     /// Where profiles are kept and for how long.
     pub store: StoreConfig,
     /// Multitenancy: whether requests name their tenant (`X-Scope-OrgID`).
@@ -49,11 +56,30 @@ impl DaemonConfig for Config {
 
     fn validate(&self) -> anyhow::Result<()> {
         crate::rules::check_config(&self.metrics_export_rules, &self.rules)?;
-        self.check_tenants()
+        self.check_tenants()?;
+        self.store.check()?;
+        self.auth.check(
+            &self.ingest.quic.token_tenants()?,
+            self.tenant.multitenancy_enabled,
+            false,
+        )?;
+        self.admission.check(
+            (self.ingest.max_body_bytes as u64)
+                .saturating_add(self.ingest.max_decompressed_bytes as u64),
+            2 * u64::from(self.ingest.quic.max_batch_bytes),
+        )
     }
 
     fn check_files(&self) -> anyhow::Result<()> {
-        self.ingest.quic.check_files()
+        self.http.check_files()?;
+        self.ingest.quic.check_files()?;
+        self.auth
+            .check(
+                &self.ingest.quic.token_tenants()?,
+                self.tenant.multitenancy_enabled,
+                true,
+            )
+            .context("checking auth.credential-files")
     }
 }
 

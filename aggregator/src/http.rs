@@ -2,23 +2,29 @@
 //! `/healthz` and `/readyz` (each loop's state, `smolder_daemon::health`), and the request
 //! metrics Pyroscope's dashboards read.
 //!
-//! Input: the routers of the stages (ingest, query, rules, admin, ui), each already holding
-//! its own state. Output: one [`Router`] for `axum::serve`. Caller: `app`. Owns
-//! [`HttpConfig`] and `pyroscope_request_duration_seconds`; knows nothing of the stages, so
-//! that none of them depends on it (the one way a handler says no is `api_error`).
+//! Input: the routes of the stages (ingest, query, rules, admin, ui, auth), each already
+//! holding its own state and naming who may call it (`auth::Routes`). Output: one [`Router`]
+//! for the listener and the table of every route with its access. Caller: `app`. Owns
+//! [`HttpConfig`], `pyroscope_request_duration_seconds` and the listener's connection
+//! metrics; knows nothing of the stages, so that none of them depends on it (the one way a
+//! handler says no is `api_error`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use prometheus::{HistogramVec, Registry};
+use smolder_daemon::http::ListenerMetrics;
+use smolder_daemon::metrics::{counter, gauge, histogram_vec, latency_buckets};
 
+use crate::admission::{self, Admission};
 use crate::api_error::ApiError;
-use crate::metrics::{Metrics, histogram_vec, latency_buckets};
+use crate::auth::{self, Auth, Route, Routes};
+use crate::metrics::Metrics;
 
 /// The HTTP listener of the API, the UI and `/metrics`, by default on `0.0.0.0:4040`.
 pub type HttpConfig = smolder_daemon::HttpConfig<false, 4040>;
@@ -48,23 +54,57 @@ struct Shared {
     requests: RequestMetrics,
 }
 
-/// Every route of the aggregator: the stages' `routes`, `/metrics` from `metrics`, and
-/// `/healthz` and `/readyz` from its health, each request timed in `requests`.
+/// The listener's connection metrics: `smolder_aggregator_http_connections_open`, refusals at
+/// `http.max-connections` in `smolder_aggregator_refused_total{stage="http",
+/// reason="connections"}`, and `smolder_aggregator_http_tls_failures_total`.
+pub(crate) fn listener_metrics(metrics: &Metrics) -> ListenerMetrics {
+    let registry = metrics.registry();
+    ListenerMetrics {
+        connections_open: gauge(
+            registry,
+            "smolder_aggregator_http_connections_open",
+            "HTTP connections open now (http.max-connections).",
+        ),
+        connections_refused: metrics.refused.counter("http", "connections"),
+        tls_failures: counter(
+            registry,
+            "smolder_aggregator_http_tls_failures_total",
+            "HTTPS connections whose TLS handshake failed or timed out.",
+        ),
+    }
+}
+
+/// Every route of the aggregator: the stages' `routes`, `/metrics` from `metrics` (open to
+/// `metrics_access`), and `/healthz` and `/readyz` from its health (open to `health_access`);
+/// with the table of them all. Around every route, outermost first: the request metrics
+/// (`requests`), authentication (`auth`), admission (`admission`).
 pub(crate) fn router(
-    stages: impl IntoIterator<Item = Router>,
+    stages: impl IntoIterator<Item = Routes>,
     metrics: Arc<Metrics>,
     requests: RequestMetrics,
-) -> Router {
-    let health = metrics.health.routes();
+    auth: Arc<Auth>,
+    admission: Arc<Admission>,
+) -> (Router, Vec<Route>) {
+    let (metrics_access, health_access) = (
+        auth.config().metrics_access(),
+        auth.config().health_access(),
+    );
+    let health = Routes::mount(
+        metrics.health.routes(),
+        health_access,
+        &[(Method::GET, "/healthz"), (Method::GET, "/readyz")],
+    );
     let shared = Shared { metrics, requests };
-    let own = Router::new()
-        .route("/metrics", get(serve_metrics))
+    let own = Routes::new()
+        .get("/metrics", metrics_access, serve_metrics)
         .with_state(shared.clone())
         .merge(health);
-    stages
-        .into_iter()
-        .fold(own, Router::merge)
-        .layer(middleware::from_fn_with_state(shared, track))
+    let (router, table) = stages.into_iter().fold(own, Routes::merge).into_parts();
+    let router = router
+        .layer(middleware::from_fn_with_state(admission, admission::layer))
+        .layer(middleware::from_fn_with_state(auth, auth::layer))
+        .layer(middleware::from_fn_with_state(shared, track));
+    (router, table)
 }
 
 async fn serve_metrics(State(shared): State<Shared>) -> Response {

@@ -20,17 +20,32 @@
 //! - `ui`: the web UI at `/`, embedded in the binary when `aggregator/ui` was built first; it
 //!   reads everything through the query API above.
 //!
-//! Shared leaves: `api_error` (how a handler says no), `tenant` (whose data), `metrics` (the
-//! registry and the tier's errors and dropped counters). `http` mounts the stages' routes
-//! behind one listener, with `/metrics` and `/healthz`; [`app`] wires everything together in
-//! data-path order; [`config`] is the configuration file, one section per stage. `main.rs` only
-//! parses flags and calls [`app::run`].
+//! In front of them all:
+//!
+//! - `auth`: who a request is (bearer tokens and basic auth from `auth.credentials` and
+//!   credential files, the web UI's sessions, the loopback rule without credentials) and what
+//!   its credential's scope lets it call; each stage's routes name their access
+//!   (`auth::Routes`), and agents' tokens are checked against the same credentials;
+//! - `admission`: how much work is taken on at once (one in-flight budget of bytes for HTTP and
+//!   QUIC, tenants' ingest rates), answering overload with 503/429 and `Retry-After`.
+//!
+//! Shared leaves: `api_error` (how a handler or a layer says no), `tenant` (whose data),
+//! `metrics` (the registry and the tier's errors, dropped and refused counters), `identity`
+//! (the development CA, server certificate and tokens under `<data-dir>/tls/`, shared by the
+//! aggregators of one bucket). `http` mounts
+//! the stages' routes behind one listener, with `/metrics` and `/healthz`, under the auth and
+//! admission layers; [`app`] wires everything together in data-path order; [`config`] is the
+//! configuration file, one section per stage. `main.rs` only parses flags and calls
+//! [`app::run`].
 
 mod admin;
+mod admission;
 mod api_error;
 pub mod app;
+mod auth;
 pub mod config;
 mod http;
+mod identity;
 mod ingest;
 mod metrics;
 mod query;

@@ -49,11 +49,12 @@ fn check(config: &Config, data_dir: &std::path::Path) -> anyhow::Result<ExitCode
         println!("DAMAGED {block}: {problem}");
     }
     println!(
-        "{} blocks good ({} series, {} trees, {} nodes, {} bytes), {} damaged, {} replaced by a merge",
+        "{} blocks good ({} series, {} trees, {} nodes, {} span trees, {} bytes), {} damaged, {} replaced by a merge",
         report.good,
         report.series,
         report.trees,
         report.nodes,
+        report.spans,
         report.bytes,
         report.damaged.len(),
         report.replaced

@@ -1,21 +1,23 @@
 //! `Tenant`: whose data a request reads or writes, and how a request names it.
 //!
-//! Input: an HTTP request's `X-Scope-OrgID` header, read by the one extractor every route takes
-//! ([`Tenant`]'s `FromRequestParts`), under [`TenantConfig`] (section `tenant:`). Output: the
-//! validated [`Tenant`] the handler passes to every store call. Callers: every HTTP handler of
-//! ingest, query, rules and admin, `GET /api/tenant` ([`routes`]), and `app`, which installs the
-//! config on the router ([`layer`]). QUIC ingest takes its tenant from the agent's token
-//! instead (`ingest.quic.tenant-tokens`), never from the agent. Owns nothing.
+//! Input: an HTTP request's `X-Scope-OrgID` header and its credential's tenant ([`Granted`]),
+//! read by the one extractor every route takes ([`Tenant`]'s `FromRequestParts`), under
+//! [`TenantConfig`] (section `tenant:`). Output: the validated [`Tenant`] the handler passes to
+//! every store call. Callers: every HTTP handler of ingest, query, rules and admin,
+//! `GET /api/tenant` ([`answer`], mounted by `auth`), and `app`, which installs the
+//! config on the router ([`layer`]). QUIC ingest takes its tenant from the credential of the
+//! agent's token instead, never from the agent. Owns nothing.
 //!
 //! With `tenant.multitenancy-enabled: false`, the default, every request is
 //! [`Tenant::anonymous`] (Pyroscope's and Mimir's name for the single tenant of an installation
 //! without multitenancy) and the header is ignored, so that an SDK configured for Grafana Cloud
 //! pushes unchanged. With it on, a request without the header is refused with 401 naming the
-//! header, as Pyroscope does, and an invalid id with 400 and the rule it breaks. Credentials
-//! (issue 20) will decide here too: the credential's tenant wins, and a header naming another
-//! gets 403; no route reads the header by hand, so that this is the one place to change.
+//! header, as Pyroscope does, and an invalid id with 400 and the rule it breaks. A request whose
+//! credential is limited to a tenant (`auth`, which puts [`Granted`] on it) is that tenant's:
+//! without the header, or with the same id, it is served; a header naming another tenant gets
+//! 403. No route reads the header by hand, so that this is the one place that decides.
 //!
-//! A leaf: it depends on no other module of the crate. The id rules are Mimir's and Pyroscope's
+//! It depends only on `api_error`, for the refusal in the request's protocol. The id rules are Mimir's and Pyroscope's
 //! (`tenant.ValidTenantID`), so that an id valid there is valid here and can name a directory or
 //! an object-store prefix as it is.
 //!
@@ -27,13 +29,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
-use axum::http::header::CONTENT_TYPE;
+use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
+
+use crate::api_error::{Protocol, Refusal};
 
 /// The header that names a request's tenant, as Pyroscope, Mimir, Loki and Tempo read it.
 pub(crate) const HEADER: &str = "X-Scope-OrgID";
@@ -50,8 +52,9 @@ pub(crate) const ANONYMOUS: &str = "anonymous";
 pub struct TenantConfig {
     /// Whether every HTTP API request must name its tenant in `X-Scope-OrgID` (Pyroscope's
     /// `-auth.multitenancy-enabled`): without the header it gets 401, with an invalid id 400.
-    /// Off, every request is the `anonymous` tenant's and the header is ignored; agents' tokens
-    /// may then name no tenant (`ingest.quic.tenant-tokens` must be empty). Default `false`.
+    /// Off, every request is the `anonymous` tenant's and the header is ignored; credentials may
+    /// then name no tenant (nor may the deprecated `ingest.quic.tenant-tokens`). Default
+    /// `false`.
     pub multitenancy_enabled: bool,
 }
 
@@ -136,41 +139,70 @@ pub(crate) fn layer(config: TenantConfig) -> Extension<TenantConfig> {
     Extension(config)
 }
 
-/// The tenant of an HTTP request, under the [`TenantConfig`] that [`layer`] installed: with
-/// multitenancy, `X-Scope-OrgID`'s id; without, [`Tenant::anonymous`]. The one place that reads
-/// the header.
-impl<S: Send + Sync> FromRequestParts<S> for Tenant {
-    type Rejection = Refusal;
+/// The tenant a request's credential is limited to, put on the request by `auth`.
+#[derive(Clone, Debug)]
+pub(crate) struct Granted {
+    /// The tenant.
+    pub(crate) tenant: Tenant,
+    /// The credential's name, for the refusal.
+    pub(crate) credential: Arc<str>,
+}
 
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Tenant, Refusal> {
-        let config = parts
-            .extensions
-            .get::<TenantConfig>()
-            .copied()
-            .ok_or_else(|| {
-                Refusal::new(parts, StatusCode::INTERNAL_SERVER_ERROR, Problem::Config)
-            })?;
+/// The tenant of an HTTP request, under the [`TenantConfig`] that [`layer`] installed: the
+/// credential's ([`Granted`]) when it has one; else, with multitenancy, `X-Scope-OrgID`'s id;
+/// without, [`Tenant::anonymous`]. The one place that reads the header.
+impl<S: Send + Sync> FromRequestParts<S> for Tenant {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Tenant, Response> {
+        let refuse = |parts: &Parts, status: StatusCode, problem: Problem| {
+            if matches!(problem, Problem::Config) {
+                tracing::error!(path = %parts.uri.path(), "route mounted without the tenant layer");
+            }
+            Refusal::new(
+                Protocol::of(parts.uri.path(), &parts.headers),
+                status,
+                problem.to_string(),
+            )
+            .into_response()
+        };
+        let Some(config) = parts.extensions.get::<TenantConfig>().copied() else {
+            return Err(refuse(
+                parts,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Problem::Config,
+            ));
+        };
+        let granted = parts.extensions.get::<Granted>().cloned();
         if !config.multitenancy_enabled {
-            return Ok(Tenant::anonymous());
+            return Ok(granted.map_or_else(Tenant::anonymous, |g| g.tenant));
         }
         let mut values = parts.headers.get_all(HEADER).iter();
-        let (Some(value), None) = (values.next(), values.next()) else {
-            let problem = if parts.headers.contains_key(HEADER) {
-                Problem::Repeated
-            } else {
-                Problem::Header
-            };
-            let status = match problem {
-                Problem::Header => StatusCode::UNAUTHORIZED,
-                _ => StatusCode::BAD_REQUEST,
-            };
-            return Err(Refusal::new(parts, status, problem));
+        let value = match (values.next(), values.next()) {
+            (Some(value), None) => value,
+            (None, _) => {
+                return match granted {
+                    Some(granted) => Ok(granted.tenant),
+                    None => Err(refuse(parts, StatusCode::UNAUTHORIZED, Problem::Header)),
+                };
+            }
+            (Some(_), Some(_)) => {
+                return Err(refuse(parts, StatusCode::BAD_REQUEST, Problem::Repeated));
+            }
         };
-        let id = value
-            .to_str()
-            .map_err(|_| Refusal::new(parts, StatusCode::BAD_REQUEST, Problem::NotText))?;
-        Tenant::new(id)
-            .map_err(|err| Refusal::new(parts, StatusCode::BAD_REQUEST, Problem::Invalid(err)))
+        let Ok(id) = value.to_str() else {
+            return Err(refuse(parts, StatusCode::BAD_REQUEST, Problem::NotText));
+        };
+        let named = Tenant::new(id)
+            .map_err(|err| refuse(parts, StatusCode::BAD_REQUEST, Problem::Invalid(err)))?;
+        match granted {
+            Some(granted) if granted.tenant != named => Err(refuse(
+                parts,
+                StatusCode::FORBIDDEN,
+                Problem::Other(granted, named),
+            )),
+            _ => Ok(named),
+        }
     }
 }
 
@@ -184,6 +216,8 @@ enum Problem {
     NotText,
     /// The id breaks a rule.
     Invalid(TenantError),
+    /// The credential is limited to one tenant and the header names another.
+    Other(Granted, Tenant),
     /// The route is not under [`layer`]: the aggregator's own mistake.
     Config,
 }
@@ -198,124 +232,27 @@ impl fmt::Display for Problem {
             Problem::Repeated => write!(f, "{HEADER} is given more than once; give one tenant id"),
             Problem::NotText => write!(f, "{HEADER} is not ASCII text"),
             Problem::Invalid(err) => write!(f, "{HEADER}: {err}"),
+            Problem::Other(granted, named) => write!(
+                f,
+                "credential {:?} is for tenant {:?}, but {HEADER} names {:?}",
+                granted.credential,
+                granted.tenant.as_str(),
+                named.as_str()
+            ),
             Problem::Config => f.write_str("internal error: the route has no tenant configuration"),
         }
     }
 }
 
-/// A request refused for its tenant, answered in the protocol the request speaks: a gRPC
-/// status for gRPC, Connect's JSON error for a Connect procedure (`/<package>.<Service>/<Method>`),
-/// plain text for the rest, as `api_error` answers.
-#[derive(Debug)]
-pub(crate) struct Refusal {
-    status: StatusCode,
-    message: String,
-    protocol: Protocol,
-}
-
-/// How a refused request wants its error.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Protocol {
-    Grpc,
-    Connect,
-    Plain,
-}
-
-impl Refusal {
-    fn new(parts: &Parts, status: StatusCode, problem: Problem) -> Refusal {
-        if matches!(problem, Problem::Config) {
-            tracing::error!(path = %parts.uri.path(), "route mounted without the tenant layer");
-        }
-        let grpc = parts
-            .headers
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/grpc"));
-        // A Connect or gRPC procedure's path is `/<package>.<Service>/<Method>`.
-        let procedure = parts
-            .uri
-            .path()
-            .trim_start_matches('/')
-            .split('/')
-            .next()
-            .is_some_and(|service| service.contains('.'));
-        let protocol = match (grpc, procedure) {
-            (true, _) => Protocol::Grpc,
-            (false, true) => Protocol::Connect,
-            (false, false) => Protocol::Plain,
-        };
-        Refusal {
-            status,
-            message: problem.to_string(),
-            protocol,
-        }
-    }
-}
-
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        match self.protocol {
-            Protocol::Plain => (self.status, format!("{}\n", self.message)).into_response(),
-            Protocol::Connect => {
-                let code = match self.status {
-                    StatusCode::UNAUTHORIZED => "unauthenticated",
-                    StatusCode::BAD_REQUEST => "invalid_argument",
-                    _ => "internal",
-                };
-                let body = serde_json::json!({ "code": code, "message": self.message });
-                (
-                    self.status,
-                    [(CONTENT_TYPE, "application/json")],
-                    body.to_string(),
-                )
-                    .into_response()
-            }
-            Protocol::Grpc => {
-                // A trailers-only answer: HTTP 200, the status in the headers.
-                let code = match self.status {
-                    StatusCode::UNAUTHORIZED => "16",
-                    StatusCode::BAD_REQUEST => "3",
-                    _ => "13",
-                };
-                let mut response = StatusCode::OK.into_response();
-                let headers = response.headers_mut();
-                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-                headers.insert("grpc-status", HeaderValue::from_static(code));
-                if let Ok(message) = HeaderValue::from_str(&grpc_message(&self.message)) {
-                    headers.insert("grpc-message", message);
-                }
-                response
-            }
-        }
-    }
-}
-
-/// gRPC's `grpc-message` encoding: bytes outside printable ASCII, and `%`, percent-encoded.
-fn grpc_message(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if (0x20..0x7f).contains(&byte) && byte != b'%' {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
 /// The answer of `GET /api/tenant`.
 #[derive(Debug, PartialEq, Eq, Serialize)]
-struct TenantAnswer {
+pub(crate) struct TenantAnswer {
     /// The tenant the request was served as.
     tenant: String,
 }
 
 /// `GET /api/tenant`: who the aggregator serves the caller as.
-pub(crate) fn routes() -> Router {
-    Router::new().route("/api/tenant", get(tenant))
-}
-
-async fn tenant(tenant: Tenant) -> Json<TenantAnswer> {
+pub(crate) async fn answer(tenant: Tenant) -> Json<TenantAnswer> {
     Json(TenantAnswer {
         tenant: tenant.as_str().to_owned(),
     })
@@ -337,6 +274,16 @@ mod tests {
         path: &str,
         headers: &[(&str, &str)],
     ) -> Result<Tenant, Response> {
+        extract_granted(enabled, path, headers, None).await
+    }
+
+    /// The same for a request whose credential is limited to `granted`.
+    async fn extract_granted(
+        enabled: Option<bool>,
+        path: &str,
+        headers: &[(&str, &str)],
+        granted: Option<&str>,
+    ) -> Result<Tenant, Response> {
         let mut request = Request::post(path);
         for (name, value) in headers {
             request = request.header(*name, *value);
@@ -347,9 +294,45 @@ mod tests {
                 multitenancy_enabled: enabled,
             });
         }
-        Tenant::from_request_parts(&mut parts, &())
+        if let Some(granted) = granted {
+            parts.extensions.insert(Granted {
+                tenant: Tenant::new(granted).unwrap(),
+                credential: "ci".into(),
+            });
+        }
+        Tenant::from_request_parts(&mut parts, &()).await
+    }
+
+    #[tokio::test]
+    async fn a_credentials_tenant_wins_and_another_header_is_forbidden() {
+        let team_a = Tenant::new("team-a").unwrap();
+        assert_eq!(
+            extract_granted(Some(true), "/render", &[], Some("team-a"))
+                .await
+                .unwrap(),
+            team_a
+        );
+        assert_eq!(
+            extract_granted(Some(true), "/render", &[(HEADER, "team-a")], Some("team-a"))
+                .await
+                .unwrap(),
+            team_a
+        );
+        let other = extract_granted(Some(true), "/render", &[(HEADER, "team-b")], Some("team-a"))
             .await
-            .map_err(IntoResponse::into_response)
+            .unwrap_err();
+        assert_eq!(other.status(), StatusCode::FORBIDDEN);
+        let message = text(other).await;
+        assert!(
+            message.contains("\"ci\" is for tenant \"team-a\""),
+            "{message}"
+        );
+        assert_eq!(
+            extract_granted(Some(false), "/render", &[(HEADER, "x")], Some("anonymous"))
+                .await
+                .unwrap(),
+            Tenant::anonymous()
+        );
     }
 
     async fn text(response: Response) -> String {
@@ -434,7 +417,6 @@ mod tests {
                 .unwrap()
                 .contains(HEADER)
         );
-        assert_eq!(grpc_message("50% \u{fc}"), "50%25 %C3%BC");
     }
 
     #[test]

@@ -7,17 +7,18 @@
 //!
 //! The page talks to the aggregator only through its public HTTP API (`/render`,
 //! `/render-diff`, `/labels`, `/label-values`, `/api/apps`, `/api/recording-rules`,
-//! `/api/tenant`). Its views
-//! keep their state in the query string of `/`, so the API's paths stay the API's.
+//! `/api/tenant`, and `/api/session`, `/login`, `/logout` to sign in when credentials are
+//! configured). Its views keep their state in the query string of `/`, so the API's paths stay
+//! the API's. The page and its assets need no credential; everything it reads does.
 //!
 //! A binary built without the UI (no `npm run build` before `cargo build`, as backend-only
 //! builds and tests do) answers `/` with 404 and a page that says how to build it.
 
-use axum::Router;
 use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+
+use crate::auth::{Access, Routes};
 
 /// One embedded file of `aggregator/ui/dist`.
 pub(crate) struct Asset {
@@ -47,12 +48,13 @@ cargo build --release -p smolder-aggregator</pre>
 </body></html>
 "#;
 
-/// The UI's routes: the page at `/` (and `/index.html`) and its assets under `/assets/`.
-pub(crate) fn routes() -> Router {
-    Router::new()
-        .route("/", get(index))
-        .route("/index.html", get(index))
-        .route("/assets/{*path}", get(asset))
+/// The UI's routes: the page at `/` (and `/index.html`) and its assets under `/assets/`, open
+/// to anyone: the page signs in through the API.
+pub(crate) fn routes() -> Routes {
+    Routes::new()
+        .get("/", Access::Open, index)
+        .get("/index.html", Access::Open, index)
+        .get("/assets/{*path}", Access::Open, asset)
 }
 
 async fn index(headers: HeaderMap) -> Response {

@@ -3,12 +3,14 @@
 use std::collections::{BTreeMap, HashMap};
 
 use smolder_common::tree::NodeRef;
-use smolder_common::{ProfileMeta, Series, Tree};
+use smolder_common::{ProfileMeta, Series, SpanId, SpanTrees, Tree};
 
 use crate::error::WriteError;
+use crate::footer::{Deletion, canonical_deletions, horizon_of};
 use crate::index::Marker;
 use crate::names::Interner;
-use crate::writer::{BlockWriter, Part, SeriesParts, WriteReport, ladder};
+use crate::shape::Trie;
+use crate::writer::{BlockWriter, Part, SeriesParts, SeriesSpans, SpanPart, WriteReport, ladder};
 
 /// Where a tree's data came from, so that every batch is counted once across cuts and merges.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,9 +79,11 @@ pub struct BlockBuilder {
     start: u64,
     levels: Vec<u64>,
     frames: Interner,
-    series: BTreeMap<Series, SeriesParts>,
+    series: BTreeMap<Series, (SeriesParts, SeriesSpans)>,
     markers: Vec<Marker>,
     marker_ids: HashMap<Marker, u32>,
+    /// The app deletions it applies (canonical).
+    deletions: Vec<Deletion>,
 }
 
 impl BlockBuilder {
@@ -99,7 +103,17 @@ impl BlockBuilder {
             series: BTreeMap::new(),
             markers: Vec::new(),
             marker_ids: HashMap::new(),
+            deletions: Vec::new(),
         })
+    }
+
+    /// Applies app deletions: a tree of a series of a deleted app whose bucket starts before
+    /// the deletion's horizon is left out (its batch's marker is still recorded, so that the
+    /// batch is known as stored), and the block lists the deletions (its deletions section;
+    /// one per app, the latest horizon winning). Call before adding trees: those added before
+    /// are kept.
+    pub fn set_deletions(&mut self, deletions: Vec<Deletion>) {
+        self.deletions = canonical_deletions(deletions);
     }
 
     /// Records batch `marker` as stored in this block even if it brought no tree, so that it is
@@ -130,6 +144,94 @@ impl BlockBuilder {
         tree: &Tree,
         contribution: Contribution,
     ) -> Result<(), WriteError> {
+        self.add_with_spans(series, meta, bucket, tree, &SpanTrees::new(), contribution)
+    }
+
+    /// [`BlockBuilder::add`], with the trees of the spans the tree's samples ran in (each a
+    /// part of `tree`), kept in the block's span chunks with the tree's contribution.
+    ///
+    /// # Errors
+    ///
+    /// [`WriteError::BucketOutsideBlock`] when `bucket` is outside the block's range.
+    pub fn add_with_spans(
+        &mut self,
+        series: &Series,
+        meta: &ProfileMeta,
+        bucket: u64,
+        tree: &Tree,
+        spans: &SpanTrees,
+        contribution: Contribution,
+    ) -> Result<(), WriteError> {
+        self.add_parts(
+            series,
+            meta,
+            bucket,
+            contribution,
+            |frames, trie| add_tree(frames, trie, tree),
+            |frames, trie| {
+                spans
+                    .iter()
+                    .map(|(span, tree)| (span, add_tree(frames, trie, tree)))
+                    .collect()
+            },
+        )
+    }
+
+    /// [`BlockBuilder::add_with_spans`] for a tree held as self values over the nodes of the
+    /// caller's own `shape` of the series (and its spans' trees likewise), as the aggregator's
+    /// head holds its writes: each of the shape's nodes is mapped into the block once, through
+    /// `map` (one per series, kept across calls), so the tree is never built and its frames
+    /// are named once per series rather than once per tree.
+    ///
+    /// # Errors
+    ///
+    /// [`WriteError::BucketOutsideBlock`] when `bucket` is outside the block's range.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "add_with_spans' arguments, the tree and spans given over a shape and its map"
+    )]
+    pub fn add_values(
+        &mut self,
+        series: &Series,
+        meta: &ProfileMeta,
+        bucket: u64,
+        shape: &impl ShapeSource,
+        map: &mut NodeMap,
+        values: &[(u32, u64)],
+        spans: &[(SpanId, Vec<(u32, u64)>)],
+        contribution: Contribution,
+    ) -> Result<(), WriteError> {
+        self.add_parts(
+            series,
+            meta,
+            bucket,
+            contribution,
+            |frames, trie| map_values(frames, trie, shape, &mut map.tree, values),
+            |frames, trie| {
+                spans
+                    .iter()
+                    .map(|(span, values)| {
+                        (
+                            *span,
+                            map_values(frames, trie, shape, &mut map.spans, values),
+                        )
+                    })
+                    .collect()
+            },
+        )
+    }
+
+    /// Adds one tree and its spans' trees, whose self values over the series' tries
+    /// `tree_values` and `span_values` give.
+    fn add_parts(
+        &mut self,
+        series: &Series,
+        meta: &ProfileMeta,
+        bucket: u64,
+        contribution: Contribution,
+        tree_values: impl FnOnce(&mut Interner, &mut Trie) -> Vec<(u32, u64)>,
+        span_values: impl FnOnce(&mut Interner, &mut Trie) -> Vec<(SpanId, Vec<(u32, u64)>)>,
+    ) -> Result<(), WriteError> {
         let end = self.start + self.levels.last().expect("a level");
         if bucket < self.start || bucket >= end {
             return Err(WriteError::BucketOutsideBlock {
@@ -143,10 +245,30 @@ impl BlockBuilder {
             .into_iter()
             .map(|m| self.marker_id(m))
             .collect();
-        let data = match self.series.get_mut(series) {
+        let finest = self.levels[0];
+        let bucket = bucket / finest * finest;
+        if horizon_of(&self.deletions, series.app()).is_some_and(|horizon| bucket < horizon) {
+            return Ok(());
+        }
+        let (data, span_data) = match self.series.get_mut(series) {
             Some(data) => data,
             None => self.series.entry(series.clone()).or_default(),
         };
+        let origin = u32::try_from(data.parts.len()).expect("fewer than 2^32 trees per series");
+        let spans: Vec<(SpanId, Vec<(u32, u64)>)> =
+            span_values(&mut self.frames, &mut span_data.trie)
+                .into_iter()
+                .filter(|(_, values)| !values.is_empty())
+                .collect();
+        if !spans.is_empty() {
+            span_data.parts.push(SpanPart {
+                origin,
+                bucket,
+                separable: contribution.separable,
+                marker: contribution.separable.then(|| markers[0]),
+                spans,
+            });
+        }
         if data
             .meta
             .as_ref()
@@ -154,15 +276,15 @@ impl BlockBuilder {
         {
             data.meta = Some((bucket, meta.clone()));
         }
-        let values = add_tree(&mut self.frames, &mut data.trie, tree);
-        let finest = self.levels[0];
+        let values = tree_values(&mut self.frames, &mut data.trie);
         data.parts.push(Part {
-            bucket: bucket / finest * finest,
+            bucket,
             size: finest,
             separable: contribution.separable,
             markers,
             writes: contribution.writes,
             values,
+            origin,
         });
         Ok(())
     }
@@ -183,9 +305,11 @@ impl BlockBuilder {
         let mut markers = self.markers;
         markers.sort();
         let mut writer = BlockWriter::new(&self.tenant, self.start, self.levels, markers, 0, true);
+        writer.set_deletions(self.deletions);
         let mut bytes = Vec::new();
         let frames = &self.frames;
-        for (series, mut data) in self.series {
+        let mut with_spans = Vec::new();
+        for (series, (mut data, mut spans)) in self.series {
             for part in &mut data.parts {
                 for marker in &mut part.markers {
                     *marker = position[*marker as usize];
@@ -193,7 +317,17 @@ impl BlockBuilder {
                 part.markers.sort_unstable();
                 part.markers.dedup();
             }
-            writer.push_series(&series, data, |id| frames.name(id))?;
+            let pushed = writer.push_series(&series, data, |id| frames.name(id))?;
+            bytes.extend(writer.take_output());
+            if !spans.is_empty() {
+                for part in &mut spans.parts {
+                    part.marker = part.marker.map(|m| position[m as usize]);
+                }
+                with_spans.push((pushed, spans));
+            }
+        }
+        for (pushed, spans) in with_spans {
+            writer.push_spans(&pushed, spans, |id| frames.name(id));
             bytes.extend(writer.take_output());
         }
         let (tail, report) = writer.finish();
@@ -202,8 +336,63 @@ impl BlockBuilder {
     }
 }
 
+/// A series' shape as a caller of [`BlockBuilder::add_values`] holds it: node 0 the root, every
+/// other node with a parent and a frame name.
+pub trait ShapeSource {
+    /// The parent of `node` (never asked of the root).
+    fn parent(&self, node: u32) -> u32;
+    /// The frame name of `node` (never asked of the root).
+    fn name(&self, node: u32) -> &str;
+}
+
+/// Which node of the block each node of a caller's shape became, for one series (for its trees
+/// and for its spans' trees, which have a trie of their own): keep one per series across the
+/// [`BlockBuilder::add_values`] calls of that series.
+#[derive(Debug, Default)]
+pub struct NodeMap {
+    tree: Vec<u32>,
+    spans: Vec<u32>,
+}
+
+/// Not mapped yet.
+const UNMAPPED: u32 = u32::MAX;
+
+/// `values` over `shape`'s nodes as self values over `trie`'s, mapping each node not in `map`
+/// yet (its ancestors first, frames interned in `frames`). Zero values are left out, as
+/// [`add_tree`] leaves out nodes without samples.
+fn map_values(
+    frames: &mut Interner,
+    trie: &mut Trie,
+    shape: &impl ShapeSource,
+    map: &mut Vec<u32>,
+    values: &[(u32, u64)],
+) -> Vec<(u32, u64)> {
+    let mut chain = Vec::new();
+    values
+        .iter()
+        .filter(|(_, value)| *value > 0)
+        .map(|&(node, value)| {
+            // Up to the first mapped ancestor (the root always is), then down, mapping.
+            let mut at = node;
+            while at != 0 && map.get(at as usize).is_none_or(|&m| m == UNMAPPED) {
+                chain.push(at);
+                at = shape.parent(at);
+            }
+            let mut mapped = if at == 0 { 0 } else { map[at as usize] };
+            while let Some(node) = chain.pop() {
+                mapped = trie.child(mapped, frames.intern(shape.name(node)));
+                if map.len() <= node as usize {
+                    map.resize(node as usize + 1, UNMAPPED);
+                }
+                map[node as usize] = mapped;
+            }
+            (mapped, value)
+        })
+        .collect()
+}
+
 /// Adds `tree`'s nodes to `trie` (frames interned in `frames`) and returns its self values.
-fn add_tree(frames: &mut Interner, trie: &mut crate::shape::Trie, tree: &Tree) -> Vec<(u32, u64)> {
+fn add_tree(frames: &mut Interner, trie: &mut Trie, tree: &Tree) -> Vec<(u32, u64)> {
     let mut ids = vec![u32::MAX; tree.frames().len()];
     let mut values = Vec::new();
     let root = tree.root();

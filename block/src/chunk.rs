@@ -254,14 +254,7 @@ impl SeriesChunk {
         };
         let bytes = fetched.get(self.tree_range(entry), section)?;
         let expected = &self.entries[entry];
-        let computed = codec::crc(bytes);
-        if computed != expected.crc {
-            return Err(BlockError::Checksum {
-                section,
-                stored: expected.crc,
-                computed,
-            });
-        }
+        codec::check_crc(section, bytes, expected.crc)?;
         let mut r = Reader::new(bytes, section);
         let tree = SparseTree::decode(&mut r, self.shape.len())?;
         r.finish()?;

@@ -4,14 +4,8 @@
 
 use crate::error::{BlockError, Problem, Section};
 
-/// Appends `value` as an unsigned LEB128 varint.
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
+pub(crate) use smolder_common::varint::put as put_varint;
+use smolder_common::varint::{self, VarintError};
 
 /// Appends `s` as its byte length (varint) and its bytes.
 pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -22,6 +16,23 @@ pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
 /// CRC-32 (IEEE) of `bytes`.
 pub(crate) fn crc(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)
+}
+
+/// Checks `bytes` against the CRC-32 `stored` for them.
+///
+/// # Errors
+///
+/// [`BlockError::Checksum`] naming `section`.
+pub(crate) fn check_crc(section: Section, bytes: &[u8], stored: u32) -> Result<(), BlockError> {
+    let computed = crc(bytes);
+    if computed != stored {
+        return Err(BlockError::Checksum {
+            section,
+            stored,
+            computed,
+        });
+    }
+    Ok(())
 }
 
 /// How stored bytes are compressed.
@@ -72,14 +83,7 @@ pub(crate) fn open(
     expected_crc: u32,
     limit: u64,
 ) -> Result<Vec<u8>, BlockError> {
-    let computed = crc(stored);
-    if computed != expected_crc {
-        return Err(BlockError::Checksum {
-            section,
-            stored: expected_crc,
-            computed,
-        });
-    }
+    check_crc(section, stored, expected_crc)?;
     match codec {
         Codec::None => {
             if raw_len != stored.len() as u64 {
@@ -131,6 +135,11 @@ impl<'a> Reader<'a> {
     }
 
     /// An [`Problem::Invalid`] error at the current offset.
+    /// The section the bytes belong to.
+    pub(crate) fn section(&self) -> Section {
+        self.section
+    }
+
     pub(crate) fn invalid(&self, field: &'static str, reason: &'static str) -> BlockError {
         self.error(Problem::Invalid { field, reason })
     }
@@ -149,22 +158,17 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn varint(&mut self, field: &'static str) -> Result<u64, BlockError> {
-        let start = self.offset;
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.byte(field)?;
-            let bits = u64::from(byte & 0x7f);
-            if shift == 63 && bits > 1 {
-                self.offset = start;
-                return Err(self.error(Problem::BadVarint { field }));
+        match varint::get_strict(&self.bytes[self.offset..]) {
+            Ok((value, len)) => {
+                self.offset += len;
+                Ok(value)
             }
-            value |= bits << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
+            Err(VarintError::Truncated) => {
+                self.offset = self.bytes.len();
+                Err(self.error(Problem::Truncated { field }))
             }
+            Err(VarintError::Overlong) => Err(self.error(Problem::BadVarint { field })),
         }
-        self.offset = start;
-        Err(self.error(Problem::BadVarint { field }))
     }
 
     /// A varint that must fit in 32 bits.

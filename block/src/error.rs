@@ -26,6 +26,24 @@ pub enum Section {
     Trees,
     /// The ids of the blocks a merged block replaces.
     Sources,
+    /// The app deletions a block was built with.
+    Deletions,
+    /// The span chunks as a whole.
+    Spans,
+    /// Where each series' span chunk is.
+    SpanIndex,
+    /// The header of one series' span chunk (its shape and entry table).
+    SpanChunk {
+        /// The series' position in the series index.
+        series: usize,
+    },
+    /// The body of one entry of one series' span chunk.
+    SpanEntry {
+        /// The series' position in the series index.
+        series: usize,
+        /// The entry's position in the span chunk's table.
+        entry: usize,
+    },
     /// The header of one series' chunk in the trees section (its shape and tree table).
     Chunk {
         /// The series' position in the series index.
@@ -61,6 +79,13 @@ impl fmt::Display for Section {
             Section::Markers => f.write_str("markers section"),
             Section::Trees => f.write_str("trees section"),
             Section::Sources => f.write_str("sources section"),
+            Section::Deletions => f.write_str("deletions section"),
+            Section::Spans => f.write_str("spans section"),
+            Section::SpanIndex => f.write_str("span index section"),
+            Section::SpanChunk { series } => write!(f, "span chunk header of series {series}"),
+            Section::SpanEntry { series, entry } => {
+                write!(f, "span entry {entry} of series {series}")
+            }
             Section::Chunk { series } => write!(f, "chunk header of series {series}"),
             Section::Optional { kind } => write!(f, "optional section of kind {kind}"),
             Section::HeadRecord => f.write_str("head log record"),

@@ -67,6 +67,40 @@ impl<'a> Fetched<'a> {
     }
 }
 
+/// An app deletion a block was built with: every tree of the series of `app` whose bucket
+/// starts before `horizon` (Unix seconds) was left out of it. A reader that knows a deletion
+/// of `app` with a later horizon than the block lists (or none) must not trust the block's
+/// series of `app`: they were written before that deletion.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Deletion {
+    /// The app's name.
+    pub app: String,
+    /// Unix seconds: the app's buckets starting before it are gone.
+    pub horizon: u64,
+}
+
+impl Deletion {
+    /// Whether this deletion removes the bucket starting at `bucket` of a series of `app`.
+    pub fn removes(&self, app: &str, bucket: u64) -> bool {
+        self.app == app && bucket < self.horizon
+    }
+}
+
+/// `deletions` as a block lists them: one per app (the latest horizon), in app order.
+pub(crate) fn canonical_deletions(mut deletions: Vec<Deletion>) -> Vec<Deletion> {
+    deletions.sort_by(|a, b| a.app.cmp(&b.app).then(b.horizon.cmp(&a.horizon)));
+    deletions.dedup_by(|later, first| later.app == first.app);
+    deletions
+}
+
+/// The horizon of the deletion of `app` in `deletions` (canonical), if any.
+pub(crate) fn horizon_of(deletions: &[Deletion], app: &str) -> Option<u64> {
+    deletions
+        .binary_search_by(|d| d.app.as_str().cmp(app))
+        .ok()
+        .map(|at| deletions[at].horizon)
+}
+
 /// The kinds of section, as the directory numbers them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -77,6 +111,9 @@ pub(crate) enum Kind {
     Markers = 5,
     Trees = 6,
     Sources = 7,
+    Deletions = 8,
+    Spans = 16,
+    SpanIndex = 17,
 }
 
 impl Kind {
@@ -90,11 +127,19 @@ impl Kind {
         Kind::Trees,
     ];
 
+    /// The kinds a block may have, which readers of version 1 that predate them skip.
+    const OPTIONAL: [Kind; 4] = [Kind::Sources, Kind::Deletions, Kind::Spans, Kind::SpanIndex];
+
     fn from_byte(byte: u8) -> Option<Kind> {
         Kind::REQUIRED
             .into_iter()
-            .chain([Kind::Sources])
+            .chain(Kind::OPTIONAL)
             .find(|kind| *kind as u8 == byte)
+    }
+
+    /// Whether a reader that does not know the kind must refuse the block.
+    pub(crate) fn required(self) -> bool {
+        !Kind::OPTIONAL.contains(&self)
     }
 
     pub(crate) fn section(self) -> Section {
@@ -106,13 +151,12 @@ impl Kind {
             Kind::Markers => Section::Markers,
             Kind::Trees => Section::Trees,
             Kind::Sources => Section::Sources,
+            Kind::Deletions => Section::Deletions,
+            Kind::Spans => Section::Spans,
+            Kind::SpanIndex => Section::SpanIndex,
         }
     }
 }
-
-/// Reserved for issue 19's per-sample span ids: an optional section, so that readers of version
-/// 1 skip it. Nothing writes it yet.
-pub const SPANS_KIND: u8 = 16;
 
 /// Directory flag: a reader that does not know this section's kind must refuse the block.
 const REQUIRED: u8 = 1;
@@ -387,6 +431,18 @@ impl Footer {
         self.entry(Kind::Sources).ok().map(Entry::range)
     }
 
+    /// The range to fetch for [`Footer::deletions`], when the block has a deletions section
+    /// (only a block built while an app deletion applied to its range has one).
+    pub fn deletions_range(&self) -> Option<Range<u64>> {
+        self.entry(Kind::Deletions).ok().map(Entry::range)
+    }
+
+    /// The range to fetch for [`SpanIndex::decode`](crate::SpanIndex::decode), when the block
+    /// has span profiles; read it with the index.
+    pub fn span_index_range(&self) -> Option<Range<u64>> {
+        self.entry(Kind::SpanIndex).ok().map(Entry::range)
+    }
+
     /// The ids of the blocks this block replaces (its sources section; empty without one),
     /// from `fetched`, which must cover [`Footer::sources_range`]. A store that finds this
     /// block hides those blocks, so that the data of a compaction's inputs is counted once
@@ -412,6 +468,39 @@ impl Footer {
         }
         r.finish()?;
         Ok(sources)
+    }
+
+    /// The app deletions the block was built with (its deletions section; empty without one),
+    /// from `fetched`, which must cover [`Footer::deletions_range`]: each app's trees of
+    /// buckets before its horizon were left out of the block. One per app, in app order.
+    ///
+    /// # Errors
+    ///
+    /// A [`BlockError`] naming the deletions section, also when an app is listed twice or out
+    /// of order.
+    pub fn deletions(
+        &self,
+        fetched: &Fetched<'_>,
+        limits: &Limits,
+    ) -> Result<Vec<Deletion>, BlockError> {
+        if self.deletions_range().is_none() {
+            return Ok(Vec::new());
+        }
+        let raw = self.read(Kind::Deletions, fetched, limits)?;
+        let mut r = Reader::new(&raw, Section::Deletions);
+        // An app name and a horizon: at least two bytes.
+        let count = r.count("deletion", 2)?;
+        let mut deletions: Vec<Deletion> = Vec::with_capacity(count);
+        for _ in 0..count {
+            let app = r.str("deleted app")?.to_owned();
+            let horizon = r.varint("deletion horizon")?;
+            if deletions.last().is_some_and(|last| last.app >= app) {
+                return Err(r.invalid("deleted app", "listed twice or out of order"));
+            }
+            deletions.push(Deletion { app, horizon });
+        }
+        r.finish()?;
+        Ok(deletions)
     }
 
     /// Checks and decompresses section `kind` from `fetched`.

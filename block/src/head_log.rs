@@ -3,11 +3,17 @@
 //! acknowledges the write and reads them back at a restart.
 //!
 //! A frame is the payload's length (u32 LE), its CRC-32 (u32 LE), and the payload: the record
-//! lz4-compressed with its decompressed length prepended (u32 LE). A record is: tenant, marker
-//! agent id, marker sequence, window end + 1 (0: none), write number, profile count, and per
-//! profile its bucket, app, label count and (name, value) pairs, spy name, sample rate, units,
-//! aggregation (0 sum, 1 average), tree length and tree ([`Tree::encode`]). Integers are LEB128,
-//! strings a byte length and UTF-8.
+//! lz4-compressed with its decompressed length prepended (u32 LE). A record of version 1 is:
+//! tenant, marker agent id, marker sequence, window end + 1 (0: none), write number, profile
+//! count, and per profile its bucket, app, label count and (name, value) pairs, spy name, sample
+//! rate, units, aggregation (0 sum, 1 average), tree length and tree ([`Tree::encode`]).
+//! Integers are LEB128, strings a byte length and UTF-8.
+//!
+//! Version 2 adds span profiles: the record starts with a zero byte (which no version 1 record
+//! starts with: its tenant is never empty) and the version (2), then the version 1 layout with,
+//! after each profile's tree, its span count and per span its id (8 bytes, big-endian), tree
+//! length and tree. A record without spans (and with a tenant) is written as version 1, so that
+//! its bytes are those of the aggregators before span profiles.
 //!
 //! Input: bytes read from a disk, so anything; output: a [`HeadRecord`] or a [`BlockError`]
 //! naming [`Section::HeadRecord`]. Nothing is allocated past [`Limits::max_section_bytes`], past
@@ -16,7 +22,7 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use smolder_common::{Aggregation, Labels, Profile, ProfileMeta, Series, Tree};
+use smolder_common::{Aggregation, Labels, Profile, ProfileMeta, Series, SpanId, SpanTrees, Tree};
 
 use crate::codec::{Reader, crc, put_str, put_varint};
 use crate::error::{BlockError, Problem, Section};
@@ -29,6 +35,12 @@ const LZ4_MAX_RATIO: u64 = 255;
 
 /// Bytes a profile takes at least in a record: eight one-byte fields and a tree.
 const MIN_PROFILE_BYTES: usize = 9;
+
+/// Bytes a span takes at least in a record: its id, a tree length and a tree.
+const MIN_SPAN_BYTES: usize = 10;
+
+/// The record version with span profiles; see the [module documentation](self).
+const SPANS_VERSION: u64 = 2;
 
 /// Most profiles or labels reserved for before they are read: counts are checked against the
 /// bytes left, but an item in memory is far larger than its fewest bytes on disk.
@@ -47,8 +59,19 @@ pub struct RecordRef<'a> {
     pub window_end: Option<u64>,
     /// The write's number, in the order the aggregator applied writes.
     pub write: u64,
-    /// Each profile with its bucket's start, unix seconds.
-    pub profiles: &'a [(u64, Profile)],
+    /// Each profile with its bucket's start and its span trees.
+    pub profiles: &'a [HeadProfile],
+}
+
+/// One profile of a head record.
+#[derive(Clone, Debug)]
+pub struct HeadProfile {
+    /// Unix seconds of its bucket's start; the profile spans its bucket.
+    pub bucket: u64,
+    /// The profile.
+    pub profile: Profile,
+    /// The trees of the spans its samples ran in (empty for most profiles).
+    pub spans: SpanTrees,
 }
 
 /// One write's profiles of one head range, as read back from a log.
@@ -62,8 +85,8 @@ pub struct HeadRecord {
     pub window_end: Option<u64>,
     /// The write's number.
     pub write: u64,
-    /// Each profile with its bucket's start; a profile spans its bucket.
-    pub profiles: Vec<(u64, Profile)>,
+    /// Each profile with its bucket's start and its span trees.
+    pub profiles: Vec<HeadProfile>,
 }
 
 impl HeadRecord {
@@ -118,9 +141,17 @@ impl HeadRecord {
         Ok((HeadRecord::decode(&plain, bucket_secs)?, 8 + len as usize))
     }
 
-    /// Decodes a record's (decompressed) bytes; profiles span `bucket_secs` from their bucket.
+    /// Decodes a record's (decompressed) bytes, of either version; profiles span
+    /// `bucket_secs` from their bucket.
     pub fn decode(bytes: &[u8], bucket_secs: u64) -> Result<HeadRecord, BlockError> {
         let mut r = Reader::new(bytes, SECTION);
+        let with_spans = bytes.first() == Some(&0);
+        if with_spans {
+            r.byte("version marker")?;
+            if r.varint("record version")? != SPANS_VERSION {
+                return Err(r.invalid("record version", "not a version this build reads"));
+            }
+        }
         let tenant = r.str("tenant")?.to_owned();
         let agent_id = r.str("marker agent id")?.to_owned();
         let sequence = r.varint("marker sequence")?;
@@ -154,6 +185,21 @@ impl HeadRecord {
             let len = r.count("tree", 1)?;
             let tree = Tree::decode(r.take(len, "tree")?)
                 .map_err(|_| r.invalid("tree", "not a valid tree"))?;
+            let mut spans = SpanTrees::new();
+            if with_spans {
+                for _ in 0..r.count("spans", MIN_SPAN_BYTES)? {
+                    let id = r.take(8, "span id")?;
+                    let id = SpanId::from_bytes(id.try_into().expect("8 bytes"))
+                        .ok_or_else(|| r.invalid("span id", "all zeros"))?;
+                    let len = r.count("span tree", 1)?;
+                    let tree = Tree::decode(r.take(len, "span tree")?)
+                        .map_err(|_| r.invalid("span tree", "not a valid tree"))?;
+                    if spans.get(id).is_some() {
+                        return Err(r.invalid("span id", "listed twice"));
+                    }
+                    spans.add(id, &tree);
+                }
+            }
             let from = UNIX_EPOCH
                 .checked_add(Duration::from_secs(bucket))
                 .ok_or_else(|| {
@@ -165,9 +211,9 @@ impl HeadRecord {
             let until = from
                 .checked_add(Duration::from_secs(bucket_secs))
                 .unwrap_or(from);
-            profiles.push((
+            profiles.push(HeadProfile {
                 bucket,
-                Profile {
+                profile: Profile {
                     series,
                     meta: ProfileMeta {
                         spy_name,
@@ -179,7 +225,8 @@ impl HeadRecord {
                     until,
                     tree,
                 },
-            ));
+                spans,
+            });
         }
         r.finish()?;
         Ok(HeadRecord {
@@ -193,9 +240,17 @@ impl HeadRecord {
 }
 
 impl RecordRef<'_> {
-    /// The record's bytes, as [`HeadRecord::decode`] reads them.
+    /// The record's bytes, as [`HeadRecord::decode`] reads them: version 2 when a profile
+    /// has spans (or the tenant is empty, which version 1 cannot tell from the version marker),
+    /// else version 1.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
+        let with_spans =
+            self.tenant.is_empty() || self.profiles.iter().any(|p| !p.spans.is_empty());
+        if with_spans {
+            out.push(0);
+            put_varint(&mut out, SPANS_VERSION);
+        }
         put_str(&mut out, self.tenant);
         put_str(&mut out, &self.marker.agent_id);
         put_varint(&mut out, self.marker.sequence);
@@ -205,7 +260,12 @@ impl RecordRef<'_> {
         );
         put_varint(&mut out, self.write);
         put_varint(&mut out, self.profiles.len() as u64);
-        for (bucket, profile) in self.profiles {
+        for HeadProfile {
+            bucket,
+            profile,
+            spans,
+        } in self.profiles
+        {
             put_varint(&mut out, *bucket);
             put_str(&mut out, profile.series.app());
             put_varint(&mut out, profile.series.labels().len() as u64);
@@ -223,6 +283,15 @@ impl RecordRef<'_> {
             let tree = profile.tree.encode();
             put_varint(&mut out, tree.len() as u64);
             out.extend_from_slice(&tree);
+            if with_spans {
+                put_varint(&mut out, spans.len() as u64);
+                for (span, tree) in spans.iter() {
+                    out.extend_from_slice(&span.to_bytes());
+                    let tree = tree.encode();
+                    put_varint(&mut out, tree.len() as u64);
+                    out.extend_from_slice(&tree);
+                }
+            }
         }
         out
     }
@@ -255,17 +324,31 @@ mod tests {
             },
             window_end: Some(1_700_000_010),
             write: 3,
-            profiles: vec![(
-                1_700_000_000,
-                Profile {
+            profiles: vec![HeadProfile {
+                bucket: 1_700_000_000,
+                profile: Profile {
                     series: Series::parse("app.cpu{env=prod}").unwrap(),
                     meta: ProfileMeta::default(),
                     from: at,
                     until: at + Duration::from_secs(10),
                     tree,
                 },
-            )],
+                spans: SpanTrees::new(),
+            }],
         }
+    }
+
+    /// [`record`] with two spans on its profile.
+    fn record_with_spans() -> HeadRecord {
+        let mut record = record();
+        let spans = &mut record.profiles[0].spans;
+        spans
+            .tree_mut("00f067aa0ba902b7".parse().unwrap())
+            .insert_names(["main", "work"], 5);
+        spans
+            .tree_mut("5a561accaab40cf2".parse().unwrap())
+            .insert_names(["main", "work"], 2);
+        record
     }
 
     #[test]
@@ -282,13 +365,16 @@ mod tests {
             (back.window_end, back.write),
             (record.window_end, record.write)
         );
-        let (bucket, profile) = &back.profiles[0];
-        assert_eq!(*bucket, record.profiles[0].0);
-        assert_eq!(profile.tree, record.profiles[0].1.tree);
-        assert_eq!(profile.series, record.profiles[0].1.series);
+        let HeadProfile {
+            bucket, profile, ..
+        } = &back.profiles[0];
+        let original = &record.profiles[0];
+        assert_eq!(*bucket, original.bucket);
+        assert_eq!(profile.tree, original.profile.tree);
+        assert_eq!(profile.series, original.profile.series);
         assert_eq!(
             (profile.from, profile.until),
-            (record.profiles[0].1.from, record.profiles[0].1.until)
+            (original.profile.from, original.profile.until)
         );
         for len in 0..bytes.len() {
             assert!(
@@ -303,6 +389,43 @@ mod tests {
         for len in 0..frame.len() {
             assert!(HeadRecord::unframe(&frame[..len], 10, &Limits::default()).is_err());
         }
+    }
+
+    #[test]
+    fn records_with_spans_are_version_2_and_old_records_still_read() {
+        let plain = record().as_ref().encode();
+        assert_ne!(plain[0], 0, "without spans, the version 1 layout");
+        let record = record_with_spans();
+        let bytes = record.as_ref().encode();
+        assert_eq!(&bytes[..2], [0, 2]);
+        assert_eq!(&bytes[2..plain.len() + 2 - 1], &plain[..plain.len() - 1]);
+        let back = HeadRecord::decode(&bytes, 10).unwrap();
+        assert_eq!(back.profiles[0].spans, record.profiles[0].spans);
+        assert_eq!(back.as_ref().encode(), bytes);
+        assert!(
+            HeadRecord::decode(&plain, 10).unwrap().profiles[0]
+                .spans
+                .is_empty()
+        );
+        for len in 0..bytes.len() {
+            assert!(
+                HeadRecord::decode(&bytes[..len], 10).is_err(),
+                "truncated at {len}"
+            );
+        }
+        let mut newer = bytes.clone();
+        newer[1] = 3;
+        assert!(
+            HeadRecord::decode(&newer, 10)
+                .unwrap_err()
+                .to_string()
+                .contains("record version")
+        );
+        // An empty tenant cannot be told from the version marker in version 1.
+        let mut empty = self::record();
+        empty.tenant = String::new();
+        let bytes = empty.as_ref().encode();
+        assert_eq!(HeadRecord::decode(&bytes, 10).unwrap().tenant, "");
     }
 
     #[test]
@@ -346,6 +469,28 @@ mod tests {
             framed.extend_from_slice(&crc(&bytes).to_le_bytes());
             framed.extend_from_slice(&bytes);
             let _ = HeadRecord::unframe(&framed, 10, &Limits::default());
+        }
+
+        /// Version 2's span trees on arbitrary bytes: an error or a record that encodes back
+        /// to what it reads as, never a panic.
+        #[test]
+        fn arbitrary_version_2_records_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let mut record = vec![0, 2];
+            record.extend_from_slice(&bytes);
+            if let Ok(read) = HeadRecord::decode(&record, 10) {
+                let again = read.as_ref().encode();
+                let back = HeadRecord::decode(&again, 10).expect("an encoded record decodes");
+                proptest::prop_assert_eq!(back.as_ref().encode(), again);
+            }
+        }
+
+        /// A valid record with spans, then every byte of it changed: never a panic.
+        #[test]
+        fn changed_version_2_records_never_panic(at in 0usize..4096, value in proptest::num::u8::ANY) {
+            let mut bytes = record_with_spans().as_ref().encode();
+            let at = at % bytes.len();
+            bytes[at] = value;
+            let _ = HeadRecord::decode(&bytes, 10);
         }
     }
 }

@@ -162,6 +162,74 @@ pub(crate) struct ChunkLocation {
     pub(crate) len: u64,
 }
 
+impl ChunkLocation {
+    /// Reads a location as [`ChunkLocation::encode`] writes it, for a chunk at `offset` that
+    /// must end inside `within` (`what` names that range in the error).
+    pub(crate) fn read(
+        r: &mut Reader<'_>,
+        offset: u64,
+        within: &Range<u64>,
+        what: &'static str,
+    ) -> Result<ChunkLocation, BlockError> {
+        let header_codec = Codec::from_byte(r.byte("chunk codec")?)
+            .ok_or_else(|| r.invalid("chunk codec", "unknown codec"))?;
+        let header_stored = r.varint("chunk header length")?;
+        let header_raw = r.varint("chunk header raw length")?;
+        let header_crc = r.u32_le("chunk header crc")?;
+        let len = r.varint("chunk length")?;
+        let end = offset.checked_add(len).filter(|&end| end <= within.end);
+        if end.is_none() || header_stored > len {
+            return Err(BlockError::OutOfBounds {
+                section: r.section(),
+                start: offset,
+                end: offset.saturating_add(len),
+                within: what,
+            });
+        }
+        Ok(ChunkLocation {
+            offset,
+            header_codec,
+            header_stored,
+            header_raw,
+            header_crc,
+            len,
+        })
+    }
+
+    /// Appends the location's codec, lengths and CRC (its offset follows from the chunks
+    /// before it).
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.header_codec as u8);
+        put_varint(out, self.header_stored);
+        put_varint(out, self.header_raw);
+        out.extend_from_slice(&self.header_crc.to_le_bytes());
+        put_varint(out, self.len);
+    }
+
+    /// Where the chunk ends.
+    pub(crate) fn end(&self) -> u64 {
+        self.offset + self.len
+    }
+}
+
+/// Checks that chunks laid back to back from `range.start` ended at `end`, filling `range`.
+pub(crate) fn check_filled(
+    section: Section,
+    range: &Range<u64>,
+    end: u64,
+    what: &'static str,
+) -> Result<(), BlockError> {
+    if end != range.end {
+        return Err(BlockError::OutOfBounds {
+            section,
+            start: range.start,
+            end,
+            within: what,
+        });
+    }
+    Ok(())
+}
+
 /// One series of a block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SeriesEntry {
@@ -404,12 +472,7 @@ pub(crate) fn encode_series(entries: &[SeriesEntry], block_start: u64) -> (Vec<u
         });
         put_varint(&mut body, entry.first_bucket - block_start);
         put_varint(&mut body, entry.last_bucket - block_start);
-        let chunk = &entry.chunk;
-        body.push(chunk.header_codec as u8);
-        put_varint(&mut body, chunk.header_stored);
-        put_varint(&mut body, chunk.header_raw);
-        body.extend_from_slice(&chunk.header_crc.to_le_bytes());
-        put_varint(&mut body, chunk.len);
+        entry.chunk.encode(&mut body);
     }
     let mut postings = Vec::new();
     let derived = derive_postings(entries.iter().map(|e| &e.series));
@@ -488,21 +551,8 @@ fn decode_series(
         if first > last || last >= meta.span() {
             return Err(r.invalid("bucket span", "outside the block or reversed"));
         }
-        let header_codec = Codec::from_byte(r.byte("chunk codec")?)
-            .ok_or_else(|| r.invalid("chunk codec", "unknown codec"))?;
-        let header_stored = r.varint("chunk header length")?;
-        let header_raw = r.varint("chunk header raw length")?;
-        let header_crc = r.u32_le("chunk header crc")?;
-        let len = r.varint("chunk length")?;
-        let end = offset.checked_add(len).filter(|&end| end <= trees.end);
-        let Some(end) = end.filter(|_| header_stored <= len) else {
-            return Err(BlockError::OutOfBounds {
-                section: Section::Series,
-                start: offset,
-                end: offset.saturating_add(len),
-                within: "the trees section",
-            });
-        };
+        let chunk = ChunkLocation::read(&mut r, offset, &trees, "the trees section")?;
+        offset = chunk.end();
         series.push(SeriesEntry {
             series: key,
             meta: ProfileMeta {
@@ -513,26 +563,16 @@ fn decode_series(
             },
             first_bucket: meta.start + first,
             last_bucket: meta.start + last,
-            chunk: ChunkLocation {
-                offset,
-                header_codec,
-                header_stored,
-                header_raw,
-                header_crc,
-                len,
-            },
+            chunk,
         });
-        offset = end;
     }
     r.finish()?;
-    if offset != trees.end {
-        return Err(BlockError::OutOfBounds {
-            section: Section::Series,
-            start: trees.start,
-            end: offset,
-            within: "the trees section, which its chunks must fill exactly",
-        });
-    }
+    check_filled(
+        Section::Series,
+        &trees,
+        offset,
+        "the trees section, which its chunks must fill exactly",
+    )?;
     Ok((strings, series))
 }
 

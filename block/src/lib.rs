@@ -40,21 +40,23 @@ mod index;
 mod merge;
 mod names;
 mod shape;
+mod spans;
 mod tree;
 mod verify;
 mod writer;
 
-pub use builder::{BlockBuilder, Contribution};
+pub use builder::{BlockBuilder, Contribution, NodeMap, ShapeSource};
 pub use chunk::{SeriesChunk, TreeEntry};
 pub use error::{BlockError, MergeError, Problem, Section, WriteError};
 pub use footer::{
-    Fetched, Footer, Limits, MAGIC, MIN_BLOCK_LEN, SPANS_KIND, TAIL_LEN, Tail, VERSION,
+    Deletion, Fetched, Footer, Limits, MAGIC, MIN_BLOCK_LEN, TAIL_LEN, Tail, VERSION,
 };
-pub use head_log::{HeadRecord, RecordRef};
+pub use head_log::{HeadProfile, HeadRecord, RecordRef};
 pub use index::{BlockMeta, Index, Marker, SeriesEntry};
 pub use merge::{MergeInput, MergeOptions, Merger, downsample, merge};
 pub use names::Names;
 pub use shape::Shape;
+pub use spans::{SpanChunk, SpanEntry, SpanIndex};
 pub use tree::{Accumulator, SparseTree};
 pub use verify::{VerifyReport, verify};
 pub use writer::WriteReport;

@@ -9,6 +9,11 @@
 //! A [`Merger`] works one series at a time and asks for each input's chunk of that series by
 //! byte range, so that a merge of large blocks never holds them whole; [`merge`] and
 //! [`downsample`] do the same for blocks already in memory.
+//!
+//! Span profiles follow their trees: once every series is merged, the span chunks are merged
+//! the same way, one series at a time ([`Merger::span_ranges`], [`Merger::merge_spans`]); a
+//! separable tree dropped as a copy of a batch takes its spans with it, and everything else is
+//! summed per finest bucket and span, downsampled buckets included. Rollups keep no spans.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -17,12 +22,16 @@ use smolder_common::Series;
 
 use crate::chunk::SeriesChunk;
 use crate::error::{BlockError, MergeError, Problem, Section};
-use crate::footer::{Fetched, Footer, Limits, Tail};
+use crate::footer::{Deletion, Fetched, Footer, Limits, Tail, canonical_deletions, horizon_of};
 use crate::index::{Index, Marker};
 use crate::names::{Interner, Names};
-use crate::writer::{BlockWriter, Part, SeriesParts, WriteReport, ladder};
+use crate::shape::Shape;
+use crate::spans::{SpanChunk, SpanIndex};
+use crate::writer::{
+    BlockWriter, Part, Pushed, SeriesParts, SeriesSpans, SpanPart, WriteReport, ladder,
+};
 
-/// A block to merge: its footer, index and names, decoded.
+/// A block to merge: its footer, index, names, span index and deletions, decoded.
 #[derive(Clone, Debug)]
 pub struct MergeInput {
     /// Its section directory.
@@ -31,11 +40,16 @@ pub struct MergeInput {
     pub index: Index,
     /// Its frame names.
     pub names: Names,
+    /// Where its span chunks are (empty without span profiles).
+    pub spans: SpanIndex,
+    /// The app deletions it was built with ([`Footer::deletions`]; empty without them).
+    pub deletions: Vec<Deletion>,
 }
 
 impl MergeInput {
-    /// Decodes a block's footer, index and names from `fetched`, which must cover the tail,
-    /// [`Tail::directory_range`], [`Footer::index_range`] and [`Footer::names_range`].
+    /// Decodes a block's footer, index, names, span index and deletions from `fetched`, which
+    /// must cover the tail, [`Tail::directory_range`], [`Footer::index_range`],
+    /// [`Footer::names_range`], [`Footer::span_index_range`] and [`Footer::deletions_range`].
     ///
     /// # Errors
     ///
@@ -49,6 +63,8 @@ impl MergeInput {
         let footer = Footer::decode(&tail, fetched)?;
         let index = Index::decode(&footer, fetched, limits)?;
         let names = Names::decode(&footer, fetched, limits)?;
+        let spans = SpanIndex::decode(&footer, &index, fetched, limits)?;
+        let deletions = footer.deletions(fetched, limits)?;
         if names.len() as u64 != index.meta().names {
             return Err(BlockError::Malformed {
                 section: Section::Names,
@@ -63,6 +79,8 @@ impl MergeInput {
             footer,
             index,
             names,
+            spans,
+            deletions,
         })
     }
 }
@@ -89,6 +107,12 @@ pub struct Merger {
     markers: Vec<Vec<u32>>,
     writer: BlockWriter,
     next: usize,
+    /// Per output series merged so far: what writing its trees did, which its spans follow.
+    pushed: Vec<Pushed>,
+    /// The next series whose spans to merge.
+    next_spans: usize,
+    /// The app deletions the output applies (canonical).
+    deletions: Vec<Deletion>,
 }
 
 impl Merger {
@@ -100,10 +124,13 @@ impl Merger {
     /// when an input lies outside the output or its resolution does not divide the output's,
     /// [`MergeError::Write`] when the output's range and resolution make no level ladder.
     pub fn new(
-        inputs: Vec<MergeInput>,
+        mut inputs: Vec<MergeInput>,
         options: MergeOptions,
         limits: Limits,
     ) -> Result<Merger, MergeError> {
+        for input in &mut inputs {
+            input.deletions = canonical_deletions(std::mem::take(&mut input.deletions));
+        }
         let first = inputs.first().ok_or(MergeError::NoInputs)?;
         let tenant = first.index.meta().tenant.clone();
         let finest = inputs
@@ -167,6 +194,9 @@ impl Merger {
             order: series.into_iter().collect(),
             markers: maps,
             next: 0,
+            pushed: Vec::new(),
+            next_spans: 0,
+            deletions: Vec::new(),
         })
     }
 
@@ -174,6 +204,17 @@ impl Merger {
     /// [`Footer::sources`].
     pub fn set_sources(&mut self, sources: Vec<String>) {
         self.writer.set_sources(sources);
+    }
+
+    /// Applies app deletions to every input: the trees (and their spans) of a deleted app's
+    /// series whose bucket starts before the deletion's horizon are left out, and the output
+    /// lists the deletions (its deletions section; one per app, the latest horizon winning).
+    /// An input that lists a deletion of the app at least as late was built with it and holds
+    /// nothing stamped before the horizon: it is taken whole, a downsampled bucket straddling
+    /// the horizon included. Call before merging any series.
+    pub fn set_deletions(&mut self, deletions: Vec<Deletion>) {
+        self.deletions = canonical_deletions(deletions);
+        self.writer.set_deletions(self.deletions.clone());
     }
 
     /// Leaves out of the output every series of input `input` for which `drop` is true: data
@@ -235,29 +276,17 @@ impl Merger {
             let block = &self.inputs[input];
             let chunk =
                 SeriesChunk::decode(&block.index, position, fetched, &self.limits).map_err(wrap)?;
-            let shape = chunk.shape();
-            let mut nodes = vec![0u32; shape.len()];
-            for node in 1..shape.len() {
-                let name = block.names.get(shape.frames[node]).ok_or_else(|| {
-                    wrap(BlockError::Malformed {
-                        section: Section::Names,
-                        offset: 0,
-                        problem: Problem::Invalid {
-                            field: "name table",
-                            reason: "a shape names a frame id the table does not have",
-                        },
-                    })
-                })?;
-                let parent = nodes[shape.parents[node] as usize];
-                nodes[node] = data.trie.child(parent, names.intern(name));
-            }
+            let nodes = trie_nodes(chunk.shape(), &block.names, &mut names, &mut data.trie)
+                .map_err(wrap)?;
             let size = block.index.meta().finest();
+            let cutoff = self.cutoff(input, key.app());
             for (i, entry) in chunk.entries().iter().enumerate() {
-                if entry.level != 0 {
+                if entry.level != 0 || entry.bucket < cutoff {
                     continue;
                 }
                 let tree = chunk.read_tree(i, fetched).map_err(wrap)?;
                 data.parts.push(Part {
+                    origin: input as u32,
                     bucket: entry.bucket,
                     size,
                     separable: entry.separable,
@@ -283,9 +312,129 @@ impl Merger {
                 data.meta = Some((entry.last_bucket, entry.meta.clone()));
             }
         }
-        self.writer
+        let pushed = self
+            .writer
             .push_series(key, data, |id| names.name(id))
-            .map_err(MergeError::Write)
+            .map_err(MergeError::Write)?;
+        self.pushed.push(pushed);
+        Ok(())
+    }
+
+    /// Whether any input has span profiles, which then are merged after every series' trees
+    /// ([`Merger::merge_spans`]).
+    pub fn has_spans(&self) -> bool {
+        self.inputs.iter().any(|input| !input.spans.is_empty())
+    }
+
+    /// For output series `series`: each input that holds span profiles of it, with the byte
+    /// range of its span chunk there. Fetch them and pass them, in this order, to
+    /// [`Merger::merge_spans`].
+    ///
+    /// # Panics
+    ///
+    /// If `series` is not below [`Merger::series_count`].
+    pub fn span_ranges(&self, series: usize) -> Vec<(usize, Range<u64>)> {
+        self.order[series]
+            .1
+            .iter()
+            .filter_map(|&(input, position)| {
+                let range = self.inputs[input].spans.chunk_range(position)?;
+                Some((input, range))
+            })
+            .collect()
+    }
+
+    /// Merges output series `series`' span profiles from its inputs' span chunks, fetched as
+    /// [`Merger::span_ranges`] says. Call once every series' trees are merged, for every
+    /// series in order, from 0, when [`Merger::has_spans`].
+    ///
+    /// # Errors
+    ///
+    /// [`MergeError::Input`] naming the input whose span chunk is damaged,
+    /// [`MergeError::Misuse`] for a series out of order, before the trees are done, or with
+    /// the wrong number of chunks.
+    pub fn merge_spans(&mut self, series: usize, chunks: &[Fetched<'_>]) -> Result<(), MergeError> {
+        let ranges = if series < self.order.len() {
+            self.span_ranges(series)
+        } else {
+            Vec::new()
+        };
+        if self.next != self.order.len()
+            || series != self.next_spans
+            || chunks.len() != ranges.len()
+        {
+            return Err(MergeError::Misuse {
+                series,
+                given: chunks.len(),
+                needed: ranges.len(),
+            });
+        }
+        self.next_spans += 1;
+        let app = self.order[series].0.app();
+        let mut names = Interner::default();
+        let mut data = SeriesSpans::default();
+        for (&(input, _), fetched) in ranges.iter().zip(chunks) {
+            let wrap = |source| MergeError::Input { input, source };
+            let block = &self.inputs[input];
+            let position = self.order[series]
+                .1
+                .iter()
+                .find(|&&(i, _)| i == input)
+                .expect("a range per input that has the series")
+                .1;
+            let chunk =
+                SpanChunk::decode(&block.index, &block.spans, position, fetched, &self.limits)
+                    .map_err(wrap)?;
+            let nodes = trie_nodes(chunk.shape(), &block.names, &mut names, &mut data.trie)
+                .map_err(wrap)?;
+            let cutoff = self.cutoff(input, app);
+            for (i, entry) in chunk.entries().iter().enumerate() {
+                if entry.bucket < cutoff {
+                    continue;
+                }
+                let spans = chunk.read_entry(i, fetched).map_err(wrap)?;
+                data.parts.push(SpanPart {
+                    origin: input as u32,
+                    bucket: entry.bucket,
+                    separable: entry.separable,
+                    marker: entry.marker.map(|m| self.markers[input][m as usize]),
+                    spans: spans
+                        .into_iter()
+                        .map(|(span, tree)| {
+                            let values = tree
+                                .values()
+                                .iter()
+                                .map(|&(node, value)| (nodes[node as usize], value))
+                                .collect();
+                            (span, values)
+                        })
+                        .collect(),
+                });
+            }
+        }
+        self.writer
+            .push_spans(&self.pushed[series], data, |id| names.name(id));
+        Ok(())
+    }
+
+    /// The bucket before which input `input`'s trees of `app` are left out: the horizon of
+    /// the merge's deletion of `app` (0: none), unless the input lists a deletion of `app` at
+    /// least as late. Such an input was built with it and holds nothing stamped before the
+    /// horizon; a bucket of it starting before the horizon is a downsampled one (100 s or
+    /// 1000 s) holding data stamped after it, which stays. Any other input holding buckets
+    /// before the horizon was built before the deletion: those go whole, even a coarse one
+    /// straddling the horizon, whose data before it cannot be told from the rest (a store
+    /// hides such an input's app wholesale anyway, [`Footer::deletions`]).
+    fn cutoff(&self, input: usize, app: &str) -> u64 {
+        let Some(horizon) = horizon_of(&self.deletions, app) else {
+            return 0;
+        };
+        let listed = horizon_of(&self.inputs[input].deletions, app);
+        if listed.is_some_and(|listed| listed >= horizon) {
+            0
+        } else {
+            horizon
+        }
     }
 
     /// The output written since the last call: append it to the new block's file or upload.
@@ -297,7 +446,8 @@ impl Merger {
     ///
     /// # Errors
     ///
-    /// [`MergeError::Misuse`] when a series was not merged.
+    /// [`MergeError::Misuse`] when a series' trees, or with [`Merger::has_spans`] its spans,
+    /// were not merged.
     pub fn finish(self) -> Result<(Vec<u8>, WriteReport), MergeError> {
         if self.next != self.order.len() {
             return Err(MergeError::Misuse {
@@ -306,8 +456,39 @@ impl Merger {
                 needed: self.order[self.next].1.len(),
             });
         }
+        if self.has_spans() && self.next_spans != self.order.len() {
+            return Err(MergeError::Misuse {
+                series: self.next_spans,
+                given: 0,
+                needed: self.span_ranges(self.next_spans).len(),
+            });
+        }
         Ok(self.writer.finish())
     }
+}
+
+/// Adds the nodes of `shape` (frames named by `names`) to `trie` (frames interned in
+/// `interner`); returns each shape node's trie node.
+fn trie_nodes(
+    shape: &Shape,
+    names: &Names,
+    interner: &mut Interner,
+    trie: &mut crate::shape::Trie,
+) -> Result<Vec<u32>, BlockError> {
+    let mut nodes = vec![0u32; shape.len()];
+    for node in 1..shape.len() {
+        let name = names.get(shape.frames[node]).ok_or(BlockError::Malformed {
+            section: Section::Names,
+            offset: 0,
+            problem: Problem::Invalid {
+                field: "name table",
+                reason: "a shape names a frame id the table does not have",
+            },
+        })?;
+        let parent = nodes[shape.parents[node] as usize];
+        nodes[node] = trie.child(parent, interner.intern(name));
+    }
+    Ok(nodes)
 }
 
 /// Merges whole blocks held in memory. See the [module documentation](self).
@@ -339,6 +520,17 @@ pub fn merge(
             .collect();
         merger.merge_series(series, &chunks)?;
         out.extend(merger.take_output());
+    }
+    if merger.has_spans() {
+        for series in 0..merger.series_count() {
+            let chunks: Vec<Fetched<'_>> = merger
+                .span_ranges(series)
+                .into_iter()
+                .map(|(input, _)| Fetched::whole(blocks[input]))
+                .collect();
+            merger.merge_spans(series, &chunks)?;
+            out.extend(merger.take_output());
+        }
     }
     let (tail, report) = merger.finish()?;
     out.extend(tail);

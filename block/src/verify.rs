@@ -8,6 +8,7 @@ use crate::codec;
 use crate::error::{BlockError, Problem, Section};
 use crate::footer::{Fetched, Limits, MAGIC, Tail};
 use crate::merge::MergeInput;
+use crate::spans::SpanChunk;
 
 /// What a verified block holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,7 +25,14 @@ pub struct VerifyReport {
     pub markers: u64,
     /// Ids of the blocks it replaces (its sources section).
     pub sources: u64,
+    /// App deletions it was built with (its deletions section).
+    pub deletions: u64,
+    /// Span trees (one per span and finest tree).
+    pub spans: u64,
 }
+
+/// A series' finest trees: (bucket, separable, a separable tree's marker) → total.
+type FinestTotals = BTreeMap<(u64, bool, Vec<u32>), u64>;
 
 fn inconsistent(section: Section, field: &'static str, reason: &'static str) -> BlockError {
     BlockError::Malformed {
@@ -37,7 +45,8 @@ fn inconsistent(section: Section, field: &'static str, reason: &'static str) -> 
 /// Reads all of `block` and checks that it is whole and consistent: the head and tail, that
 /// the sections, directory and tail cover every byte exactly once, every section's and tree's
 /// CRC, the postings against the series, every tree against its table entry, each rollup's total
-/// against the trees below it, and the meta's counts.
+/// against the trees below it, the meta's counts, and that every span entry belongs to a finest
+/// tree of its series whose total none of its span trees passes.
 ///
 /// # Errors
 ///
@@ -86,6 +95,7 @@ pub fn verify(block: &[u8], limits: &Limits) -> Result<VerifyReport, BlockError>
     }
 
     let sources = input.footer.sources(&fetched, limits)?;
+    let deletions = input.footer.deletions(&fetched, limits)?;
     let index = &input.index;
     if index.derived_postings() != index.stored_postings() {
         return Err(inconsistent(
@@ -100,11 +110,33 @@ pub fn verify(block: &[u8], limits: &Limits) -> Result<VerifyReport, BlockError>
         series: index.series().len() as u64,
         markers: index.markers().len() as u64,
         sources: sources.len() as u64,
+        deletions: deletions.len() as u64,
         ..VerifyReport::default()
     };
+    // Per series with spans: its finest trees as (bucket, separable, a separable tree's
+    // marker) → total.
+    let mut finest_trees: BTreeMap<usize, FinestTotals> = BTreeMap::new();
     for (position, series) in index.series().iter().enumerate() {
         let section = Section::Chunk { series: position };
         let chunk = SeriesChunk::decode(index, position, &fetched, limits)?;
+        if input.spans.chunk_range(position).is_some() {
+            finest_trees.insert(
+                position,
+                chunk
+                    .entries()
+                    .iter()
+                    .filter(|e| e.level == 0)
+                    .map(|e| {
+                        let marker = if e.separable {
+                            e.markers.clone()
+                        } else {
+                            vec![]
+                        };
+                        ((e.bucket, e.separable, marker), e.total)
+                    })
+                    .collect(),
+            );
+        }
         // (level, bucket of the level above) → total of the trees of that level in it.
         let mut below: BTreeMap<(u8, u64), u64> = BTreeMap::new();
         let mut rollups: Vec<(u8, u64, u64)> = Vec::new();
@@ -155,6 +187,37 @@ pub fn verify(block: &[u8], limits: &Limits) -> Result<VerifyReport, BlockError>
             "counts",
             "differ from the trees",
         ));
+    }
+    for (position, trees) in finest_trees {
+        let chunk = SpanChunk::decode(index, &input.spans, position, &fetched, limits)?;
+        for (i, entry) in chunk.entries().iter().enumerate() {
+            let section = Section::SpanEntry {
+                series: position,
+                entry: i,
+            };
+            let key = (
+                entry.bucket,
+                entry.separable,
+                entry.marker.into_iter().collect(),
+            );
+            let Some(&total) = trees.get(&key) else {
+                return Err(inconsistent(
+                    section,
+                    "span entry",
+                    "no finest tree of its series",
+                ));
+            };
+            for (_, tree) in chunk.read_entry(i, &fetched)? {
+                if tree.total() > total {
+                    return Err(inconsistent(
+                        section,
+                        "span tree",
+                        "more than its tree's total",
+                    ));
+                }
+                report.spans += 1;
+            }
+        }
     }
     Ok(report)
 }

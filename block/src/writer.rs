@@ -8,19 +8,24 @@
 //! large block to a file or an upload; [`BlockWriter::finish`] appends the small sections, the
 //! directory and the tail.
 //!
+//! Span profiles come second: once every series' chunk is written, [`BlockWriter::push_spans`]
+//! appends each series' span chunk (`spans.rs`), keeping exactly the spans of the trees the
+//! first pass kept, so that a merge or downsampling streams them as it streams trees.
+//!
 //! The same data gives the same bytes, whatever order it was added in.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use smolder_common::{ProfileMeta, Series};
+use smolder_common::{ProfileMeta, Series, SpanId};
 
 use crate::chunk::EntryOut;
 use crate::codec::{self, put_varint};
 use crate::error::WriteError;
-use crate::footer::{self, Entry, Kind, MAGIC};
+use crate::footer::{self, Deletion, Entry, Kind, MAGIC};
 use crate::index::{self, BlockMeta, ChunkLocation, Marker, SeriesEntry};
 use crate::names::Interner;
 use crate::shape::{NO_FRAME, Shape, Trie};
+use crate::spans::{SpanEntryOut, SpanIndex, SpanLocation};
 use crate::tree::{self, node_count};
 
 /// The level ladder: from `finest` up by factors of ten to `span`, for a block starting at
@@ -66,7 +71,52 @@ pub(crate) struct Part {
     pub(crate) writes: u64,
     /// Self values of trie nodes, each node at most once.
     pub(crate) values: Vec<(u32, u64)>,
+    /// Which input it came from (the merger's input, the builder's part): with its bucket
+    /// and marker, it names a separable part that [`Pushed::dropped`] lists.
+    pub(crate) origin: u32,
 }
+
+/// What [`BlockWriter::push_series`] did with a series, for its spans.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Pushed {
+    /// The series' position in the block, if it was written (all its trees may be dropped).
+    pub(crate) position: Option<usize>,
+    /// The separable parts dropped as copies of a batch already counted: (origin, bucket,
+    /// marker). Their spans go with them.
+    pub(crate) dropped: Vec<(u32, u64, u32)>,
+}
+
+/// The spans of one finest tree to write.
+#[derive(Clone, Debug)]
+pub(crate) struct SpanPart {
+    /// As its [`Part`]'s.
+    pub(crate) origin: u32,
+    /// As its [`Part`]'s: the bucket its data was written in.
+    pub(crate) bucket: u64,
+    /// Whether its part is separable; then `marker` is the part's one marker.
+    pub(crate) separable: bool,
+    pub(crate) marker: Option<u32>,
+    /// Each span with its self values over [`SeriesSpans::trie`]'s nodes.
+    pub(crate) spans: Vec<(SpanId, Vec<(u32, u64)>)>,
+}
+
+/// A series' span trees to write.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SeriesSpans {
+    /// The nodes of every span tree of the series, frames named as the series' own trie.
+    pub(crate) trie: Trie,
+    pub(crate) parts: Vec<SpanPart>,
+}
+
+impl SeriesSpans {
+    /// Whether there is nothing to write.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.parts.iter().all(|p| p.spans.is_empty())
+    }
+}
+
+/// Each span's self values over a trie, by span.
+type SpanValues = BTreeMap<SpanId, Vec<(u32, u64)>>;
 
 /// A series' data to write.
 #[derive(Clone, Debug, Default)]
@@ -88,6 +138,8 @@ pub struct WriteReport {
     pub nodes: u64,
     /// Separable trees dropped because their batch was already counted.
     pub duplicates: u64,
+    /// Span trees written (one per span and finest tree).
+    pub spans: u64,
     /// The block's length in bytes.
     pub bytes: u64,
 }
@@ -98,6 +150,8 @@ pub(crate) struct BlockWriter {
     markers: Vec<Marker>,
     /// Ids of the blocks this one replaces, for the sources section.
     sources: Vec<String>,
+    /// The app deletions it was built with (canonical), for the deletions section.
+    deletions: Vec<Deletion>,
     keep_separable: bool,
     names: Interner,
     series: Vec<SeriesEntry>,
@@ -106,6 +160,12 @@ pub(crate) struct BlockWriter {
     /// Bytes written so far, taken or not.
     written: u64,
     trees_crc: crc32fast::Hasher,
+    /// Where the spans section starts, once the first span chunk is written.
+    spans_start: Option<u64>,
+    spans_crc: crc32fast::Hasher,
+    span_chunks: Vec<SpanLocation>,
+    /// The separable parts [`BlockWriter::combine`] dropped from the series being pushed.
+    dropped: Vec<(u32, u64, u32)>,
     report: WriteReport,
 }
 
@@ -138,12 +198,17 @@ impl BlockWriter {
             },
             markers,
             sources: Vec::new(),
+            deletions: Vec::new(),
             keep_separable,
             names: Interner::default(),
             series: Vec::new(),
             written: out.len() as u64,
             out,
             trees_crc: crc32fast::Hasher::new(),
+            spans_start: None,
+            spans_crc: crc32fast::Hasher::new(),
+            span_chunks: Vec::new(),
+            dropped: Vec::new(),
             report: WriteReport::default(),
         }
     }
@@ -155,24 +220,44 @@ impl BlockWriter {
         self.sources = sources;
     }
 
-    /// Appends one series' chunk. Series must come in increasing order; `name` gives the frame
-    /// name of a trie frame id.
+    /// Records the app deletions this block was built with (written as its deletions section),
+    /// as `footer::canonical_deletions` orders them.
+    pub(crate) fn set_deletions(&mut self, deletions: Vec<Deletion>) {
+        self.deletions = deletions;
+    }
+
+    /// Appends one series' chunk. Series must come in increasing order, all before any span
+    /// chunk; `name` gives the frame name of a trie frame id.
+    ///
+    /// # Panics
+    ///
+    /// When a span chunk was written already.
     pub(crate) fn push_series<'n>(
         &mut self,
         series: &Series,
         data: SeriesParts,
         name: impl Fn(u32) -> &'n str,
-    ) -> Result<(), WriteError> {
+    ) -> Result<Pushed, WriteError> {
         debug_assert!(
             self.series.last().is_none_or(|last| &last.series < series),
             "series pushed in order"
         );
+        assert!(
+            self.spans_start.is_none(),
+            "every series' trees come before the spans"
+        );
         let SeriesParts { trie, parts, meta } = data;
+        self.dropped.clear();
         let parts = self.combine(series, parts)?;
+        let dropped = std::mem::take(&mut self.dropped);
         if parts.is_empty() {
-            return Ok(());
+            return Ok(Pushed {
+                position: None,
+                dropped,
+            });
         }
-        let (shape, renumber) = self.canonical_shape(&trie, &parts, &name);
+        let (shape, renumber) =
+            self.canonical_shape(&trie, parts.iter().map(|p| p.values.as_slice()), &name);
         let mut seen = vec![false; shape.len()];
 
         // The finest level as written, then each rollup from the level below it.
@@ -205,6 +290,7 @@ impl BlockWriter {
                     markers: Vec::new(),
                     writes,
                     values: sum.take(),
+                    origin: 0,
                 });
             }
             levels.push(rollups);
@@ -264,7 +350,113 @@ impl BlockWriter {
             chunk: location,
         });
         self.report.series += 1;
-        Ok(())
+        Ok(Pushed {
+            position: Some(self.series.len() - 1),
+            dropped,
+        })
+    }
+
+    /// Appends the span chunk of the series `pushed` describes (nothing when it was not
+    /// written or has no spans left): the spans of the trees it kept, each finest bucket's
+    /// merged spans in one entry and, in a cut, each separable tree's in its own. Span chunks
+    /// must come in series order, after every series' trees; `name` gives the frame name of a
+    /// trie frame id.
+    pub(crate) fn push_spans<'n>(
+        &mut self,
+        pushed: &Pushed,
+        data: SeriesSpans,
+        name: impl Fn(u32) -> &'n str,
+    ) {
+        let Some(position) = pushed.position else {
+            return;
+        };
+        debug_assert!(
+            self.span_chunks
+                .last()
+                .is_none_or(|last| (last.series as usize) < position),
+            "span chunks pushed in series order"
+        );
+        let finest = self.meta.finest();
+        let mut entries: BTreeMap<(u64, bool, Option<u32>), SpanValues> = BTreeMap::new();
+        for part in data.parts {
+            if let (true, Some(marker)) = (part.separable, part.marker)
+                && pushed.dropped.contains(&(part.origin, part.bucket, marker))
+            {
+                continue;
+            }
+            let bucket = part.bucket / finest * finest;
+            let key = if self.keep_separable && part.separable {
+                (bucket, true, part.marker)
+            } else {
+                (bucket, false, None)
+            };
+            let entry = entries.entry(key).or_default();
+            for (span, values) in part.spans {
+                entry.entry(span).or_default().extend(values);
+            }
+        }
+        for spans in entries.values_mut() {
+            for values in spans.values_mut() {
+                *values = sum_values(std::mem::take(values));
+            }
+            spans.retain(|_, values| !values.is_empty());
+        }
+        entries.retain(|_, spans| !spans.is_empty());
+        if entries.is_empty() {
+            return;
+        }
+        let (shape, renumber) = self.canonical_shape(
+            &data.trie,
+            entries
+                .values()
+                .flat_map(|spans| spans.values().map(Vec::as_slice)),
+            &name,
+        );
+        let mut header = Vec::new();
+        shape.encode(&mut header);
+        put_varint(&mut header, entries.len() as u64);
+        let mut bodies = Vec::new();
+        let mut previous = self.meta.start;
+        for ((bucket, _, marker), spans) in entries {
+            let start = bodies.len();
+            for (span, mut values) in spans.iter().map(|(s, v)| (*s, v.clone())) {
+                for value in &mut values {
+                    value.0 = renumber[value.0 as usize];
+                }
+                values.sort_unstable_by_key(|&(node, _)| node);
+                bodies.extend_from_slice(&span.to_bytes());
+                tree::encode(&values, &mut bodies);
+            }
+            self.report.spans += spans.len() as u64;
+            SpanEntryOut {
+                bucket_delta: (bucket - previous) / finest,
+                marker,
+                spans: spans.len() as u64,
+                len: (bodies.len() - start) as u64,
+                crc: codec::crc(&bodies[start..]),
+            }
+            .encode(&mut header);
+            previous = bucket;
+        }
+        let header_raw = header.len() as u64;
+        let (header_codec, header) = codec::compress(header);
+        self.spans_start.get_or_insert(self.written);
+        self.span_chunks.push(SpanLocation {
+            series: position as u32,
+            chunk: ChunkLocation {
+                offset: self.written,
+                header_codec,
+                header_stored: header.len() as u64,
+                header_raw,
+                header_crc: codec::crc(&header),
+                len: (header.len() + bodies.len()) as u64,
+            },
+        });
+        for bytes in [&header, &bodies] {
+            self.spans_crc.update(bytes);
+            self.out.extend_from_slice(bytes);
+            self.written += bytes.len() as u64;
+        }
     }
 
     fn append_trees(&mut self, bytes: &[u8]) {
@@ -301,6 +493,7 @@ impl BlockWriter {
                 markers: Vec::new(),
                 writes: 0,
                 values: Vec::new(),
+                origin: 0,
             };
             let mut kept = Vec::new();
             let mut next = Some(first);
@@ -313,6 +506,7 @@ impl BlockWriter {
                     let marker = part.markers[0];
                     if overlaps(merged_in.get(&marker)) || !separate.insert((marker, start)) {
                         self.report.duplicates += 1;
+                        self.dropped.push((part.origin, part.bucket, marker));
                     } else if self.keep_separable {
                         part.bucket = bucket;
                         kept.push(part);
@@ -354,18 +548,18 @@ impl BlockWriter {
         Ok(out)
     }
 
-    /// The shape of the trie nodes that `parts` use, children in frame-name order, with frame
+    /// The shape of the trie nodes that `values` use, children in frame-name order, with frame
     /// ids of this block's name table (interned by first use), and the new id of each trie node.
-    fn canonical_shape<'n>(
+    fn canonical_shape<'n, 'v>(
         &mut self,
         trie: &Trie,
-        parts: &[Part],
+        values: impl Iterator<Item = &'v [(u32, u64)]>,
         name: &impl Fn(u32) -> &'n str,
     ) -> (Shape, Vec<u32>) {
         let mut used = vec![false; trie.len()];
         used[0] = true;
-        for part in parts {
-            for &(node, _) in &part.values {
+        for values in values {
+            for &(node, _) in values {
                 let mut at = node;
                 while !used[at as usize] {
                     used[at as usize] = true;
@@ -404,19 +598,31 @@ impl BlockWriter {
         std::mem::take(&mut self.out)
     }
 
-    /// Appends the names, series, postings, markers and meta sections, the directory and the
-    /// tail, and returns the bytes not yet taken with what the block holds.
+    /// Appends the names, series, postings, markers, meta (and span index) sections, the
+    /// directory and the tail, and returns the bytes not yet taken with what the block holds.
     pub(crate) fn finish(mut self) -> (Vec<u8>, WriteReport) {
         let trees_start = MAGIC.len() as u64;
+        let trees_end = self.spans_start.unwrap_or(self.written);
         let mut entries = vec![Entry {
             kind: Kind::Trees as u8,
             required: true,
             codec: codec::Codec::None,
             offset: trees_start,
-            stored_len: self.written - trees_start,
-            raw_len: self.written - trees_start,
+            stored_len: trees_end - trees_start,
+            raw_len: trees_end - trees_start,
             crc: self.trees_crc.clone().finalize(),
         }];
+        if let Some(start) = self.spans_start {
+            entries.push(Entry {
+                kind: Kind::Spans as u8,
+                required: false,
+                codec: codec::Codec::None,
+                offset: start,
+                stored_len: self.written - start,
+                raw_len: self.written - start,
+                crc: self.spans_crc.clone().finalize(),
+            });
+        }
         self.meta.names = self.names.names().len() as u64;
         self.meta.series = self.series.len() as u64;
         self.meta.trees = self.report.trees;
@@ -437,13 +643,25 @@ impl BlockWriter {
             }
             sections.push((Kind::Sources, raw));
         }
+        if !self.deletions.is_empty() {
+            let mut raw = Vec::new();
+            put_varint(&mut raw, self.deletions.len() as u64);
+            for deletion in &self.deletions {
+                codec::put_str(&mut raw, &deletion.app);
+                put_varint(&mut raw, deletion.horizon);
+            }
+            sections.push((Kind::Deletions, raw));
+        }
+        if !self.span_chunks.is_empty() {
+            sections.push((Kind::SpanIndex, SpanIndex::encode(&self.span_chunks)));
+        }
         for (kind, raw) in sections {
             let raw_len = raw.len() as u64;
             let (codec, stored) = codec::compress(raw);
             entries.push(Entry {
                 kind: kind as u8,
-                // Readers that predate the sources section skip it.
-                required: kind != Kind::Sources,
+                // Readers that predate the sources, deletions and span sections skip them.
+                required: kind.required(),
                 codec,
                 offset: self.written,
                 stored_len: stored.len() as u64,

@@ -50,6 +50,7 @@
 //!   `types.v1` and `settings.v1`): its messages in binary protobuf and JSON, and the flame
 //!   graph, diff and tree forms of its answers.
 //! - [`protojson`]: the proto3 JSON mapping as serde helpers, for the messages above.
+//! - [`varint`]: LEB128 varints, which protobuf and Smolder's own encodings write.
 //! - [`corpus`]: a seeded synthetic profile generator for tests and benchmarks: unique stacks
 //!   that share prefixes like real call trees, drawn Zipf-distributed by rank.
 //!
@@ -74,6 +75,7 @@ pub mod series;
 pub mod span;
 pub mod timestamp;
 pub mod tree;
+pub mod varint;
 pub mod wire;
 
 pub use corpus::{Corpus, CorpusConfig, Sampler};

@@ -12,7 +12,34 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::Tree;
+use crate::{Labels, Tree};
+
+/// The pprof sample label (and `/ingest` or push series label) holding a span id, as
+/// Pyroscope's SDKs and `pyroscope-otel` set it.
+pub const SPAN_ID_LABEL: &str = "span_id";
+/// The label `pyroscope-otel` sets beside [`SPAN_ID_LABEL`]: the root span's name.
+pub const SPAN_NAME_LABEL: &str = "span_name";
+/// The label `pyroscope-otel` 1.1 sets beside [`SPAN_ID_LABEL`]: the trace's id.
+pub const TRACE_ID_LABEL: &str = "trace_id";
+
+/// Whether `name` is one of the labels that identify a span or trace rather than a series:
+/// [`SPAN_ID_LABEL`], [`SPAN_NAME_LABEL`] and [`TRACE_ID_LABEL`]. As series labels they would
+/// give every request its own series, so ingest never keeps them as labels; the span id goes
+/// to the span index.
+pub fn is_span_label(name: &str) -> bool {
+    matches!(name, SPAN_ID_LABEL | SPAN_NAME_LABEL | TRACE_ID_LABEL)
+}
+
+/// Removes the span labels ([`is_span_label`]) from `labels` and returns the span the
+/// `span_id` label named, if it was a valid one: what ingest does with a series name such as
+/// `/ingest?name=app.cpu{span_id=...}` or a push series' labels.
+pub fn take_span_labels(labels: &mut Labels) -> Option<SpanId> {
+    let span = labels.get(SPAN_ID_LABEL).and_then(SpanId::from_label);
+    for name in [SPAN_ID_LABEL, SPAN_NAME_LABEL, TRACE_ID_LABEL] {
+        labels.remove(name);
+    }
+    span
+}
 
 /// An OpenTelemetry span id: 8 bytes, written as 16 hex digits. All zeros is not a span.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -56,6 +83,32 @@ impl fmt::Display for SpanId {
     }
 }
 
+impl SpanId {
+    /// The span id of a label value: 16 hex digits, else `None` (a malformed or all-zero id
+    /// names no span; the sample still counts in its profile).
+    pub fn from_label(value: &str) -> Option<SpanId> {
+        value.parse().ok()
+    }
+
+    /// A comma-separated list of span ids (blanks around each ignored, empty items skipped),
+    /// as `/render`'s `spanSelector` and the web UI's links carry them.
+    ///
+    /// # Errors
+    ///
+    /// [`BadSpanId`] naming the first item that is not a span id.
+    pub fn parse_list(text: &str) -> Result<Vec<SpanId>, BadSpanId> {
+        let mut out: Vec<SpanId> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(str::parse)
+            .collect::<Result<_, _>>()?;
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+}
+
 /// Lowercase hex of `bytes`.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -82,7 +135,7 @@ pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
 /// One tree per span: the samples of a profile that carried each span id.
 ///
 /// Every sample here is also in the profile's own tree; this only says which span it ran in.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpanTrees {
     trees: BTreeMap<SpanId, Tree>,
 }
@@ -137,6 +190,21 @@ impl SpanTrees {
         }
     }
 
+    /// Adds `tree` as span `span`'s, merged with what it has.
+    pub fn add(&mut self, span: SpanId, tree: &Tree) {
+        match self.trees.get_mut(&span) {
+            Some(mine) => mine.merge(tree),
+            None => {
+                self.trees.insert(span, tree.clone());
+            }
+        }
+    }
+
+    /// Drops the spans whose trees are empty (a scale that rounded them to nothing).
+    pub fn retain_nonempty(&mut self) {
+        self.trees.retain(|_, tree| tree.total() > 0);
+    }
+
     /// The number of spans.
     pub fn len(&self) -> usize {
         self.trees.len()
@@ -145,6 +213,26 @@ impl SpanTrees {
     /// Whether there are no spans.
     pub fn is_empty(&self) -> bool {
         self.trees.is_empty()
+    }
+}
+
+impl IntoIterator for SpanTrees {
+    type Item = (SpanId, Tree);
+    type IntoIter = std::collections::btree_map::IntoIter<SpanId, Tree>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.trees.into_iter()
+    }
+}
+
+impl FromIterator<(SpanId, Tree)> for SpanTrees {
+    /// Span trees from pairs; a span given twice has its trees merged.
+    fn from_iter<I: IntoIterator<Item = (SpanId, Tree)>>(pairs: I) -> Self {
+        let mut out = SpanTrees::new();
+        for (span, tree) in pairs {
+            out.add(span, &tree);
+        }
+        out
     }
 }
 
@@ -175,6 +263,33 @@ mod tests {
             );
         }
         assert_eq!(unhex("0aFf"), Some(vec![0x0a, 0xff]));
+        assert_eq!(SpanId::from_label("00f067aa0ba902b7"), Some(id));
+        assert_eq!(SpanId::from_label("not a span"), None);
+        assert_eq!(
+            SpanId::parse_list(" 00f067aa0ba902b7,,00F067AA0BA902B7 , 0000000000000001"),
+            Ok(vec![
+                SpanId::from_bytes([0, 0, 0, 0, 0, 0, 0, 1]).unwrap(),
+                id
+            ])
+        );
+        assert_eq!(
+            SpanId::parse_list("00f067aa0ba902b7,x"),
+            Err(BadSpanId("x".to_owned()))
+        );
+        assert!(is_span_label("span_id") && is_span_label("trace_id"));
+        assert!(!is_span_label("span"));
+        let mut labels = Labels::from_pairs([
+            ("env", "prod"),
+            ("span_id", "00F067AA0BA902B7"),
+            ("span_name", "GET /"),
+            ("trace_id", "c0712b7cef35caf6bb3ee002b87fc2e4"),
+        ])
+        .unwrap();
+        assert_eq!(take_span_labels(&mut labels), Some(id));
+        assert_eq!(labels, Labels::from_pairs([("env", "prod")]).unwrap());
+        let mut labels = Labels::from_pairs([("span_id", "bad")]).unwrap();
+        assert_eq!(take_span_labels(&mut labels), None);
+        assert!(labels.is_empty());
         assert_eq!(hex(&[0x0a, 0xff]), "0aff");
     }
 

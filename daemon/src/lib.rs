@@ -8,6 +8,7 @@
 //! ([`http`]: [`HttpConfig`], the listener, answers with a body for every refusal), and how it
 //! says whether it works ([`health`]: every long-running loop beats; [`supervise`]d threads
 //! restart after a panic; `/healthz`, `/readyz` and the watchdog pings follow the heartbeats;
+//! [`metrics`]: the helpers every stage creates its metrics with, and `/metrics`' rendering;
 //! [`fault`]: the faults tests inject, compiled in for tests only). A daemon's
 //! `main.rs` is one call to [`main`] with what its modes do; its `app.rs` starts its stages
 //! inside [`run`].
@@ -27,6 +28,7 @@ mod flags;
 pub mod health;
 pub mod http;
 pub mod logs;
+pub mod metrics;
 mod service;
 
 pub use config::{DaemonConfig, RenamedKey, default_yaml, load, parse};

@@ -1,19 +1,22 @@
-//! The block reader on untrusted bytes: `verify`, the ranged reader and a merge never panic, and
-//! a block that verifies reads back the same after being merged with nothing else.
+//! The block reader on untrusted bytes: `verify`, the ranged reader (trees and span profiles)
+//! and a merge never panic, and a block that verifies reads back the same after being merged
+//! with nothing else.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use smolder_block::{
-    Fetched, Footer, Index, Limits, MergeOptions, Names, SeriesChunk, Tail, merge, verify,
+    Fetched, Footer, Index, Limits, MergeOptions, Names, SeriesChunk, SpanChunk, SpanIndex, Tail,
+    merge, verify,
 };
-use smolder_common::Tree;
+use smolder_common::{SpanId, Tree};
 
 /// Small enough that a fuzzer's inputs cannot make it allocate much.
 const LIMITS: Limits = Limits {
     max_section_bytes: 1 << 20,
 };
 
-/// Every series' whole range through the ranged reader, or the first error.
+/// Every series' whole range through the ranged reader, then every span of every series, or
+/// the first error.
 fn read(block: &[u8]) -> Option<Vec<u64>> {
     let fetched = Fetched::whole(block);
     let tail = Tail::decode(block.len() as u64, &fetched).ok()?;
@@ -27,6 +30,21 @@ fn read(block: &[u8]) -> Option<Vec<u64>> {
         let mut tree = Tree::new();
         chunk
             .read_range(meta.start, meta.end(), &fetched, &names, &mut tree)
+            .ok()?;
+        totals.push(tree.total());
+    }
+    let spans = SpanIndex::decode(&footer, &index, &fetched, &LIMITS).ok()?;
+    for series in spans.series() {
+        let chunk = SpanChunk::decode(&index, &spans, series, &fetched, &LIMITS).ok()?;
+        let mut every: Vec<SpanId> = Vec::new();
+        for entry in 0..chunk.entries().len() {
+            every.extend(chunk.read_entry(entry, &fetched).ok()?.into_iter().map(|(s, _)| s));
+        }
+        every.sort();
+        every.dedup();
+        let mut tree = Tree::new();
+        chunk
+            .read_range(meta.start, meta.end(), &every, &fetched, &names, &mut tree)
             .ok()?;
         totals.push(tree.total());
     }

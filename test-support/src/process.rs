@@ -81,7 +81,18 @@ impl Process {
     ///
     /// When the line does not come within [`PATIENCE`] (the process exited, or logs otherwise).
     pub fn listening(&self, listener: &str) -> SocketAddr {
-        let line = self.wait_for_line(&format!("the {listener} listener's address"), |line| {
+        self.listening_within(listener, PATIENCE)
+    }
+
+    /// [`listening`](Process::listening), waiting up to `patience`: for a daemon that does
+    /// long work before it binds, such as an aggregator replaying a large head after a kill.
+    ///
+    /// # Panics
+    ///
+    /// When the line does not come within `patience`.
+    pub fn listening_within(&self, listener: &str, patience: Duration) -> SocketAddr {
+        let what = format!("the {listener} listener's address");
+        let line = self.wait_for_line_within(&what, patience, |line| {
             let Ok(json) = serde_json::from_str::<serde_json::Value>(line) else {
                 return false;
             };
@@ -100,7 +111,21 @@ impl Process {
     ///
     /// When none comes in time or stderr closes first; the message holds the whole log.
     pub fn wait_for_line(&self, what: &str, matches: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + PATIENCE;
+        self.wait_for_line_within(what, PATIENCE, matches)
+    }
+
+    /// [`wait_for_line`](Process::wait_for_line), waiting up to `patience`.
+    ///
+    /// # Panics
+    ///
+    /// When none comes in time or stderr closes first; the message holds the whole log.
+    pub fn wait_for_line_within(
+        &self,
+        what: &str,
+        patience: Duration,
+        matches: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + patience;
         let mut text = self.output.text.lock().expect("not poisoned");
         loop {
             if let Some(line) = text.0.lines().find(|line| matches(line)) {
@@ -139,11 +164,24 @@ impl Process {
     ///
     /// When `kill` cannot be run.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends the signal named `name` (`TERM`, `STOP`, `CONT`, …).
+    ///
+    /// # Panics
+    ///
+    /// When `kill` cannot be run or fails.
+    pub fn signal(&self, name: &str) {
         let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .expect("running kill");
-        assert!(status.success(), "kill -TERM {}: {status}", self.child.id());
+        assert!(
+            status.success(),
+            "kill -{name} {}: {status}",
+            self.child.id()
+        );
     }
 
     /// Sends SIGKILL and reaps it.

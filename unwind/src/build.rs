@@ -23,7 +23,8 @@
 //! Go binaries carry no `.eh_frame` for Go code but always keep frame pointers: their Go text
 //! (`runtime.text` to `runtime.etext`, else `.text`) gets one frame-pointer row (CFA = `rbp +
 //! 16`, `rbp` at `CFA - 16`) and end-of-stack rows over `runtime.goexit`, `runtime.mstart` and
-//! `runtime.rt0_go`, where goroutine and thread stacks begin. A Go function sampled before its
+//! `runtime.rt0_go`, where goroutine and thread stacks begin, and `runtime.mcall` and
+//! `runtime.morestack`, where the scheduler's begins. A Go function sampled before its
 //! prologue saved `rbp` loses its caller's frame, as with any frame-pointer walk; `.eh_frame`
 //! rows (cgo's C code) are kept outside the Go text.
 
@@ -37,7 +38,7 @@ use gimli::{
 use crate::elf::{Cfi, CfiKind, Elf};
 use crate::error::UnwindError;
 use crate::rule::{Cfa, Fp, Rule, Unsupported};
-use crate::table::{Limits, Stats, UnwindTable};
+use crate::table::{Limits, Stats, UnwindTable, check_limit};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -52,18 +53,25 @@ const PLT2: [u8; 11] = [
     0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3a, 0x2a, 0x33, 0x24, 0x22,
 ];
 
-/// Functions where Go stacks begin.
-const GO_STACK_ROOTS: [&str; 6] = [
+/// Functions where Go stacks begin, as the Go runtime's own traceback says (`topofstack`):
+/// goroutines at `goexit`, threads at `mstart` and `rt0_go`, and the scheduler's stack (`g0`)
+/// at `mcall` and `morestack`, which switch to it from a goroutine's (a preemption, a stack
+/// growth) and leave no frame pointer to follow back.
+const GO_STACK_ROOTS: [&str; 10] = [
     "runtime.goexit.abi0",
     "runtime.goexit",
     "runtime.mstart.abi0",
     "runtime.mstart",
     "runtime.rt0_go.abi0",
     "runtime.rt0_go",
+    "runtime.mcall",
+    "runtime.mcall.abi0",
+    "runtime.morestack.abi0",
+    "runtime.morestack",
 ];
 
 /// Every symbol a Go binary's table is built from: its text's bounds and its stack roots.
-pub(crate) const GO_SYMBOLS: [&str; 8] = [
+pub(crate) const GO_SYMBOLS: [&str; 12] = [
     "runtime.text",
     "runtime.etext",
     GO_STACK_ROOTS[0],
@@ -72,6 +80,10 @@ pub(crate) const GO_SYMBOLS: [&str; 8] = [
     GO_STACK_ROOTS[3],
     GO_STACK_ROOTS[4],
     GO_STACK_ROOTS[5],
+    GO_STACK_ROOTS[6],
+    GO_STACK_ROOTS[7],
+    GO_STACK_ROOTS[8],
+    GO_STACK_ROOTS[9],
 ];
 
 /// Builds the unwind table of an ELF file; `debug` is its separate debug file.
@@ -101,7 +113,7 @@ pub fn build(
         let Some(cfi) = cfi else { continue };
         let secondary = i > 0;
         let before = spans.len();
-        read_cfi(elf, cfi, &mut stats, &mut spans, &mut raw)?;
+        read_cfi(elf, cfi, limits, &mut stats, &mut spans, &mut raw)?;
         for span in &mut spans[before..] {
             span.secondary = secondary;
         }
@@ -135,6 +147,7 @@ struct Span {
 fn read_cfi(
     elf: &Elf<'_>,
     cfi: &Cfi<'_>,
+    limits: &Limits,
     stats: &mut Stats,
     spans: &mut Vec<Span>,
     raw: &mut Vec<(u64, Rule)>,
@@ -144,7 +157,14 @@ fn read_cfi(
         CfiKind::DebugFrame => {
             let mut section = DebugFrame::from(data);
             section.set_address_size(8);
-            read_section(&section, &BaseAddresses::default(), stats, spans, raw)
+            read_section(
+                &section,
+                &BaseAddresses::default(),
+                limits,
+                stats,
+                spans,
+                raw,
+            )
         }
         _ => {
             let mut section = EhFrame::from(data);
@@ -153,7 +173,7 @@ fn read_cfi(
             if let Some((text, _)) = elf.text() {
                 bases = bases.set_text(text);
             }
-            read_section(&section, &bases, stats, spans, raw)
+            read_section(&section, &bases, limits, stats, spans, raw)
         }
     }
 }
@@ -161,6 +181,7 @@ fn read_cfi(
 fn read_section<'a, S: UnwindSection<Slice<'a>>>(
     section: &S,
     bases: &BaseAddresses,
+    limits: &Limits,
     stats: &mut Stats,
     spans: &mut Vec<Span>,
     raw: &mut Vec<(u64, Rule)>,
@@ -222,6 +243,10 @@ fn read_section<'a, S: UnwindSection<Slice<'a>>>(
             rows: first..raw.len(),
             secondary: false,
         });
+        // The table's own row limit, checked as the rows are read rather than once they are
+        // all in memory (a few tens of bytes each before compaction): a binary past it costs
+        // no more than the limit's worth.
+        check_limit("rows", raw.len() as u64, u64::from(limits.max_rows))?;
     }
     Ok(())
 }

@@ -34,8 +34,10 @@ use crate::table::{Limits, Stats, UnwindTable};
 
 /// The first 8 bytes of every cache file.
 pub const MAGIC: [u8; 8] = *b"SMOLUNWT";
-/// The format version this build reads and writes.
-pub const VERSION: u32 = 2;
+/// The format version this build reads and writes, raised when the layout or what the builder
+/// puts in a table changes (3: Go binaries' tables end stacks at `runtime.mcall` and
+/// `runtime.morestack` too), so that a table an older agent cached is built again.
+pub const VERSION: u32 = 3;
 
 const ID_OFFSET: usize = 16;
 const DIGEST_OFFSET: usize = ID_OFFSET + MAX_BUILD_ID;

@@ -52,7 +52,8 @@ pub trait Tables {
 /// Why a walk ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
-    /// An end-of-stack row, a zero return address, or a zero frame pointer: the whole stack.
+    /// An end-of-stack row, or a zero return address where a row said the return address is:
+    /// the whole stack.
     Complete,
     /// The frame limit was reached before the end.
     Truncated,
@@ -70,6 +71,10 @@ pub enum Status {
     ReadFault,
     /// The computed CFA was not above the stack pointer.
     NotMovingUp,
+    /// A frame-pointer step met a zero frame pointer or a zero return address: the end of the
+    /// chain, which is the stack's root only if every frame walked keeps a frame pointer (code
+    /// built without them keeps the zero `_start` and `clone3` put in `rbp`).
+    FpEnd,
 }
 
 impl Status {
@@ -85,6 +90,7 @@ impl Status {
             Status::FpLost => 5,
             Status::ReadFault => 6,
             Status::NotMovingUp => 7,
+            Status::FpEnd => 9,
         }
     }
 }
@@ -179,7 +185,7 @@ fn frame_pointer_step(regs: &Registers, mem: &dyn Memory, failure: Status) -> St
         return Step::End(Status::FpLost);
     };
     if rbp == 0 {
-        return Step::End(Status::Complete);
+        return Step::End(Status::FpEnd);
     }
     if rbp % 8 != 0 || rbp < regs.rsp || rbp - regs.rsp >= MAX_FP_FRAME {
         return Step::End(failure);
@@ -189,7 +195,7 @@ fn frame_pointer_step(regs: &Registers, mem: &dyn Memory, failure: Status) -> St
         return Step::End(Status::ReadFault);
     };
     if rip == 0 {
-        return Step::End(Status::Complete);
+        return Step::End(Status::FpEnd);
     }
     Step::Caller {
         regs: Registers {

@@ -320,7 +320,7 @@ impl UnwindTable {
     }
 }
 
-fn check_limit(what: &'static str, value: u64, limit: u64) -> Result<(), UnwindError> {
+pub(crate) fn check_limit(what: &'static str, value: u64, limit: u64) -> Result<(), UnwindError> {
     if value > limit {
         return Err(UnwindError::TooLarge { what, value, limit });
     }

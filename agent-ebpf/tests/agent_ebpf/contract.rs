@@ -44,6 +44,7 @@ fn statuses_and_frame_checks_match_the_evaluator() {
         (Status::FpLost, EvalStatus::FpLost),
         (Status::ReadFault, EvalStatus::ReadFault),
         (Status::NotMovingUp, EvalStatus::NotMovingUp),
+        (Status::FpEnd, EvalStatus::FpEnd),
     ];
     for (ours, theirs) in pairs {
         assert_eq!(ours as u16, theirs.code(), "{ours:?}");

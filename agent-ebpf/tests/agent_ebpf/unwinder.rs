@@ -3,9 +3,11 @@
 //! `burn` the walk gives exactly the victim's call path, leaf at the probed instruction;
 //! cpu-clock samples of the same program reach `_start` or `clone3`, also from inside system
 //! calls (with their kernel stacks) and PLT stubs; a uprobe in a signal handler sees through the signal frame; stacks
-//! deeper than the limit come back truncated with the limit's frames.
+//! deeper than the limit come back truncated with the limit's frames; a walk that meets a zero
+//! frame pointer where no table applies is not said to be complete.
 
 use std::num::NonZeroU32;
+use std::process::Command;
 use std::time::Duration;
 
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
@@ -207,6 +209,69 @@ fn cpu_samples_in_system_calls_and_plt_stubs_reach_the_root() {
         "{in_kernel} of {} samples in the kernel",
         samples.len()
     );
+}
+
+/// `_start` zeroes `rbp` and calls `spin`, which keeps no frame pointer, in hand-written
+/// assembly without call-frame information (so without a table).
+const NO_CFI: &str = "
+    .globl _start
+_start:
+    xor %ebp, %ebp
+1:  call spin
+    jmp 1b
+spin:
+    mov $200000, %ecx
+2:  dec %ecx
+    jnz 2b
+    ret
+";
+
+/// A frame-pointer step that meets `rbp` 0 ends the chain, but that is the stack's root only
+/// where every frame keeps a frame pointer: here the leaf `spin` keeps none, `rbp` is still
+/// `_start`'s 0, and its caller `_start` is never reached. The walk says `FpEnd`, never
+/// `Complete`.
+#[test]
+fn a_zero_frame_pointer_met_without_a_table_is_not_a_complete_stack() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("spin.S");
+    let binary = dir.path().join("spin");
+    std::fs::write(&source, NO_CFI).unwrap();
+    let output = Command::new("gcc")
+        .args(["-nostdlib", "-static", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .output()
+        .expect("run gcc (apt-get install gcc)");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut child = Command::new(&binary).spawn().unwrap();
+    let mut ebpf = load();
+    let program: &mut PerfEvent = ebpf.program_mut(PROGRAM_CPU).unwrap().try_into().unwrap();
+    program.load().expect("the verifier accepts on_cpu");
+    for cpu in aya::util::online_cpus().unwrap() {
+        program
+            .attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Frequency(499),
+                false,
+            )
+            .unwrap();
+    }
+    let samples = read_samples(&mut ebpf, child.id(), 200, Duration::from_secs(30));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(samples.len() >= 200, "{} samples", samples.len());
+    for (header, frames) in &samples {
+        assert_eq!(
+            (Status::from_raw(header.status), frames.len()),
+            (Some(Status::FpEnd), 1),
+            "{frames:x?}"
+        );
+    }
 }
 
 #[test]

@@ -25,10 +25,9 @@ use super::samples::{KindCounts, UnwindCounts, WindowSamples};
 use super::symbolize::{DebugDirs, Symbolizer};
 use super::unwind::{Ready, Reporting, Unwinder};
 use super::{
-    EbpfMetrics, ProcessEvent, ProcessEventKind, SampleKind, Sampler, memory, metrics, profiles,
+    EbpfMetrics, ProcessEvent, ProcessEventKind, SampleKind, Sampler, SourceConfig, SourceMetrics,
+    memory, metrics, profiles,
 };
-use crate::config::Config;
-use crate::metrics::Metrics;
 use crate::relabel::Relabeler;
 
 /// How often process events and samples are read. It bounds how long a new process can run
@@ -107,14 +106,13 @@ impl Collector {
     /// Loads the sampler and starts the unwinder and the symbolizer; `data_dir` holds their disk
     /// caches (none: nothing is kept across starts).
     pub(super) fn new(
-        config: &Config,
-        hostname: String,
-        metrics: &Metrics,
+        config: SourceConfig<'_>,
+        metrics: &SourceMetrics,
         data_dir: Option<&Path>,
     ) -> anyhow::Result<Collector> {
         let relabeler =
             Relabeler::new(&config.ebpf.relabel_configs).context("ebpf.relabel-configs")?;
-        let mut sampler = super::Sampler::load(&config.ebpf, std::process::id())?;
+        let mut sampler = super::Sampler::load(config.ebpf, std::process::id())?;
         let debuginfod_cache = data_dir.map(|dir| dir.join("debuginfod"));
         let debug = DebugDirs {
             dirs: config.symbolize.debug_dirs.clone(),
@@ -138,7 +136,7 @@ impl Collector {
         } else {
             None
         };
-        let labeller = Labeller::new(relabeler, hostname);
+        let labeller = Labeller::new(relabeler, config.hostname);
         let follows = config.ebpf.off_cpu.enabled || config.ebpf.memory.enabled;
         let preloads = unwinder.is_some() && config.ebpf.unwind.load_at_start;
         if follows || preloads {
@@ -483,6 +481,8 @@ impl Collector {
             .set(i64::try_from(self.window.waiting()).unwrap_or(i64::MAX));
         m.memory_samples.inc_by(kinds.memory_samples);
         m.memory_huge_samples.inc_by(kinds.memory_huge);
+        m.memory_unclassified_samples
+            .inc_by(kinds.memory_unclassified);
         m.dropped(metrics::MIN_DURATION, kinds.off_cpu_too_short);
         m.dropped(metrics::UNMATCHED_SWITCH_IN, kinds.off_cpu_unmatched);
         m.dropped(metrics::WAITING_FULL, kinds.off_cpu_pending_full);

@@ -145,6 +145,8 @@ pub struct Sampler {
 pub struct UnwindMaps {
     /// `unwind_tables`: executable id → that executable's table.
     pub tables: HashOfMaps<MapData, u64, Array<MapData, u64>>,
+    /// A descriptor of `unwind_tables` of its own, for the batch updates aya does not make.
+    pub tables_fd: std::os::fd::OwnedFd,
     /// `unwind_mappings`: (process, address) → the executable mapped there.
     pub mappings: LpmTrie<MapData, MappingKey, Mapping>,
 }
@@ -195,8 +197,13 @@ impl Sampler {
         let result = if profiled {
             map.insert(pid, 1, 0)
         } else {
+            // A process never followed is not in the map: nothing to do.
             match map.remove(&pid) {
-                Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                Err(aya::maps::MapError::SyscallError(error))
+                    if error.io_error.raw_os_error() == Some(libc::ENOENT) =>
+                {
+                    Ok(())
+                }
                 other => other,
             }
         };
@@ -213,11 +220,35 @@ impl Sampler {
     ///
     /// [`EbpfError::Map`] when they were taken already or cannot be opened.
     pub fn take_unwind_maps(&mut self) -> Result<UnwindMaps, EbpfError> {
+        let tables = take_map(&mut self.ebpf, contract::MAP_TABLES)?;
+        let tables_fd = match &tables {
+            aya::maps::Map::HashOfMaps(data) => {
+                use std::os::fd::AsFd as _;
+                data.fd()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|io_error| EbpfError::Map {
+                        map: contract::MAP_TABLES,
+                        action: "duplicating its descriptor",
+                        source: Some(Box::new(aya::maps::MapError::SyscallError(
+                            aya::sys::SyscallError {
+                                call: "fcntl(F_DUPFD_CLOEXEC)",
+                                io_error,
+                            },
+                        ))),
+                    })?
+            }
+            _ => {
+                return Err(EbpfError::Map {
+                    map: contract::MAP_TABLES,
+                    action: "opening it as a hash of maps",
+                    source: None,
+                });
+            }
+        };
         Ok(UnwindMaps {
-            tables: typed(
-                contract::MAP_TABLES,
-                HashOfMaps::try_from(take_map(&mut self.ebpf, contract::MAP_TABLES)?),
-            )?,
+            tables: typed(contract::MAP_TABLES, HashOfMaps::try_from(tables))?,
+            tables_fd,
             mappings: typed(
                 contract::MAP_MAPPINGS,
                 LpmTrie::try_from(take_map(&mut self.ebpf, contract::MAP_MAPPINGS)?),
@@ -480,11 +511,20 @@ impl Sampler {
         if config.memory.enabled && config.memory.period == 0 {
             return Err(EbpfError::MemoryPeriod);
         }
-        let thp_always = u32::from(super::memory::host_thp_always());
+        let layout = super::memory::PhysicalLayout::of_host();
         let mut ebpf = EbpfLoader::new()
             .override_global(kernel::GLOBAL_SELF_TGID, &self_pid, true)
+            .override_global(
+                offcpu_contract::GLOBAL_PHYS_ADDRESS_BITS,
+                &layout.address_bits,
+                true,
+            )
+            .override_global(
+                offcpu_contract::GLOBAL_DIRECT_MAP_CANDIDATES,
+                &layout.direct_map_candidates(),
+                true,
+            )
             .override_global(contract::GLOBAL_MAX_FRAMES, &config.max_frames, true)
-            .override_global(offcpu_contract::GLOBAL_THP_ALWAYS, &thp_always, true)
             // The off-CPU task storage, which aya creates but has no type for.
             .allow_unsupported_maps()
             .load(kernel::OBJECT)

@@ -6,17 +6,20 @@
 //! of a process and once per drain). The source's errors and dropped samples are counted in the tier's counters with
 //! `stage="ebpf"`.
 
-use prometheus::{
-    Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-};
+use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use smolder_agent_ebpf::unwind::Status;
+use smolder_daemon::Health;
+use smolder_daemon::metrics::{counter, counter_vec, gauge, histogram, register};
 
 use super::symbolize::DebugSource;
 use super::unwind::UnwindMetrics;
-use crate::metrics::{
-    DropCause, DroppedUnit, StageCounters, TierCounters, counter, counter_vec, gauge, histogram,
-    register,
-};
+use crate::tier::{DropCause, DroppedUnit, StageCounters, TierCounters};
+
+/// Bucket bounds of the source's durations in seconds (a drain, a table's build or load, a
+/// symbolization): 1 ms to about 16 s, doubling.
+pub(crate) fn seconds_buckets() -> Vec<f64> {
+    smolder_daemon::metrics::doubling_buckets(0.001, 15)
+}
 
 /// Samples the kernel could not queue: the samples ring buffer was full.
 pub(crate) const RING_BUFFER_FULL: DropCause = DropCause::forced("ring_buffer_full");
@@ -81,11 +84,16 @@ pub struct EbpfMetrics {
     /// `smolder_agent_ebpf_memory_huge_samples_total`: page-fault samples whose fault mapped a
     /// transparent huge page (counted as 2 MiB per fault).
     pub memory_huge_samples: IntCounter,
+    /// `smolder_agent_ebpf_memory_unclassified_samples_total`: page-fault samples the kernel
+    /// could not tell huge or not (its page tables could not be read): counted as base pages.
+    pub memory_unclassified_samples: IntCounter,
     /// `smolder_agent_ebpf_unwind_samples_total{outcome}`: samples of the processes profiled
     /// (kept by relabelling) by why their user-stack walk ended: `complete` (it reached the
-    /// stack's root), `truncated` (`ebpf.max-frames`), or where it stopped short (`no_table`,
-    /// `bad_frame_pointer`, `unsupported`, `fp_lost`, `read_fault`, `not_moving_up`);
-    /// `no_user_stack` for kernel threads.
+    /// stack's root, an end-of-stack row of a table), `truncated` (`ebpf.max-frames`),
+    /// `fp_end` (a frame-pointer step met a zero `rbp`: the root only if every frame keeps a
+    /// frame pointer), or where it stopped short (`no_table`, `bad_frame_pointer`,
+    /// `unsupported`, `fp_lost`, `read_fault`, `not_moving_up`); `no_user_stack` for kernel
+    /// threads.
     pub unwind_samples: IntCounterVec,
     /// `smolder_agent_ebpf_unwind_frames`: user frames per sample of the processes profiled.
     pub unwind_frames: Histogram,
@@ -168,23 +176,18 @@ impl EbpfMetrics {
                 "smolder_agent_ebpf_memory_huge_samples_total",
                 "Page-fault samples whose fault mapped a transparent huge page.",
             ),
+            memory_unclassified_samples: counter(
+                registry,
+                "smolder_agent_ebpf_memory_unclassified_samples_total",
+                "Page-fault samples whose page tables could not be read, counted as base pages.",
+            ),
             unwind_samples: counter_vec(
                 registry,
                 "smolder_agent_ebpf_unwind_samples_total",
                 "Samples (CPU, off-CPU, memory) of the processes profiled, by how their user-stack walk ended (complete: it reached the root).",
                 &["outcome"],
             ),
-            unwind_frames: register(
-                registry,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "smolder_agent_ebpf_unwind_frames",
-                        "User frames per sample of the processes profiled.",
-                    )
-                    .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
-                )
-                .expect("a valid histogram"),
-            ),
+            unwind_frames: histogram(registry, "smolder_agent_ebpf_unwind_frames", "User frames per sample of the processes profiled.", vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
             unwind_fp_frames: counter(
                 registry,
                 "smolder_agent_ebpf_unwind_fp_frames_total",
@@ -204,6 +207,7 @@ impl EbpfMetrics {
                 registry,
                 "smolder_agent_ebpf_drain_duration_seconds",
                 "Time to take a window's samples and read the kernel's loss counters.",
+                seconds_buckets(),
             ),
             processes: gauge(
                 registry,
@@ -295,18 +299,11 @@ impl SymbolizeMetrics {
                 "Debug files asked of the debuginfod servers, by outcome.",
                 &["outcome"],
             ),
-            debuginfod_duration: register(
+            debuginfod_duration: histogram(
                 registry,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "smolder_agent_symbolize_debuginfod_fetch_duration_seconds",
-                        "Time to fetch one debug file from the debuginfod servers.",
-                    )
-                    .buckets(
-                        prometheus::exponential_buckets(0.01, 2.0, 14).expect("valid buckets"),
-                    ),
-                )
-                .expect("a valid histogram"),
+                "smolder_agent_symbolize_debuginfod_fetch_duration_seconds",
+                "Time to fetch one debug file from the debuginfod servers.",
+                prometheus::exponential_buckets(0.01, 2.0, 14).expect("valid buckets"),
             ),
             debuginfod_bytes: counter(
                 registry,
@@ -352,6 +349,7 @@ impl SymbolizeMetrics {
                 registry,
                 "smolder_agent_symbolize_duration_seconds",
                 "Time to symbolize one drain's samples.",
+                seconds_buckets(),
             ),
             tier: tier.stage(
                 "symbolize",
@@ -397,6 +395,12 @@ pub struct PythonMetrics {
     /// `unknown_process`; processes that could not be inspected: `binary`, `open_memory`,
     /// `unmapped`.
     pub read_failures: IntCounterVec,
+    /// `smolder_agent_python_cached_names`: frame names held for all CPython processes (at most
+    /// 131,072; 16,384 per process).
+    pub cached_names: IntGauge,
+    /// `smolder_agent_python_names_evicted_total`: frame names dropped to stay under those
+    /// bounds (read again from a live process when it needs them).
+    pub names_evicted: IntCounter,
 }
 
 impl PythonMetrics {
@@ -431,6 +435,16 @@ impl PythonMetrics {
                 "Python stacks, frame names and processes that could not be read, by reason.",
                 &["reason"],
             ),
+            cached_names: gauge(
+                registry,
+                "smolder_agent_python_cached_names",
+                "Frame names held for all CPython processes.",
+            ),
+            names_evicted: counter(
+                registry,
+                "smolder_agent_python_names_evicted_total",
+                "Frame names dropped to keep the name caches under their bounds.",
+            ),
         };
         for version in PYTHON_VERSIONS {
             metrics
@@ -453,5 +467,35 @@ impl PythonMetrics {
     /// Counts `n` failures for `reason`.
     pub(crate) fn failed(&self, reason: &str, n: u64) {
         self.read_failures.with_label_values(&[reason]).inc_by(n);
+    }
+}
+
+/// What the eBPF source reports to: its metrics, and the agent's health, which its threads
+/// (`ebpf`, `unwind`, `symbolize`) register with.
+#[derive(Clone)]
+pub struct SourceMetrics {
+    /// The sampler's metrics, with the unwind tables'.
+    pub ebpf: EbpfMetrics,
+    /// The symbolizer's metrics.
+    pub symbolize: SymbolizeMetrics,
+    /// The Python walk's metrics.
+    pub python: PythonMetrics,
+    /// The agent's heartbeats.
+    pub health: Health,
+}
+
+impl SourceMetrics {
+    /// The source's metrics alone, in a registry of their own with the tier's counters and a
+    /// [`Health`], as `smolder-agent record` and unit tests report.
+    pub(crate) fn standalone() -> (Registry, SourceMetrics) {
+        let registry = Registry::new();
+        let tier = TierCounters::new(&registry);
+        let metrics = SourceMetrics {
+            ebpf: EbpfMetrics::new(&registry, &tier),
+            symbolize: SymbolizeMetrics::new(&registry, &tier),
+            python: PythonMetrics::new(&registry),
+            health: Health::new("agent", &registry),
+        };
+        (registry, metrics)
     }
 }

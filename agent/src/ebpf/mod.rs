@@ -34,6 +34,7 @@
 //! `smolder_agent_symbolize_*`, `smolder_agent_python_*`). `sample.rs` holds what every stage
 //! of this source passes on: [`SampleKind`], [`Stack`], [`StackCount`].
 
+mod cache_dir;
 mod collector;
 mod counters;
 mod events;
@@ -64,7 +65,7 @@ pub use counters::LostCounts;
 pub use events::{ProcessEvent, ProcessEventKind};
 pub use loader::{EbpfError, Sampler, UnwindMaps};
 pub use memory::MemoryConfig;
-pub use metrics::{EbpfMetrics, PythonMetrics, SymbolizeMetrics};
+pub use metrics::{EbpfMetrics, PythonMetrics, SourceMetrics, SymbolizeMetrics};
 pub use offcpu::OffCpuConfig;
 pub use record::{ProcessReady, RecordFormat, Recording, print_record, record};
 pub use sample::{PythonFrames, SPY_NAME, SampleKind, Splice, Stack, StackCount};
@@ -72,8 +73,7 @@ pub use unwind::{Reporting, UnwindConfig, Unwinder};
 
 use self::collector::Collector;
 use self::python::PythonConfig;
-use crate::config::Config;
-use crate::metrics::Metrics;
+use self::symbolize::SymbolizeConfig;
 use crate::relabel::RelabelConfig;
 use crate::window::{Submitter, window_start};
 
@@ -182,6 +182,21 @@ impl EbpfConfig {
     }
 }
 
+/// What the eBPF source reads of the agent's configuration: its own sections, the hostname
+/// label and the window length. `config.rs` makes one from the whole file
+/// (`TryFrom<&Config>`, which reads the kernel's hostname when none is configured).
+#[derive(Clone, Debug)]
+pub struct SourceConfig<'a> {
+    /// The `ebpf:` section.
+    pub ebpf: &'a EbpfConfig,
+    /// The `symbolize:` section.
+    pub symbolize: &'a SymbolizeConfig,
+    /// The `hostname` label of every series, resolved (the configured one, else the kernel's).
+    pub hostname: String,
+    /// `window.length`: the source's windows are the window loop's.
+    pub window_length: Duration,
+}
+
 /// The running eBPF source.
 pub struct EbpfSource {
     stop: Arc<AtomicBool>,
@@ -213,23 +228,24 @@ const PERIOD: Duration = Duration::from_secs(5);
 /// When the sampler cannot be loaded (the error names missing capabilities or kernel
 /// features), the relabel rules are invalid or a thread cannot be started.
 pub fn start(
-    config: &Config,
-    hostname: String,
+    config: SourceConfig<'_>,
     submitter: Submitter,
-    metrics: &Metrics,
+    metrics: &SourceMetrics,
     data_dir: Option<&Path>,
 ) -> anyhow::Result<EbpfSource> {
-    let mut collector = Collector::new(config, hostname, metrics, data_dir)?;
-    let length = config.window.length;
+    let length = config.window_length;
+    let mut collector = Collector::new(config, metrics, data_dir)?;
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = Arc::clone(&stop);
     let heartbeat = metrics.health.register("ebpf", PERIOD);
     let thread = supervise(heartbeat, "smolder-ebpf", move |beat| {
         let _span = info_span!("ebpf").entered();
+        // Never waits: a profile the window loop has no room for is dropped and counted there,
+        // and sampling goes on.
         let mut submit = |profiles: Vec<_>| {
             profiles
                 .into_iter()
-                .all(|profile| submitter.blocking_submit(profile).is_ok())
+                .all(|profile| submitter.try_submit(profile).is_ok())
         };
         sample_windows(&mut collector, length, &stopping, beat, &mut submit)
     })

@@ -16,8 +16,7 @@ use serde::Serialize;
 use smolder_common::Profile;
 
 use super::collector::Collector;
-use crate::config::Config;
-use crate::metrics::Metrics;
+use super::{SourceConfig, SourceMetrics};
 use crate::window::window_start;
 
 /// What [`record`] sampled.
@@ -26,7 +25,8 @@ pub struct Recording {
     pub profiles: Vec<Profile>,
     /// The processes whose unwind tables went into the kernel during the recording.
     pub ready: Vec<ProcessReady>,
-    /// The agent's own metrics at the end, in Prometheus' text format.
+    /// The eBPF source's metrics at the end (with the tier's errors and dropped counters of
+    /// its stages), in Prometheus' text format.
     pub metrics: String,
 }
 
@@ -48,24 +48,26 @@ pub struct ProcessReady {
 }
 
 /// Samples every process for `duration`, in windows of `window.length` as the daemon does, with
-/// the caches in `data_dir`.
+/// the caches in `data_dir`. `config` is what the source reads of the agent's configuration,
+/// usually the whole `&Config`.
 ///
 /// # Errors
 ///
-/// When the sampler cannot be loaded or a drain fails.
-pub fn record(
-    config: &Config,
+/// When the hostname cannot be read, the sampler cannot be loaded or a drain fails.
+pub fn record<'a>(
+    config: impl TryInto<SourceConfig<'a>, Error = anyhow::Error>,
     duration: Duration,
     data_dir: Option<&Path>,
 ) -> anyhow::Result<Recording> {
-    let metrics = Metrics::new();
-    let mut collector = Collector::new(config, config.hostname()?, &metrics, data_dir)?;
+    let config = config.try_into()?;
+    let length = config.window_length;
+    let (registry, metrics) = SourceMetrics::standalone();
+    let mut collector = Collector::new(config, &metrics, data_dir)?;
     // Nothing reads the health of a recording; the collector beats all the same.
     let beat = metrics.health.register("ebpf", Duration::MAX);
     collector.ready = Some(Vec::new());
     let never = AtomicBool::new(false);
     let end = Instant::now() + duration;
-    let length = config.window.length;
     let mut from = SystemTime::now();
     let mut profiles = Vec::new();
     loop {
@@ -95,7 +97,7 @@ pub fn record(
             preloaded: ready.preloaded,
         })
         .collect();
-    let metrics = metrics.render().context("rendering the metrics")?;
+    let metrics = smolder_daemon::metrics::render(&registry).context("rendering the metrics")?;
     Ok(Recording {
         profiles,
         ready,
@@ -114,7 +116,7 @@ pub enum RecordFormat {
     /// One JSON document: every window's series with their stacks (`frame;...;leaf`) and
     /// counts, when each process's unwind tables went in (times in Unix milliseconds), so
     /// that a script can tell the stacks walked with tables from those before, and the
-    /// agent's own metrics at the end (Prometheus text, `metrics`).
+    /// eBPF source's metrics at the end (Prometheus text, `metrics`).
     Json,
 }
 
@@ -166,8 +168,8 @@ fn stacks(profile: &Profile) -> Vec<(String, u64)> {
 /// # Errors
 ///
 /// When sampling fails or `out` cannot be written.
-pub fn print_record(
-    config: &Config,
+pub fn print_record<'a>(
+    config: impl TryInto<SourceConfig<'a>, Error = anyhow::Error>,
     duration: Duration,
     data_dir: Option<&Path>,
     format: RecordFormat,

@@ -16,7 +16,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use smolder_agent_ebpf::unwind::{self as contract, SAMPLE_HUGE, Sample, Status};
+use smolder_agent_ebpf::unwind::{
+    self as contract, SAMPLE_HUGE, SAMPLE_HUGE_UNKNOWN, Sample, Status,
+};
 use smolder_agent_ebpf::{PythonFrame, PythonStatus};
 
 use super::offcpu::{Blocked, MAX_PENDING, Pending, Woke};
@@ -103,6 +105,8 @@ pub struct KindCounts {
     pub memory_samples: u64,
     /// Page-fault samples whose fault mapped a huge page.
     pub memory_huge: u64,
+    /// Page-fault samples the kernel could not classify (counted as base pages).
+    pub memory_unclassified: u64,
 }
 
 impl KindCounts {
@@ -114,6 +118,7 @@ impl KindCounts {
         self.off_cpu_pending_full += other.off_cpu_pending_full;
         self.memory_samples += other.memory_samples;
         self.memory_huge += other.memory_huge;
+        self.memory_unclassified += other.memory_unclassified;
     }
 }
 
@@ -198,6 +203,8 @@ impl WindowSamples {
                 let huge = header.flags & SAMPLE_HUGE != 0;
                 self.kinds.memory_samples += 1;
                 self.kinds.memory_huge += u64::from(huge);
+                self.kinds.memory_unclassified +=
+                    u64::from(header.flags & SAMPLE_HUGE_UNKNOWN != 0);
                 let bytes = memory::bytes(header.value, huge, self.page_size);
                 let counted = self.stack(sample, SampleKind::MemoryGrowth);
                 self.credit(counted, bytes, 1);

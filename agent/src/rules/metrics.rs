@@ -1,11 +1,10 @@
 //! The rules' own metrics (`smolder_agent_rules_*`), updated once per window evaluated. The
 //! counters the rules make are on `/exported-metrics`, not here.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Registry, exponential_buckets};
+use prometheus::{Histogram, IntCounter, IntGauge, Registry};
+use smolder_daemon::metrics::{counter, doubling_buckets, gauge, histogram};
 
-use crate::metrics::{
-    DropCause, DroppedUnit, StageCounters, TierCounters, counter, gauge, register,
-};
+use crate::tier::{DropCause, DroppedUnit, StageCounters, TierCounters};
 
 /// Increments for a new label combination past the per-rule series limit.
 pub(crate) const SERIES_LIMIT: DropCause = DropCause::forced("series_limit");
@@ -42,16 +41,11 @@ impl RulesMetrics {
                 "smolder_agent_rules_windows_evaluated_total",
                 "Windows the rules were evaluated on.",
             ),
-            evaluation_duration: register(
+            evaluation_duration: histogram(
                 registry,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "smolder_agent_rules_evaluation_duration_seconds",
-                        "Time to evaluate the rules on one window.",
-                    )
-                    .buckets(exponential_buckets(0.000_05, 2.0, 18).expect("valid buckets")),
-                )
-                .expect("a valid histogram"),
+                "smolder_agent_rules_evaluation_duration_seconds",
+                "Time to evaluate the rules on one window.",
+                doubling_buckets(0.000_05, 18),
             ),
             tier: tier.stage(
                 "rules",

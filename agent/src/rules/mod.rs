@@ -19,12 +19,13 @@ use tracing::{Instrument, debug, info_span, warn};
 
 pub use self::metrics::RulesMetrics;
 use self::metrics::SERIES_LIMIT;
-use crate::metrics::DroppedUnit;
+use crate::tier::DroppedUnit;
 use crate::window::Window;
 
-/// Windows queued for the rules before the window loop waits: evaluation is much cheaper than
-/// a window is long, so one or two is all that ever waits.
-const QUEUE: usize = 4;
+/// Windows queued for the rules, past which the window loop drops the newest for them rather
+/// than wait: evaluation is much cheaper than a window is long, so this only ever holds a burst
+/// of windows closing at once (a source catching up on old data), as the spool's queue does.
+const QUEUE: usize = 16;
 
 /// The counters the agent's rules have made.
 pub struct Exported {

@@ -1,4 +1,6 @@
-//! `scrape-configs`: one [`ScrapeConfig`] per job, in Pyroscope's format.
+//! `scrape-configs`: one [`ScrapeConfig`] per job, in Pyroscope's format: its targets
+//! (static groups, file and HTTP discovery), its schedule and limits; its profiles are in
+//! `profiles.rs`, the HTTP client keys it shares with HTTP discovery in `http_client.rs`.
 //!
 //! Pyroscope's server config (`v0.37:pkg/scrape/config`) writes its own keys in kebab-case
 //! (`job-name`, `enabled-profiles`, `static-configs`) and the HTTP client keys it copied from
@@ -15,12 +17,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use smolder_common::pprof::{SampleTypeConfig, SampleTypes};
-use smolder_common::profile::Aggregation;
 
 use crate::relabel::{RelabelConfig, Relabeler};
 
 use super::ScrapeConfigError;
+use super::discovery::MAX_DOCUMENT_BYTES;
+use super::fetch::ClientSettings;
+use super::go_duration;
+use super::http_client::{self, Authorization, BasicAuth, TlsConfig};
+use super::profiles::{ProfileConfig, duration_seconds};
 
 /// One scrape job: which targets, which profiles, how often and how.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -174,147 +179,6 @@ pub struct HttpSdConfig {
     pub follow_redirects: bool,
 }
 
-/// HTTP basic authentication.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct BasicAuth {
-    /// The user name.
-    pub username: String,
-    /// The password.
-    #[serde(default)]
-    pub password: Option<String>,
-    /// A file holding the password, read at every request.
-    #[serde(default, alias = "password_file")]
-    pub password_file: Option<PathBuf>,
-}
-
-/// An `Authorization: <type> <credentials>` header.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct Authorization {
-    /// The scheme. Default `Bearer`.
-    #[serde(default = "default_auth_type", rename = "type")]
-    pub kind: String,
-    /// The credentials.
-    #[serde(default)]
-    pub credentials: Option<String>,
-    /// A file holding the credentials, read at every request.
-    #[serde(default, alias = "credentials_file")]
-    pub credentials_file: Option<PathBuf>,
-}
-
-/// TLS settings for `https` targets.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
-pub struct TlsConfig {
-    /// PEM file of the CAs that sign the targets' certificates, instead of the system's.
-    #[serde(alias = "ca_file", skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<PathBuf>,
-    /// PEM client certificate (chain), for targets that require one.
-    #[serde(alias = "cert_file", skip_serializing_if = "Option::is_none")]
-    pub cert_file: Option<PathBuf>,
-    /// PEM private key of the client certificate.
-    #[serde(alias = "key_file", skip_serializing_if = "Option::is_none")]
-    pub key_file: Option<PathBuf>,
-    /// Accept any certificate, for targets with self-signed ones. Default false.
-    #[serde(alias = "insecure_skip_verify")]
-    pub insecure_skip_verify: bool,
-}
-
-/// One profile: what to fetch and how its sample types become series.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
-pub struct ProfileConfig {
-    /// The URL path, such as `/debug/pprof/heap`. Empty keeps the built-in profile's.
-    pub path: String,
-    /// Query parameters, each a value or a list of values. A `seconds` parameter makes this a
-    /// duration profile: the target profiles for that long (capped at the scrape interval), and
-    /// the profile covers that span. Empty keeps the built-in profile's.
-    pub params: BTreeMap<String, ParamValues>,
-    /// How sample types become series; types not listed are skipped unless
-    /// `all-sample-types`. Empty keeps the built-in profile's.
-    #[serde(alias = "sample_types")]
-    pub sample_types: BTreeMap<String, SampleTypeEntry>,
-    /// Convert sample types missing from `sample-types` too, as plain sums named after the
-    /// type. Default false.
-    #[serde(alias = "all_sample_types")]
-    pub all_sample_types: bool,
-}
-
-/// A query parameter's values: one string or a list, as Go's `url.Values` is written.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(untagged)]
-pub enum ParamValues {
-    /// `seconds: 10` or `seconds: "10"`.
-    One(ScalarValue),
-    /// `seconds: ["10"]`.
-    Many(Vec<ScalarValue>),
-}
-
-/// A parameter value written as a string, a number or a boolean.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(untagged)]
-pub enum ScalarValue {
-    /// A string.
-    Text(String),
-    /// A whole number.
-    Number(i64),
-    /// A boolean.
-    Flag(bool),
-}
-
-impl ScalarValue {
-    fn text(&self) -> String {
-        match self {
-            ScalarValue::Text(text) => text.clone(),
-            ScalarValue::Number(n) => n.to_string(),
-            ScalarValue::Flag(b) => b.to_string(),
-        }
-    }
-}
-
-impl ParamValues {
-    /// The values as strings.
-    pub fn values(&self) -> Vec<String> {
-        match self {
-            ParamValues::One(one) => vec![one.text()],
-            ParamValues::Many(many) => many.iter().map(ScalarValue::text).collect(),
-        }
-    }
-}
-
-/// How one sample type becomes a series, as Pyroscope's `sample-types` entries are written.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
-pub struct SampleTypeEntry {
-    /// The series name suffix; empty means the sample type's own name.
-    #[serde(alias = "display_name")]
-    pub display_name: String,
-    /// The units: `samples`, `objects`, `bytes`, `goroutines`, `lock_samples`,
-    /// `lock_nanoseconds`...; empty means the pprof unit.
-    pub units: String,
-    /// `sum` (default) or `average`.
-    pub aggregation: String,
-    /// Values count since process start; the agent subtracts the previous scrape.
-    pub cumulative: bool,
-    /// Values are samples taken at the profile's period (CPU).
-    pub sampled: bool,
-}
-
-/// One pprof endpoint of a target, ready to scrape: its path, its query parameters and how its
-/// sample types become series ([`ProfileConfig`] merged over the built-in one and resolved).
-#[derive(Clone, Debug, PartialEq)]
-pub struct ProfileEndpoint {
-    /// The URL path.
-    pub path: String,
-    /// Query parameters, sorted by name.
-    pub params: BTreeMap<String, Vec<String>>,
-    /// The sample-type table.
-    pub sample_types: SampleTypes,
-    /// Whether types missing from the table are converted too.
-    pub all_sample_types: bool,
-}
-
 fn yes() -> bool {
     true
 }
@@ -342,203 +206,38 @@ fn default_file_refresh() -> Duration {
 fn default_http_refresh() -> Duration {
     Duration::from_secs(60)
 }
-fn default_auth_type() -> String {
-    "Bearer".to_owned()
-}
-
-/// The built-in profiles, as Pyroscope v0.37 defines them (`DefaultConfig`).
-fn builtin(name: &str, use_delta_profiles: bool) -> Option<ProfileEndpoint> {
-    use Aggregation::{Average, Sum};
-    let entry = |display: &str, units: &str, aggregation, cumulative| SampleTypeConfig {
-        units: units.to_owned(),
-        display_name: display.to_owned(),
-        aggregation,
-        cumulative,
-        sampled: false,
-    };
-    let table = |types: Vec<(&str, SampleTypeConfig)>| {
-        let mut table = SampleTypes::empty();
-        for (name, config) in types {
-            table.insert(name, config);
-        }
-        table
-    };
-    let memory = |cumulative| {
-        table(vec![
-            ("inuse_objects", entry("", "objects", Average, false)),
-            ("inuse_space", entry("", "bytes", Average, false)),
-            ("alloc_objects", entry("", "objects", Sum, cumulative)),
-            ("alloc_space", entry("", "bytes", Sum, cumulative)),
-        ])
-    };
-    let locks = |prefix: &str, cumulative| {
-        table(vec![
-            (
-                "contentions",
-                entry(&format!("{prefix}_count"), "lock_samples", Sum, cumulative),
-            ),
-            (
-                "delay",
-                entry(
-                    &format!("{prefix}_duration"),
-                    "lock_nanoseconds",
-                    Sum,
-                    cumulative,
-                ),
-            ),
-        ])
-    };
-    let delta = use_delta_profiles;
-    let (path, params, sample_types) = match name {
-        "cpu" => {
-            let mut cpu = entry("cpu", "samples", Sum, false);
-            cpu.sampled = true;
-            (
-                "/debug/pprof/profile",
-                vec![("seconds", "10")],
-                table(vec![("samples", cpu)]),
-            )
-        }
-        "mem" if delta => ("/debug/pprof/delta_heap", vec![], memory(false)),
-        "mem" => ("/debug/pprof/heap", vec![], memory(true)),
-        "pyroscope_mem" => ("/debug/pprof/pyroscope_heap", vec![], memory(false)),
-        "goroutines" => (
-            "/debug/pprof/goroutine",
-            vec![],
-            table(vec![(
-                "goroutine",
-                entry("goroutines", "goroutines", Average, false),
-            )]),
-        ),
-        "mutex" if delta => ("/debug/pprof/delta_mutex", vec![], locks("mutex", false)),
-        "mutex" => ("/debug/pprof/mutex", vec![], locks("mutex", true)),
-        "pyroscope_mutex" => (
-            "/debug/pprof/pyroscope_mutex",
-            vec![],
-            locks("mutex", false),
-        ),
-        "block" if delta => ("/debug/pprof/delta_block", vec![], locks("block", false)),
-        "block" => ("/debug/pprof/block", vec![], locks("block", true)),
-        "pyroscope_block" => (
-            "/debug/pprof/pyroscope_block",
-            vec![],
-            locks("block", false),
-        ),
-        _ => return None,
-    };
-    Some(ProfileEndpoint {
-        path: path.to_owned(),
-        params: params
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), vec![v.to_owned()]))
-            .collect(),
-        sample_types,
-        all_sample_types: false,
-    })
-}
-
-/// The names of the built-in profiles.
-pub const BUILTIN_PROFILES: [&str; 8] = [
-    "cpu",
-    "mem",
-    "goroutines",
-    "mutex",
-    "block",
-    "pyroscope_mem",
-    "pyroscope_mutex",
-    "pyroscope_block",
-];
 
 impl ScrapeConfig {
-    /// Every profile this job can scrape (built-in ones, with this job's overrides, and custom
-    /// ones), by name.
-    ///
-    /// # Errors
-    ///
-    /// [`ScrapeConfigError::Profile`] when a custom profile has no path or a sample type an
-    /// unknown aggregation.
-    pub fn resolved_profiles(
-        &self,
-    ) -> Result<BTreeMap<String, ProfileEndpoint>, ScrapeConfigError> {
-        let mut out = BTreeMap::new();
-        for name in BUILTIN_PROFILES {
-            if let Some(profile) = builtin(name, self.use_delta_profiles) {
-                out.insert(name.to_owned(), profile);
-            }
+    /// The settings of the client that scrapes this job's targets.
+    pub fn client_settings(&self) -> ClientSettings<'_> {
+        ClientSettings {
+            basic_auth: &self.basic_auth,
+            authorization: &self.authorization,
+            bearer_token: &self.bearer_token,
+            bearer_token_file: &self.bearer_token_file,
+            tls: &self.tls_config,
+            follow_redirects: self.follow_redirects,
+            body_limit: self.body_size_limit,
         }
-        for (name, custom) in &self.profiles {
-            let base = out.remove(name);
-            let error = |reason: String| ScrapeConfigError::Profile {
-                job: self.job_name.clone(),
-                profile: name.clone(),
-                reason,
-            };
-            let path = match (&base, custom.path.is_empty()) {
-                (_, false) => custom.path.clone(),
-                (Some(base), true) => base.path.clone(),
-                (None, true) => return Err(error("a custom profile needs a path".to_owned())),
-            };
-            if !path.starts_with('/') {
-                return Err(error(format!("path {path:?} does not start with '/'")));
-            }
-            let params = if custom.params.is_empty() {
-                base.as_ref().map(|b| b.params.clone()).unwrap_or_default()
-            } else {
-                custom
-                    .params
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.values()))
-                    .collect()
-            };
-            let sample_types = if custom.sample_types.is_empty() {
-                base.as_ref()
-                    .map(|b| b.sample_types.clone())
-                    .unwrap_or_else(SampleTypes::empty)
-            } else {
-                let mut table = SampleTypes::empty();
-                for (sample_type, entry) in &custom.sample_types {
-                    let aggregation = match entry.aggregation.as_str() {
-                        "" => Aggregation::Sum,
-                        other => other.parse().map_err(|_| {
-                            error(format!(
-                                "sample type {sample_type}: unknown aggregation {other:?}, \
-                                 expected sum or average"
-                            ))
-                        })?,
-                    };
-                    table.insert(
-                        sample_type.clone(),
-                        SampleTypeConfig {
-                            units: entry.units.clone(),
-                            display_name: entry.display_name.clone(),
-                            aggregation,
-                            cumulative: entry.cumulative,
-                            sampled: entry.sampled,
-                        },
-                    );
-                }
-                table
-            };
-            let all_sample_types = custom.all_sample_types;
-            if sample_types.is_empty() && !all_sample_types {
-                return Err(error(
-                    "no sample-types and all-sample-types is false, so nothing would be kept"
-                        .to_owned(),
-                ));
-            }
-            out.insert(
-                name.clone(),
-                ProfileEndpoint {
-                    path,
-                    params,
-                    sample_types,
-                    all_sample_types,
-                },
-            );
-        }
-        Ok(out)
     }
+}
 
+impl HttpSdConfig {
+    /// The settings of the client that fetches this discovery document.
+    pub fn client_settings(&self) -> ClientSettings<'_> {
+        ClientSettings {
+            basic_auth: &self.basic_auth,
+            authorization: &self.authorization,
+            bearer_token: &self.bearer_token,
+            bearer_token_file: &self.bearer_token_file,
+            tls: &self.tls_config,
+            follow_redirects: self.follow_redirects,
+            body_limit: MAX_DOCUMENT_BYTES,
+        }
+    }
+}
+
+impl ScrapeConfig {
     /// Checks what can be checked before any target exists; see the [module docs](self).
     ///
     /// # Errors
@@ -659,164 +358,11 @@ impl ScrapeConfig {
                     "refresh-interval must be positive".to_owned(),
                 ));
             }
-            check_auth(
-                &http_sd.basic_auth,
-                &http_sd.authorization,
-                &http_sd.bearer_token,
-                &http_sd.bearer_token_file,
-                &http_sd.tls_config,
-            )
-            .map_err(|reason| invalid("http-sd-configs", reason))?;
+            http_client::check(&http_sd.client_settings())
+                .map_err(|reason| invalid("http-sd-configs", reason))?;
         }
-        check_auth(
-            &self.basic_auth,
-            &self.authorization,
-            &self.bearer_token,
-            &self.bearer_token_file,
-            &self.tls_config,
-        )
-        .map_err(|reason| invalid("authorization", reason))
-    }
-}
-
-/// The `seconds` a duration profile runs for at `interval`: its `seconds` parameter capped at
-/// the interval (Pyroscope's rule), or `None` for instant profiles.
-pub fn duration_seconds(profile: &ProfileEndpoint, interval: Duration) -> Option<u64> {
-    let values = profile.params.get("seconds")?;
-    let cap = interval.as_secs().max(1);
-    let asked = values
-        .first()
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|s| *s > 0)
-        .unwrap_or(cap);
-    Some(asked.min(cap))
-}
-
-fn check_auth(
-    basic: &Option<BasicAuth>,
-    authorization: &Option<Authorization>,
-    bearer: &Option<String>,
-    bearer_file: &Option<PathBuf>,
-    tls: &TlsConfig,
-) -> Result<(), String> {
-    let set = [
-        basic.is_some(),
-        authorization.is_some(),
-        bearer.is_some() || bearer_file.is_some(),
-    ];
-    if set.iter().filter(|s| **s).count() > 1 {
-        return Err(
-            "at most one of basic-auth, authorization and bearer-token(-file) may be set"
-                .to_owned(),
-        );
-    }
-    if bearer.is_some() && bearer_file.is_some() {
-        return Err("at most one of bearer-token and bearer-token-file may be set".to_owned());
-    }
-    if let Some(basic) = basic
-        && basic.password.is_some()
-        && basic.password_file.is_some()
-    {
-        return Err("basic-auth: at most one of password and password-file".to_owned());
-    }
-    if let Some(auth) = authorization {
-        if auth.credentials.is_some() && auth.credentials_file.is_some() {
-            return Err(
-                "authorization: at most one of credentials and credentials-file".to_owned(),
-            );
-        }
-        if auth.kind.eq_ignore_ascii_case("basic") {
-            return Err("authorization: type basic is written as basic-auth".to_owned());
-        }
-    }
-    if tls.cert_file.is_some() != tls.key_file.is_some() {
-        return Err("tls-config: cert-file and key-file go together".to_owned());
-    }
-    Ok(())
-}
-
-/// Durations as Go and Prometheus write them: a sequence of `<integer><unit>` with units `ms`,
-/// `s`, `m`, `h`, `d` and `w`, such as `10s`, `1m30s` or `500ms`.
-pub mod go_duration {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer, de::Error};
-
-    /// Writes whole seconds as the largest whole unit (`5m`, `15s`), else milliseconds.
-    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&format(*value))
-    }
-
-    /// Reads a duration; see the [module docs](self).
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        parse(&text).map_err(D::Error::custom)
-    }
-
-    /// Writes `value` the way [`parse`] reads it.
-    pub fn format(value: Duration) -> String {
-        let ms = value.as_millis();
-        if !ms.is_multiple_of(1000) || ms == 0 {
-            return format!("{ms}ms");
-        }
-        let secs = ms / 1000;
-        [(604_800, "w"), (86_400, "d"), (3_600, "h"), (60, "m")]
-            .iter()
-            .find(|(unit, _)| secs.is_multiple_of(*unit))
-            .map_or_else(
-                || format!("{secs}s"),
-                |(unit, name)| format!("{}{name}", secs / unit),
-            )
-    }
-
-    /// Parses a duration such as `1m30s`.
-    ///
-    /// # Errors
-    ///
-    /// A message naming what is wrong with `text`.
-    pub fn parse(text: &str) -> Result<Duration, String> {
-        let mut rest = text.trim();
-        if rest.is_empty() {
-            return Err("empty duration".to_owned());
-        }
-        let mut total = Duration::ZERO;
-        while !rest.is_empty() {
-            let digits = rest
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(rest.len());
-            if digits == 0 {
-                return Err(format!("invalid duration {text:?}: expected a number"));
-            }
-            let number: u64 = rest[..digits]
-                .parse()
-                .map_err(|_| format!("invalid duration {text:?}: number out of range"))?;
-            rest = &rest[digits..];
-            let unit_len = rest
-                .find(|c: char| c.is_ascii_digit())
-                .unwrap_or(rest.len());
-            let millis_per = match &rest[..unit_len] {
-                "ms" => 1,
-                "s" => 1_000,
-                "m" => 60_000,
-                "h" => 3_600_000,
-                "d" => 86_400_000,
-                "w" => 604_800_000,
-                "" => return Err(format!("invalid duration {text:?}: missing unit")),
-                unit => {
-                    return Err(format!(
-                        "invalid duration {text:?}: unknown unit {unit:?} (ms, s, m, h, d, w)"
-                    ));
-                }
-            };
-            let part = number
-                .checked_mul(millis_per)
-                .ok_or_else(|| format!("invalid duration {text:?}: out of range"))?;
-            total = total
-                .checked_add(Duration::from_millis(part))
-                .ok_or_else(|| format!("invalid duration {text:?}: out of range"))?;
-            rest = &rest[unit_len..];
-        }
-        Ok(total)
+        http_client::check(&self.client_settings())
+            .map_err(|reason| invalid("authorization", reason))
     }
 }
 
@@ -870,35 +416,6 @@ mod tests {
     }
 
     #[test]
-    fn custom_profiles_and_overrides_merge_over_the_builtins() {
-        let config = parse(
-            "job-name: j\nenabled-profiles: [cpu, fgprof]\nprofiles:\n  cpu: {params: {seconds: 5}}\n  \
-             fgprof:\n    path: /debug/fgprof\n    params: {seconds: [\"10\"]}\n    \
-             sample-types: {samples: {display-name: wall, units: samples, sampled: true}}\n",
-        );
-        config.validate().unwrap();
-        let profiles = config.resolved_profiles().unwrap();
-        assert_eq!(profiles["cpu"].path, "/debug/pprof/profile");
-        assert_eq!(profiles["cpu"].params["seconds"], vec!["5".to_owned()]);
-        assert_eq!(
-            profiles["fgprof"]
-                .sample_types
-                .get("samples")
-                .unwrap()
-                .display_name,
-            "wall"
-        );
-        assert_eq!(
-            duration_seconds(&profiles["fgprof"], Duration::from_secs(10)),
-            Some(10)
-        );
-        assert_eq!(
-            duration_seconds(&profiles["mem"], Duration::from_secs(10)),
-            None
-        );
-    }
-
-    #[test]
     fn mistakes_are_reported_with_the_job_and_key() {
         let cases = [
             (
@@ -935,23 +452,5 @@ mod tests {
         }
         let unknown = serde_norway::from_str::<ScrapeConfig>("job-name: j\nscrape-intervl: 1s\n");
         assert!(unknown.unwrap_err().to_string().contains("scrape-intervl"));
-    }
-
-    #[test]
-    fn durations_read_and_write_like_go() {
-        for (text, ms) in [
-            ("10s", 10_000),
-            ("1m30s", 90_000),
-            ("500ms", 500),
-            ("1h", 3_600_000),
-        ] {
-            assert_eq!(go_duration::parse(text), Ok(Duration::from_millis(ms)));
-        }
-        for bad in ["", "10", "s", "1.5s", "10x"] {
-            assert!(go_duration::parse(bad).is_err(), "{bad}");
-        }
-        assert_eq!(go_duration::format(Duration::from_secs(300)), "5m");
-        assert_eq!(go_duration::format(Duration::from_secs(15)), "15s");
-        assert_eq!(go_duration::format(Duration::from_millis(1500)), "1500ms");
     }
 }

@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 
 use super::ScrapeMetrics;
 use super::config::{FileSdConfig, HttpSdConfig, TargetGroup};
-use super::fetch::{ClientSettings, Fetcher};
+use super::fetch::Fetcher;
 
 /// The largest discovery document read, in bytes.
 pub const MAX_DOCUMENT_BYTES: u64 = 8 << 20;
@@ -317,16 +317,7 @@ pub async fn run_http(
     updates: mpsc::Sender<Update>,
     metrics: ScrapeMetrics,
 ) {
-    let settings = ClientSettings {
-        basic_auth: &config.basic_auth,
-        authorization: &config.authorization,
-        bearer_token: &config.bearer_token,
-        bearer_token_file: &config.bearer_token_file,
-        tls: &config.tls_config,
-        follow_redirects: config.follow_redirects,
-        body_limit: MAX_DOCUMENT_BYTES,
-    };
-    let fetcher = match Fetcher::new(&settings) {
+    let fetcher = match Fetcher::new(&config.client_settings()) {
         Ok(fetcher) => fetcher,
         Err(err) => {
             let message = error_chain(&err);

@@ -16,13 +16,13 @@ use std::time::Duration;
 use reqwest::header::{ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE};
 use reqwest::{Certificate, Client, Identity, Url, redirect};
 
-use super::config::{Authorization, BasicAuth, TlsConfig};
+use super::http_client::{Authorization, BasicAuth, TlsConfig};
 
 /// Why a fetch failed. The messages are what `/targets` shows as a target's last error.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
     /// The whole request (connect, headers, body) took longer than `scrape-timeout`.
-    #[error("timed out after {}", super::config::go_duration::format(*.timeout))]
+    #[error("timed out after {}", super::go_duration::format(*.timeout))]
     Timeout {
         /// The timeout.
         timeout: Duration,

@@ -2,9 +2,10 @@
 //! target set change and per discovery document. Failed scrapes and refused discovery documents
 //! are also counted in `smolder_agent_errors_total{stage="scrape"}`, without the job.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use smolder_daemon::metrics::{counter_vec, histogram_vec, register};
 
-use crate::metrics::{StageCounters, TierCounters, counter_vec, register};
+use crate::tier::{StageCounters, TierCounters};
 
 /// The `error_type`s of `smolder_agent_errors_total{stage="scrape"}`: a failed scrape's reason
 /// (as in `smolder_agent_scrape_failures_total`), or `discovery` for a refused document.
@@ -66,19 +67,12 @@ impl ScrapeMetrics {
                 IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid gauge"),
             )
         };
-        let duration = register(
+        let duration = histogram_vec(
             registry,
-            HistogramVec::new(
-                HistogramOpts::new(
-                    "smolder_agent_scrape_duration_seconds",
-                    "Time from a scrape's request to its profiles being submitted.",
-                )
-                .buckets(vec![
-                    0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0,
-                ]),
-                &["job", "profile"],
-            )
-            .expect("a valid histogram"),
+            "smolder_agent_scrape_duration_seconds",
+            "Time from a scrape's request to its profiles being submitted.",
+            vec![0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0],
+            &["job", "profile"],
         );
         ScrapeMetrics {
             duration,

@@ -5,6 +5,10 @@
 //! that `GET /targets` renders. Caller: [`crate::app`], which [`start`]s the scraper and
 //! [`stop`](Scraper::stop)s it before the window loop.
 //!
+//! A job's configuration: [`config`] (`ScrapeConfig`: targets, schedule, limits), its
+//! [`profiles`] (built-in, overridden, custom), the [`http_client`] keys it shares with HTTP
+//! discovery, and [`go_duration`] (durations as Go writes them).
+//!
 //! Per job, in data-path order:
 //!
 //! - [`discovery`]: static groups, files (reread on change) and HTTP endpoints (refreshed on an
@@ -28,8 +32,11 @@ pub mod convert;
 pub mod delta;
 pub mod discovery;
 pub mod fetch;
+pub mod go_duration;
+pub mod http_client;
 mod metrics;
 pub mod pool;
+pub mod profiles;
 pub mod schedule;
 pub mod scraper;
 pub mod status;
@@ -141,18 +148,11 @@ pub fn start(
     let mut jobs = Vec::new();
     for config in configs {
         let builder = target::Builder::new(config)?;
-        let fetcher = fetch::Fetcher::new(&fetch::ClientSettings {
-            basic_auth: &config.basic_auth,
-            authorization: &config.authorization,
-            bearer_token: &config.bearer_token,
-            bearer_token_file: &config.bearer_token_file,
-            tls: &config.tls_config,
-            follow_redirects: config.follow_redirects,
-            body_limit: config.body_size_limit,
-        })
-        .map_err(|source| ScrapeConfigError::Client {
-            job: config.job_name.clone(),
-            source,
+        let fetcher = fetch::Fetcher::new(&config.client_settings()).map_err(|source| {
+            ScrapeConfigError::Client {
+                job: config.job_name.clone(),
+                source,
+            }
         })?;
         jobs.push(pool::Job {
             config: config.clone(),

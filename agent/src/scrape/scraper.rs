@@ -163,10 +163,13 @@ impl ScrapeLoop {
                         .counter_resets
                         .with_label_values(&labels)
                         .inc_by(scraped.resets);
-                    let count = scraped.profiles.len();
+                    // Never waits on the windows: a profile they have no room for is dropped and
+                    // counted there.
+                    let mut count = 0;
                     for profile in scraped.profiles {
-                        if self.submitter.submit(profile).await.is_err() {
-                            return;
+                        match self.submitter.try_submit(profile) {
+                            Ok(queued) => count += usize::from(queued),
+                            Err(_) => return,
                         }
                     }
                     self.metrics

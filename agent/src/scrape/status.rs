@@ -131,8 +131,8 @@ impl Status {
                         .map(|(n, v)| (n.to_owned(), v.to_owned()))
                         .collect(),
                     discovered_labels: target.discovered.clone(),
-                    scrape_interval: super::config::go_duration::format(target.interval),
-                    scrape_timeout: super::config::go_duration::format(target.timeout),
+                    scrape_interval: super::go_duration::format(target.interval),
+                    scrape_timeout: super::go_duration::format(target.timeout),
                     health: last.health,
                     last_scrape: last.at.map(rfc3339),
                     last_scrape_duration: last.duration.map(|d| d.as_secs_f64()),

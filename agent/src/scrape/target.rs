@@ -25,7 +25,9 @@ use std::time::Duration;
 use smolder_common::Labels;
 use smolder_common::pprof::SampleTypes;
 
-use super::config::{ProfileEndpoint, ScrapeConfig, TargetGroup, duration_seconds, go_duration};
+use super::config::{ScrapeConfig, TargetGroup};
+use super::go_duration;
+use super::profiles::{ProfileEndpoint, duration_seconds};
 use crate::relabel::{LabelSet, Relabeler};
 
 /// `host:port` to scrape.

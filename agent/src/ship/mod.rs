@@ -1,31 +1,54 @@
 //! Ship: drains the spool to the aggregator over QUIC, oldest batch first.
 //!
-//! Input: batch frames from the [`Spool`]. Output: QUIC streams to the aggregator
-//! (`ship.aggregator`, default `127.0.0.1:4041`), one per batch, and each batch's fate reported
+//! Input: batch frames from the [`Spool`]. Output: QUIC streams to an aggregator
+//! (`ship.aggregators`, or the one `ship.aggregator`, default `127.0.0.1:4041`), one per batch,
+//! and each batch's fate reported
 //! back to the spool: deleted on its ack, sent again after a lost connection or a retryable
-//! reject, dropped (and counted) on a reject that a retry cannot fix. Caller: `app::start`.
-//! Owns one task ([`run`]), one UDP socket and at most one connection.
+//! reject, split on a reject for its size, dropped (and counted) on a reject that a retry
+//! cannot fix. Caller: `app::start`. Owns one task ([`run`]), one UDP socket and at most one
+//! connection.
 //!
 //! A connection starts with a hello (agent id, hostname, version, token) that the aggregator
-//! answers with a welcome or a reject. Up to `ship.max-batches-in-flight` batches are then in flight at
-//! once, opened in sequence order. A failed connection is retried after an exponential backoff
-//! with jitter ([`backoff`]) between `ship.backoff-min` and `ship.backoff-max`. TLS files and
-//! the token are read again at every attempt, so an agent started before its aggregator (which
-//! creates the development CA) connects once the files exist.
+//! answers with a welcome or a reject. The welcome's limits ([`BatchLimits`]) go to the spool,
+//! which splits the windows it spools from then on to them; its clock gives this host's offset
+//! (`smolder_agent_ship_clock_offset_seconds`). Up to `ship.max-batches-in-flight` batches are
+//! then in flight at once, opened in sequence order. An ack may name series the aggregator
+//! refused one by one (over its limits, its tenant's series limit, too old): they are counted in
+//! `smolder_agent_dropped_series_total{stage="ship",reason}`, and the rest is stored. A batch
+//! refused because this host's clock is ahead of the aggregator's (`clock_skew`) waits and is
+//! sent again, like any retryable reject: the agent never rewrites the times it measured, and
+//! says loudly that its clock is off. A failed connection is retried after an exponential
+//! backoff with jitter ([`backoff`]) between `ship.backoff-min` and `ship.backoff-max`.
+//!
+//! With several aggregators (a list, or a name with several DNS records) the agent starts at the
+//! address its agent id picks, so that a fleet spreads over them, and fails over ([`rotation`]):
+//! a connection that cannot be made or is lost, or a batch refused as `unavailable` (the
+//! aggregator cannot store now: its bucket does not take writes), moves it to the next address
+//! at once; it backs off only after every address failed with nothing stored in between. The
+//! spool keeps every unacknowledged batch meanwhile, and sends it to the next aggregator (which
+//! drops a copy that the last one stored, by agent id and sequence, in object-storage mode). TLS
+//! files and the token are read again at every attempt, so an agent started before its
+//! aggregator (which creates the development CA) connects once the files exist.
+//!
+//! [`connect`] (TLS, hello, welcome) and [`send_batch`] (one batch's stream and its answer) are
+//! public so that `smolder-fleet`, the load generator of the fleet benchmark and soak tests,
+//! speaks the protocol with this code rather than a copy of it.
 
 pub mod backoff;
 mod metrics;
+pub mod rotation;
 mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use smolder_common::wire::frame::{self, HEADER_LEN};
 use smolder_common::wire::{
-    Ack, FrameHeader, FrameKind, FrameLimits, Hello, Reject, Welcome, code,
+    Ack, BatchLimits, FrameHeader, FrameKind, FrameLimits, Hello, RefusalTally, Reject,
+    SeriesRefusal, Welcome, code, limits, reject,
 };
 use smolder_daemon::Heartbeat;
 use tokio::sync::watch;
@@ -36,15 +59,21 @@ use crate::spool::Spool;
 
 use self::backoff::Backoff;
 pub use self::metrics::ShipMetrics;
+use self::rotation::{Next, Rotation, Target};
 
 /// Where and how batches are shipped.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct ShipConfig {
-    /// The aggregator's QUIC address, `host:port`. Default `127.0.0.1:4041`.
+    /// The aggregator's QUIC address, `host:port`, when there is one; `aggregators` lists
+    /// several. Default `127.0.0.1:4041`.
     pub aggregator: String,
-    /// The name the aggregator's certificate must carry; empty means the host of
-    /// `aggregator`. Default empty.
+    /// Several aggregators' QUIC addresses, `host:port` each (a name with several DNS records
+    /// counts as each of them): the agent starts at the one its agent id picks and fails over
+    /// to the next. When set, `aggregator` must be left at its default. Default none.
+    pub aggregators: Vec<String>,
+    /// The name the aggregator's certificate must carry; empty means the host of the address
+    /// connected to. Default empty.
     pub server_name: String,
     /// PEM CA certificate(s) the aggregator's certificate must chain to. Default
     /// `./data/tls/ca.pem`: the development CA of an aggregator started in the same directory
@@ -82,6 +111,7 @@ impl Default for ShipConfig {
     fn default() -> Self {
         ShipConfig {
             aggregator: "127.0.0.1:4041".to_owned(),
+            aggregators: Vec::new(),
             server_name: String::new(),
             ca: PathBuf::from("./data/tls/ca.pem"),
             token: String::new(),
@@ -97,6 +127,44 @@ impl Default for ShipConfig {
 }
 
 impl ShipConfig {
+    /// The addresses to ship to, as configured: `aggregators`, else `aggregator`.
+    pub fn addresses(&self) -> Vec<String> {
+        if self.aggregators.is_empty() {
+            vec![self.aggregator.clone()]
+        } else {
+            self.aggregators.clone()
+        }
+    }
+
+    /// Checks the addresses: `host:port` each, and not both `aggregator` (changed from its
+    /// default) and `aggregators`.
+    ///
+    /// # Errors
+    ///
+    /// Naming the key and the address at fault.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.aggregators.is_empty() && self.aggregator != ShipConfig::default().aggregator {
+            return Err(format!(
+                "ship.aggregator ({}) and ship.aggregators are both set: list every address in ship.aggregators and remove ship.aggregator",
+                self.aggregator
+            ));
+        }
+        let key = if self.aggregators.is_empty() {
+            "ship.aggregator"
+        } else {
+            "ship.aggregators"
+        };
+        for address in self.addresses() {
+            let port = address
+                .rsplit_once(':')
+                .map(|(host, port)| (host, port.parse::<u16>()));
+            if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
+                return Err(format!("{key}: {address:?} is not host:port"));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks that the files a connection reads can be used: `ca`, the client certificate and
     /// key if set, and the token file when there is no `token`. `check-config` runs it; the
     /// shipper itself reads them again at every attempt, waiting for files another process
@@ -131,8 +199,8 @@ pub enum ShipError {
         #[source]
         source: std::io::Error,
     },
-    /// `ship.aggregator` does not resolve.
-    #[error("cannot resolve {address} (ship.aggregator): {reason}")]
+    /// No address of `ship.aggregator` or `ship.aggregators` resolves.
+    #[error("cannot resolve {address} (ship.aggregators): {reason}")]
     Resolve {
         /// The address.
         address: String,
@@ -165,6 +233,15 @@ pub enum ShipError {
         /// What quinn said.
         reason: String,
     },
+    /// The aggregator refused a batch as `unavailable`: it cannot store now (its object store
+    /// does not take writes). With other aggregators configured, the agent moves to the next.
+    #[error("{address} cannot store now: {reason}")]
+    Unavailable {
+        /// The aggregator's address.
+        address: SocketAddr,
+        /// Its reason.
+        reason: String,
+    },
     /// No answer within `ship.ack-timeout` (or the hello's 10 s).
     #[error("no answer to the {what} within {} s", .after.as_secs())]
     Timeout {
@@ -180,7 +257,7 @@ pub enum ShipError {
 
 impl ShipError {
     /// Every [`kind`](Self::kind), for the metrics.
-    pub const KINDS: [&'static str; 9] = [
+    pub const KINDS: [&'static str; 10] = [
         "tls",
         "token",
         "resolve",
@@ -188,6 +265,7 @@ impl ShipError {
         "refused",
         "protocol",
         "connection",
+        "unavailable",
         "timeout",
         "spool",
     ];
@@ -203,6 +281,7 @@ impl ShipError {
             ShipError::Refused { .. } => "refused",
             ShipError::Protocol { .. } => "protocol",
             ShipError::Connection { .. } => "connection",
+            ShipError::Unavailable { .. } => "unavailable",
             ShipError::Timeout { .. } => "timeout",
             ShipError::Spool(_) => "spool",
         }
@@ -223,8 +302,11 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// The aggregator's answer to a batch.
-enum Answer {
+#[derive(Debug)]
+pub enum Answer {
+    /// Stored durably (or stored before: a resend).
     Ack(Ack),
+    /// Refused, saying why and whether a retry can help.
     Reject(Reject),
 }
 
@@ -242,11 +324,15 @@ pub async fn run(
     stop: watch::Receiver<bool>,
     heartbeat: Heartbeat,
 ) {
-    let span = info_span!("ship", aggregator = %config.aggregator);
+    let addresses = config.addresses();
+    let span = info_span!("ship", aggregators = %addresses.join(","));
     async move {
         let mut stop = Stop::new(stop);
         let mut backoff = Backoff::new(config.backoff_min, config.backoff_max);
         let mut endpoint: Option<quinn::Endpoint> = None;
+        let mut rotation = Rotation::new(spool.agent_id());
+        let mut shown: Option<SocketAddr> = None;
+        let mut resolve_again = true;
         loop {
             heartbeat.alive();
             if !spool.has_waiting() {
@@ -263,73 +349,190 @@ pub async fn run(
                     .await;
                 continue;
             }
-            let connected = heartbeat
-                .beating(async {
-                    tokio::select! {
-                        connected = connect(&config, &mut endpoint, &spool, &hostname) => Some(connected),
-                        () = stop.grace_over() => None,
+            if resolve_again {
+                let resolved = heartbeat
+                    .beating(async {
+                        tokio::select! {
+                            resolved = resolve_all(&addresses) => Some(resolved),
+                            () = stop.grace_over() => None,
+                        }
+                    })
+                    .await;
+                let Some(resolved) = resolved else { return };
+                match resolved {
+                    Ok(targets) => {
+                        rotation.update(targets);
+                        resolve_again = false;
                     }
-                })
-                .await;
-            let Some(connected) = connected else { return };
-            match connected {
-                Ok(conn) => {
-                    backoff.reset();
-                    heartbeat.beat();
-                    metrics.connected.set(1);
-                    let drained = heartbeat
-                        .beating(drain(&conn, &config, &spool, &metrics, &mut stop, &mut backoff))
-                        .await;
-                    metrics.connected.set(0);
-                    spool.retry_all();
-                    match drained {
-                        Ok(()) => {
-                            conn.close(code::AGENT_SHUTDOWN.into(), b"agent shutting down");
-                            if let Some(endpoint) = &endpoint {
-                                let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
-                            }
+                    Err(err) => {
+                        metrics.tier.error(err.kind());
+                        heartbeat.degraded(format_args!("cannot reach an aggregator: {err}"));
+                        warn!(error = %err, "cannot resolve the aggregators; batches stay in the spool");
+                        if stop.requested() {
                             return;
                         }
-                        Err(err) => {
-                            metrics.tier.error(err.kind());
-                            heartbeat.degraded(format_args!("lost the aggregator: {err}"));
-                            warn!(error = %err, "lost the aggregator; reconnecting");
+                        metrics.reconnects.inc();
+                        if !pause(&mut backoff, &mut stop, &heartbeat).await {
+                            return;
                         }
+                        continue;
                     }
                 }
-                Err(err @ ShipError::Refused { .. }) => {
-                    metrics.tier.error(err.kind());
-                    heartbeat.degraded(format_args!("refused by the aggregator: {err}"));
-                    error!(error = %err, "the aggregator refused this agent; check ship.token, ship.token-file or the client certificate");
-                }
-                Err(err) => {
-                    metrics.tier.error(err.kind());
-                    heartbeat.degraded(format_args!("cannot reach the aggregator: {err}"));
-                    warn!(error = %err, "cannot reach the aggregator; batches stay in the spool");
-                }
+            }
+            let target = rotation
+                .current()
+                .expect("resolve_all returns at least one address")
+                .clone();
+            metrics.show_current(&mut shown, target.addr);
+            let attempt = attempt(
+                &config,
+                &target,
+                &mut endpoint,
+                &spool,
+                &hostname,
+                &metrics,
+                &mut stop,
+                &mut backoff,
+                &mut rotation,
+                &heartbeat,
+            );
+            let reason = match attempt.await {
+                Attempt::Stopped => return,
+                Attempt::Failed(reason) => reason,
+            };
+            let next = rotation.failed();
+            if let Some(to) = rotation.current()
+                && to.addr != target.addr
+            {
+                metrics.failovers.with_label_values(&[reason]).inc();
+                info!(from = %target.addr, to = %to.addr, reason, "moving to the next aggregator");
             }
             if stop.requested() {
                 // The grace period is for a link that works; this one just failed.
                 return;
             }
             metrics.reconnects.inc();
-            let delay = backoff.next(rand::random());
-            debug!(delay_ms = delay.as_millis() as u64, "reconnecting after a backoff");
-            let over = heartbeat
-                .beating(async {
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => false,
-                        () = stop.grace_over() => true,
-                    }
-                })
-                .await;
-            if over {
+            if next == Next::Now {
+                continue;
+            }
+            // Every address failed in turn: wait, and resolve the list again (DNS may have
+            // changed) before the next pass.
+            resolve_again = true;
+            if !pause(&mut backoff, &mut stop, &heartbeat).await {
                 return;
             }
         }
     }
     .instrument(span)
     .await;
+}
+
+/// Waits the backoff's next delay; false when the grace period after a stop request ends first.
+async fn pause(backoff: &mut Backoff, stop: &mut Stop, heartbeat: &Heartbeat) -> bool {
+    let delay = backoff.next(rand::random());
+    debug!(
+        delay_ms = delay.as_millis() as u64,
+        "reconnecting after a backoff"
+    );
+    heartbeat
+        .beating(async {
+            tokio::select! {
+                () = tokio::time::sleep(delay) => true,
+                () = stop.grace_over() => false,
+            }
+        })
+        .await
+}
+
+/// How one attempt at an aggregator ended.
+enum Attempt {
+    /// Stop was asked and the spool drained, or the grace period is over.
+    Stopped,
+    /// The attempt failed, for the `reason` of `smolder_agent_ship_failovers_total`.
+    Failed(&'static str),
+}
+
+/// Connects to `target` and ships until the connection fails or stop is asked, logging and
+/// counting a failure once.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the shipper's state, borrowed for one attempt"
+)]
+async fn attempt(
+    config: &ShipConfig,
+    target: &Target,
+    endpoint: &mut Option<quinn::Endpoint>,
+    spool: &Spool,
+    hostname: &str,
+    metrics: &ShipMetrics,
+    stop: &mut Stop,
+    backoff: &mut Backoff,
+    rotation: &mut Rotation,
+    heartbeat: &Heartbeat,
+) -> Attempt {
+    let addr = target.addr;
+    let connected = heartbeat
+        .beating(async {
+            tokio::select! {
+                connected = connect_to(config, target, endpoint, spool.agent_id(), hostname, metrics) => Some(connected),
+                () = stop.grace_over() => None,
+            }
+        })
+        .await;
+    let Some(connected) = connected else {
+        return Attempt::Stopped;
+    };
+    let (conn, limits) = match connected {
+        Ok(connected) => connected,
+        Err(err @ ShipError::Refused { .. }) => {
+            metrics.tier.error(err.kind());
+            heartbeat.degraded(format_args!("refused by the aggregator {addr}: {err}"));
+            error!(%addr, error = %err, "the aggregator refused this agent; check ship.token, ship.token-file or the client certificate");
+            return Attempt::Failed("refused");
+        }
+        Err(err) => {
+            metrics.tier.error(err.kind());
+            heartbeat.degraded(format_args!("cannot reach the aggregator {addr}: {err}"));
+            warn!(%addr, error = %err, "cannot reach the aggregator; batches stay in the spool");
+            return Attempt::Failed("connect");
+        }
+    };
+    if let Err(err) = spool.set_limits(limits).await {
+        // They apply to this run all the same.
+        warn!(error = %err, "storing the aggregator's limits failed");
+    }
+    heartbeat.beat();
+    metrics.connected.set(1);
+    let failover = rotation.len() > 1;
+    let drained = heartbeat
+        .beating(drain(
+            &conn, addr, config, spool, metrics, stop, backoff, rotation, failover, heartbeat,
+        ))
+        .await;
+    metrics.connected.set(0);
+    spool.retry_all();
+    match drained {
+        Ok(()) => {
+            conn.close(code::AGENT_SHUTDOWN.into(), b"agent shutting down");
+            if let Some(endpoint) = endpoint {
+                let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+            }
+            Attempt::Stopped
+        }
+        Err(err @ ShipError::Unavailable { .. }) => {
+            conn.close(code::AGENT_FAILOVER.into(), b"moving to another aggregator");
+            metrics.tier.error(err.kind());
+            heartbeat.degraded(format_args!("{err}"));
+            warn!(error = %err, "the aggregator cannot store now; moving to the next");
+            Attempt::Failed("unavailable")
+        }
+        Err(err) => {
+            metrics.tier.error(err.kind());
+            heartbeat.degraded(format_args!("lost the aggregator {addr}: {err}"));
+            warn!(%addr, error = %err, "lost the aggregator; reconnecting");
+            Attempt::Failed("lost")
+        }
+    }
 }
 
 /// The stop request and the grace period it starts.
@@ -381,16 +584,61 @@ impl Stop {
     }
 }
 
-/// Connects and says hello.
-async fn connect(
+/// Connects to the first address of `ship.aggregators` (or `ship.aggregator`) from `endpoint`
+/// (a client endpoint on an ephemeral UDP port, created on the first call) and says hello as
+/// `agent_id` on `hostname`, reading the TLS files and the token again; records the clock offset
+/// the welcome shows in `metrics` and returns the connection with the welcome's limits, which
+/// the batches sent on it must keep to. The shipper itself goes round every address
+/// ([`rotation`]).
+///
+/// # Cancel safety
+///
+/// Cancel safe: a connection not yet welcomed is dropped, which closes it.
+///
+/// # Errors
+///
+/// [`ShipError::Refused`] when the aggregator refuses the hello; any other variant when the
+/// files, the address, the handshake or the hello exchange fail. All are worth a retry after a
+/// backoff.
+pub async fn connect(
     config: &ShipConfig,
     endpoint: &mut Option<quinn::Endpoint>,
-    spool: &Spool,
+    agent_id: &str,
     hostname: &str,
-) -> Result<quinn::Connection, ShipError> {
+    metrics: &ShipMetrics,
+) -> Result<(quinn::Connection, BatchLimits), ShipError> {
+    let entry = config.addresses().swap_remove(0);
+    let addr = resolve(&entry)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| ShipError::Resolve {
+            address: entry.clone(),
+            reason: "no addresses".to_owned(),
+        })?;
+    connect_to(
+        config,
+        &Target { entry, addr },
+        endpoint,
+        agent_id,
+        hostname,
+        metrics,
+    )
+    .await
+}
+
+/// [`connect`] to `target`.
+async fn connect_to(
+    config: &ShipConfig,
+    target: &Target,
+    endpoint: &mut Option<quinn::Endpoint>,
+    agent_id: &str,
+    hostname: &str,
+    metrics: &ShipMetrics,
+) -> Result<(quinn::Connection, BatchLimits), ShipError> {
     let mut client = tls::client_config(config)?;
     let token = token(config)?;
-    let addr = resolve(&config.aggregator).await?;
+    let addr = target.addr;
     let mut transport = quinn::TransportConfig::default();
     transport
         .keep_alive_interval(Some(KEEP_ALIVE))
@@ -399,7 +647,7 @@ async fn connect(
         ));
     client.transport_config(Arc::new(transport));
     let connect_error = |reason: String| ShipError::Connect {
-        address: config.aggregator.clone(),
+        address: addr.to_string(),
         reason,
     };
     let endpoint = match endpoint {
@@ -416,32 +664,30 @@ async fn connect(
         }
     };
     let conn = endpoint
-        .connect_with(client, addr, &server_name(config))
+        .connect_with(client, addr, &server_name(config, &target.entry))
         .map_err(|err| connect_error(err.to_string()))?
         .await
         .map_err(|err| connect_error(err.to_string()))?;
 
     let hello = Hello {
-        agent_id: spool.agent_id().to_owned(),
+        agent_id: agent_id.to_owned(),
         hostname: hostname.to_owned(),
         agent_version: env!("CARGO_PKG_VERSION").to_owned(),
         token,
     };
     let exchange = async {
         let (mut send, mut recv) = conn.open_bi().await.map_err(lost)?;
+        let sent = SystemTime::now();
         send.write_all(&frame::encode(FrameKind::Hello, &hello))
             .await
             .map_err(lost)?;
         let _ = send.finish();
-        let bytes = recv
-            .read_to_end(FrameLimits::CONTROL.max_compressed as usize + HEADER_LEN)
-            .await
-            .map_err(lost)?;
+        let bytes = read_answer(&mut recv).await?;
         let (header, body) = parse_control(&bytes)?;
         match header.kind {
             FrameKind::Welcome => {
                 let welcome: Welcome = header.decode(body).map_err(protocol)?;
-                Ok(welcome)
+                Ok((welcome, sent, SystemTime::now()))
             }
             FrameKind::Reject => {
                 let reject: Reject = header.decode(body).map_err(protocol)?;
@@ -472,21 +718,56 @@ async fn connect(
         (answer, _) => answer,
     };
     match answer {
-        Ok(welcome) => {
+        Ok((welcome, sent, received)) => {
+            let limits = BatchLimits::from_welcome(&welcome);
             info!(
                 %addr,
                 aggregator_version = %welcome.aggregator_version,
-                max_batch_bytes = welcome.max_batch_bytes,
-                agent_id = %spool.agent_id(),
+                max_batch_bytes = limits.max_batch_bytes,
+                max_series_per_batch = limits.max_series,
+                %agent_id,
                 "connected to the aggregator"
             );
-            Ok(conn)
+            if let Some(offset) = clock_offset(&welcome, sent, received) {
+                metrics.clock_offset.set(offset);
+                let skew = f64::from(welcome.max_clock_skew_seconds);
+                // Offset is the aggregator's clock minus this host's: negative when this host
+                // is ahead, which is what the aggregator refuses.
+                if skew > 0.0 && -offset > skew / 2.0 {
+                    error!(
+                        offset_s = offset,
+                        max_skew_s = skew,
+                        "this host's clock is ahead of the aggregator's; batches more than max_skew_s ahead are refused and wait in the spool until their time comes: fix the clock (NTP)"
+                    );
+                } else if offset.abs() > 1.0 {
+                    warn!(
+                        offset_s = offset,
+                        "this host's clock differs from the aggregator's"
+                    );
+                }
+            }
+            Ok((conn, limits))
         }
         Err(err) => {
             conn.close(code::AGENT_SHUTDOWN.into(), b"hello failed");
             Err(err)
         }
     }
+}
+
+/// The aggregator's clock minus this host's, in seconds, from a welcome received at `received`
+/// for a hello sent at `sent`: the welcome's clock is taken at the middle of the exchange.
+/// `None` from an aggregator that does not send its clock (v0.1).
+fn clock_offset(welcome: &Welcome, sent: SystemTime, received: SystemTime) -> Option<f64> {
+    if welcome.clock_unix_nanos == 0 {
+        return None;
+    }
+    let secs = |t: SystemTime| match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64(),
+        Err(before) => -before.duration().as_secs_f64(),
+    };
+    let middle = (secs(sent) + secs(received)) / 2.0;
+    Some(welcome.clock_unix_nanos as f64 / 1e9 - middle)
 }
 
 fn lost(err: impl std::fmt::Display) -> ShipError {
@@ -499,6 +780,13 @@ fn protocol(err: impl std::fmt::Display) -> ShipError {
     ShipError::Protocol {
         reason: err.to_string(),
     }
+}
+
+/// Reads the aggregator's answer on a stream: at most one control frame's bytes.
+async fn read_answer(recv: &mut quinn::RecvStream) -> Result<Vec<u8>, ShipError> {
+    recv.read_to_end(FrameLimits::CONTROL.max_compressed as usize + HEADER_LEN)
+        .await
+        .map_err(lost)
 }
 
 /// Parses a whole control frame (welcome, ack, reject) held in memory.
@@ -525,41 +813,79 @@ fn token(config: &ShipConfig) -> Result<String, ShipError> {
     }
 }
 
-/// The first address `ship.aggregator` resolves to.
-async fn resolve(address: &str) -> Result<SocketAddr, ShipError> {
+/// Every address `entry` (`host:port`) resolves to.
+async fn resolve(entry: &str) -> Result<Vec<SocketAddr>, ShipError> {
     let resolve_error = |reason: String| ShipError::Resolve {
-        address: address.to_owned(),
+        address: entry.to_owned(),
         reason,
     };
-    tokio::net::lookup_host(address)
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(entry)
         .await
         .map_err(|err| resolve_error(err.to_string()))?
-        .next()
-        .ok_or_else(|| resolve_error("no addresses".to_owned()))
+        .collect();
+    if addrs.is_empty() {
+        return Err(resolve_error("no addresses".to_owned()));
+    }
+    Ok(addrs)
 }
 
-/// `ship.server-name`, or the host part of `ship.aggregator`.
-fn server_name(config: &ShipConfig) -> String {
+/// Every address of every entry of `addresses`, in list order. An entry that does not resolve
+/// is logged and left out of this pass.
+///
+/// # Errors
+///
+/// [`ShipError::Resolve`] (the last entry's) when none resolves.
+async fn resolve_all(addresses: &[String]) -> Result<Vec<Target>, ShipError> {
+    let mut targets = Vec::new();
+    let mut last = None;
+    for entry in addresses {
+        match resolve(entry).await {
+            Ok(addrs) => targets.extend(addrs.into_iter().map(|addr| Target {
+                entry: entry.clone(),
+                addr,
+            })),
+            Err(err) => {
+                if addresses.len() > 1 {
+                    warn!(error = %err, "an aggregator's address does not resolve; trying the others");
+                }
+                last = Some(err);
+            }
+        }
+    }
+    match last {
+        Some(err) if targets.is_empty() => Err(err),
+        _ => Ok(targets),
+    }
+}
+
+/// `ship.server-name`, or the host part of `entry`.
+fn server_name(config: &ShipConfig, entry: &str) -> String {
     if !config.server_name.is_empty() {
         return config.server_name.clone();
     }
-    let host = config
-        .aggregator
-        .rsplit_once(':')
-        .map_or(config.aggregator.as_str(), |(host, _)| host);
+    let host = entry.rsplit_once(':').map_or(entry, |(host, _)| host);
     host.trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned()
 }
 
-/// Sends batches on `conn` until it breaks (an error) or `stop` (Ok).
+/// Sends batches on `conn` (to `addr`) until it breaks (an error) or `stop` (Ok). With
+/// `failover` (other aggregators to go to), a batch refused as `unavailable` ends it too.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the shipper's state, borrowed for one connection"
+)]
 async fn drain(
     conn: &quinn::Connection,
+    addr: SocketAddr,
     config: &ShipConfig,
     spool: &Spool,
     metrics: &ShipMetrics,
     stop: &mut Stop,
     backoff: &mut Backoff,
+    rotation: &mut Rotation,
+    failover: bool,
+    heartbeat: &Heartbeat,
 ) -> Result<(), ShipError> {
     let max = config.max_batches_in_flight.max(1) as usize;
     let mut in_flight: JoinSet<(u64, Result<Answer, ShipError>)> = JoinSet::new();
@@ -579,7 +905,7 @@ async fn drain(
         }
         if paused_until.is_none() {
             while in_flight.len() < max {
-                let Some((sequence, frame)) = spool.next()? else {
+                let Some((sequence, frame)) = spool.next().await? else {
                     break;
                 };
                 in_flight.spawn(send_batch(
@@ -606,22 +932,49 @@ async fn drain(
                 };
                 match answer {
                     Ok(Answer::Ack(ack)) => {
-                        spool.acked(sequence)?;
                         metrics.batches_acked.inc();
+                        spool.acked(sequence).await?;
                         backoff.reset();
-                        debug!(sequence, duplicate = ack.duplicate, "batch acknowledged");
+                        rotation.stored();
+                        heartbeat.beat();
+                        count_refused(metrics, sequence, &ack.refused, &ack.unlisted);
+                        debug!(sequence, duplicate = ack.duplicate, refused = ack.refused.len(), "batch acknowledged");
+                    }
+                    Ok(Answer::Reject(reject)) if reject.retryable && failover && reject.code == reject::UNAVAILABLE => {
+                        spool.retry(sequence);
+                        metrics.batches_rejected.with_label_values(&["true"]).inc();
+                        return Err(ShipError::Unavailable { address: addr, reason: reject.reason });
                     }
                     Ok(Answer::Reject(reject)) if reject.retryable => {
                         spool.retry(sequence);
                         metrics.batches_rejected.with_label_values(&["true"]).inc();
                         let delay = backoff.next(rand::random());
                         paused_until = Some(tokio::time::Instant::now() + delay);
-                        info!(sequence, reason = %reject.reason, delay_ms = delay.as_millis() as u64, "batch refused for now; pausing");
+                        if reject.code == reject::CLOCK_SKEW {
+                            heartbeat.degraded(format_args!(
+                                "batches wait: this host's clock is ahead of the aggregator's ({})",
+                                reject.reason
+                            ));
+                            warn!(sequence, reason = %reject.reason, delay_ms = delay.as_millis() as u64, "batch refused: this host's clock is ahead of the aggregator's; it waits in the spool (fix the clock)");
+                        } else {
+                            info!(sequence, reason = %reject.reason, delay_ms = delay.as_millis() as u64, "batch refused for now; pausing");
+                        }
+                    }
+                    // A v0.1 aggregator says no code: a batch over the limit its welcome announced
+                    // was refused for its size all the same, from its header, nothing of it read.
+                    // `resplit` splits only such a batch, and drops any other as rejected.
+                    Ok(Answer::Reject(reject)) if reject.code == reject::TOO_LARGE || reject.code.is_empty() => {
+                        metrics.batches_rejected.with_label_values(&["false"]).inc();
+                        match spool.resplit(sequence).await? {
+                            0 => error!(sequence, reason = %reject.reason, "the aggregator rejected a batch; it is dropped"),
+                            parts => warn!(sequence, parts, reason = %reject.reason, "the aggregator refused a batch as too large; split into parts within its limits"),
+                        }
                     }
                     Ok(Answer::Reject(reject)) => {
-                        spool.reject(sequence)?;
+                        spool.reject(sequence).await?;
                         metrics.batches_rejected.with_label_values(&["false"]).inc();
-                        error!(sequence, reason = %reject.reason, "the aggregator rejected a batch; it is dropped");
+                        count_refused(metrics, sequence, &reject.refused, &reject.unlisted);
+                        error!(sequence, reason = %reject.reason, code = %reject.code, "the aggregator rejected a batch; it is dropped");
                     }
                     Err(err) => {
                         spool.retry(sequence);
@@ -638,8 +991,41 @@ async fn drain(
     }
 }
 
-/// Sends one batch on its own stream and reads the answer.
-async fn send_batch(
+/// Counts the series the aggregator refused in the answer to `sequence`, by reason (a code of a
+/// newer aggregator as `other`), and logs the first.
+fn count_refused(
+    metrics: &ShipMetrics,
+    sequence: u64,
+    listed: &[SeriesRefusal],
+    unlisted: &[RefusalTally],
+) {
+    let counts = limits::count_refusals(listed, unlisted);
+    if counts.is_empty() {
+        return;
+    }
+    let mut total = 0;
+    for (reason, count) in counts {
+        metrics.refused(reason, count);
+        total += count;
+    }
+    let first = listed.first().map_or("", |r| r.message.as_str());
+    warn!(sequence, refused = total, first = %first, "the aggregator refused series of a batch; the others are stored");
+}
+
+/// Sends one batch `frame` (as the spool holds it) on its own stream of `conn` and reads the
+/// answer, counting the send in `metrics` and the ack's latency. Returns `sequence` with the
+/// outcome, so that many can run in a `JoinSet`.
+///
+/// # Cancel safety
+///
+/// Cancel safe in that nothing is lost: a batch whose answer was not read is unacknowledged and
+/// is sent again (the aggregator drops a copy it already stored).
+///
+/// # Errors
+///
+/// The outcome is an error when the stream breaks, the answer is not a valid ack or reject for
+/// this batch, or none comes within `timeout` ([`ShipError::Timeout`]).
+pub async fn send_batch(
     conn: quinn::Connection,
     sequence: u64,
     frame: Vec<u8>,
@@ -656,10 +1042,7 @@ async fn send_batch(
         if send.write_all(&frame).await.is_ok() {
             let _ = send.finish();
         }
-        let bytes = recv
-            .read_to_end(FrameLimits::CONTROL.max_compressed as usize + HEADER_LEN)
-            .await
-            .map_err(lost)?;
+        let bytes = read_answer(&mut recv).await?;
         let (header, body) = parse_control(&bytes)?;
         match header.kind {
             FrameKind::Ack => {
@@ -701,13 +1084,33 @@ mod tests {
     #[test]
     fn server_name_defaults_to_the_host() {
         let mut config = ShipConfig::default();
-        assert_eq!(server_name(&config), "127.0.0.1");
-        config.aggregator = "[::1]:4041".to_owned();
-        assert_eq!(server_name(&config), "::1");
-        config.aggregator = "agg.example:4041".to_owned();
-        assert_eq!(server_name(&config), "agg.example");
+        assert_eq!(server_name(&config, "127.0.0.1:4041"), "127.0.0.1");
+        assert_eq!(server_name(&config, "[::1]:4041"), "::1");
+        assert_eq!(server_name(&config, "agg.example:4041"), "agg.example");
         config.server_name = "other".to_owned();
-        assert_eq!(server_name(&config), "other");
+        assert_eq!(server_name(&config, "agg.example:4041"), "other");
+    }
+
+    #[test]
+    fn the_list_replaces_the_one_address_and_both_set_is_an_error() {
+        let mut config = ShipConfig::default();
+        assert_eq!(config.addresses(), ["127.0.0.1:4041"]);
+        config.aggregators = vec!["a:4041".to_owned(), "[::1]:4041".to_owned()];
+        assert_eq!(config.addresses(), ["a:4041", "[::1]:4041"]);
+        assert_eq!(config.validate(), Ok(()));
+        config.aggregator = "b:4041".to_owned();
+        let err = config.validate().unwrap_err();
+        assert!(err.contains("both set"), "{err}");
+        config.aggregator = ShipConfig::default().aggregator;
+        config.aggregators.push("no-port".to_owned());
+        let err = config.validate().unwrap_err();
+        assert!(
+            err.contains("ship.aggregators") && err.contains("no-port"),
+            "{err}"
+        );
+        config.aggregators = Vec::new();
+        config.aggregator = ":4041".to_owned();
+        assert!(config.validate().unwrap_err().contains("ship.aggregator:"));
     }
 
     #[test]
@@ -730,6 +1133,10 @@ mod tests {
             ShipError::Refused { reason: text() },
             ShipError::Protocol { reason: text() },
             ShipError::Connection { reason: text() },
+            ShipError::Unavailable {
+                address: "127.0.0.1:1".parse().unwrap(),
+                reason: text(),
+            },
             ShipError::Timeout {
                 what: "batch",
                 after: Duration::from_secs(1),
@@ -741,5 +1148,23 @@ mod tests {
         ];
         let kinds: Vec<&str> = errors.iter().map(ShipError::kind).collect();
         assert_eq!(kinds, ShipError::KINDS);
+    }
+
+    #[test]
+    fn the_clock_offset_is_taken_at_the_middle_of_the_hello() {
+        let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+        let welcome = |ms: i64| Welcome {
+            clock_unix_nanos: ms * 1_000_000,
+            ..Welcome::default()
+        };
+        let offset = clock_offset(&welcome(10_000), at(1_000), at(1_200)).unwrap();
+        assert!((offset - 8.9).abs() < 1e-9, "{offset}");
+        let offset = clock_offset(&welcome(500), at(1_000), at(1_000)).unwrap();
+        assert!((offset + 0.5).abs() < 1e-9, "this host ahead: {offset}");
+        assert_eq!(
+            clock_offset(&Welcome::default(), at(1), at(2)),
+            None,
+            "v0.1"
+        );
     }
 }

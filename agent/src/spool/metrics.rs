@@ -1,17 +1,25 @@
 //! The spool's metrics (`smolder_agent_spool_*`), updated per batch written, acknowledged or
-//! dropped. Its errors and dropped batches are counted in the tier's counters with
-//! `stage="spool"`.
+//! dropped. Its errors, dropped batches and dropped series are counted in the tier's counters
+//! with `stage="spool"`.
 
 use prometheus::{Gauge, IntCounter, IntGauge, Registry};
+use smolder_common::wire::RefusalReason;
+use smolder_daemon::metrics::{counter, gauge, register};
 
 use super::queue::{DropReason, Dropped};
-use crate::metrics::{
-    DropCause, DroppedUnit, StageCounters, TierCounters, counter, gauge, register,
-};
+use crate::tier::{DropCause, DroppedUnit, StageCounters, TierCounters};
 
 /// The `error_type`s of `smolder_agent_errors_total{stage="spool"}`: spooling a window failed
-/// (it is lost), applying `spool.max-age` failed, or the final flush did.
-const ERROR_TYPES: [&str; 3] = ["write", "expire", "flush"];
+/// because the disk is full, or for another reason (its batches are lost and counted), or
+/// applying `spool.max-age` failed.
+const ERROR_TYPES: [&str; 3] = ["disk_full", "write", "expire"];
+
+/// Why the spool drops a series of a window before it is spooled: the aggregator's limits.
+const SERIES_REASONS: [RefusalReason; 3] = [
+    RefusalReason::TooManyLabels,
+    RefusalReason::LabelTooLong,
+    RefusalReason::TooLarge,
+];
 
 /// The spool's metrics.
 #[derive(Clone)]
@@ -29,20 +37,31 @@ pub struct SpoolMetrics {
     /// `smolder_agent_dropped_batches_total{stage="spool",reason}` and
     /// `smolder_agent_dropped_bytes_total{stage="spool",reason}`: batches that left
     /// unacknowledged, and their bytes: `full` (`spool.max-bytes`), `expired` (`spool.max-age`),
-    /// `rejected` (by the aggregator, for good); `smolder_agent_errors_total{stage="spool"}`.
+    /// `rejected` (by the aggregator, for good), `disk_full` and `write_failed` (never
+    /// written), `corrupt` (damaged on disk since); `smolder_agent_dropped_series_total{stage="spool",reason}`: series over the
+    /// aggregator's limits (`too_many_labels`, `label_too_long`, `too_large`);
+    /// `smolder_agent_errors_total{stage="spool"}`.
     pub tier: StageCounters,
 }
 
 impl SpoolMetrics {
     /// Creates the spool's metrics in `registry`.
     pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
-        let reasons = [DropReason::Full, DropReason::Expired, DropReason::Rejected];
-        let drops: Vec<(DroppedUnit, DropCause)> = reasons
+        let reasons = [
+            DropReason::Full,
+            DropReason::Expired,
+            DropReason::Rejected,
+            DropReason::DiskFull,
+            DropReason::WriteFailed,
+            DropReason::Corrupt,
+        ];
+        let mut drops: Vec<(DroppedUnit, DropCause)> = reasons
             .iter()
             .flat_map(|&reason| {
                 [DroppedUnit::Batches, DroppedUnit::Bytes].map(|unit| (unit, cause(reason)))
             })
             .collect();
+        drops.extend(SERIES_REASONS.map(|r| (DroppedUnit::Series, DropCause::forced(r.as_str()))));
         SpoolMetrics {
             bytes: gauge(
                 registry,
@@ -81,6 +100,14 @@ impl SpoolMetrics {
         let cause = cause(batch.reason);
         self.tier.dropped(DroppedUnit::Batches, cause, 1);
         self.tier.dropped(DroppedUnit::Bytes, cause, batch.bytes);
+    }
+}
+
+impl SpoolMetrics {
+    /// Counts a series dropped over the aggregator's limits before it was spooled.
+    pub fn refused(&self, reason: RefusalReason) {
+        self.tier
+            .dropped(DroppedUnit::Series, DropCause::forced(reason.as_str()), 1);
     }
 }
 

@@ -1,5 +1,5 @@
 //! The spool's bookkeeping, sans IO: which batches are waiting, which are in flight, what the
-//! bounds evict. The sled driver in `mod.rs` applies what this decides.
+//! bounds evict. The driver in `mod.rs` applies what this decides to the files (`files.rs`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -13,6 +13,12 @@ pub enum DropReason {
     Expired,
     /// The aggregator rejected it as invalid; sending it again cannot help.
     Rejected,
+    /// Its window could not be written: the spool's disk is full.
+    DiskFull,
+    /// Its window could not be written: another I/O error.
+    WriteFailed,
+    /// Its file was damaged on disk since it was written: it cannot be sent.
+    Corrupt,
 }
 
 impl DropReason {
@@ -22,6 +28,9 @@ impl DropReason {
             DropReason::Full => "full",
             DropReason::Expired => "expired",
             DropReason::Rejected => "rejected",
+            DropReason::DiskFull => "disk_full",
+            DropReason::WriteFailed => "write_failed",
+            DropReason::Corrupt => "corrupt",
         }
     }
 }

@@ -10,6 +10,14 @@
 //! snapshots that fell in the window, so a scrape interval shorter than the window does not
 //! double them. A profile that arrives after its window was handed on goes into the
 //! window that is open now and is counted as late: late data is moved, never dropped.
+//!
+//! Nothing downstream stalls a source: sources submit without waiting
+//! ([`Submitter::try_submit`]; a profile that finds the loop's queue full is dropped and
+//! counted), a window holds at most [`WindowConfig::max_series`] series (a new series past it is
+//! dropped and counted, the window's others go on), and a closed window is offered to each sink
+//! without waiting: a sink whose queue is full (a spool on a slow or failing disk) does not get
+//! it, and the loss is counted as `<sink>_busy`, so that the loop, and the eBPF thread behind
+//! it, keep going. The bookkeeping ([`Open`]) is sans IO, driven with explicit times.
 
 mod metrics;
 
@@ -21,9 +29,11 @@ use serde::{Deserialize, Serialize};
 use smolder_common::{Aggregation, Profile, ProfileMeta, Series, Tree};
 use smolder_daemon::Heartbeat;
 use tokio::sync::mpsc;
-use tracing::debug;
+use tracing::{debug, warn};
 
-pub use self::metrics::WindowMetrics;
+use self::metrics::{MAX_SERIES, QUEUE_FULL};
+pub use self::metrics::{RULES_BUSY, SPOOL_BUSY, WindowMetrics};
+use crate::tier::{DropCause, DroppedUnit, StageCounters};
 
 /// How stacks are grouped in time.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -36,6 +46,11 @@ pub struct WindowConfig {
     /// Default `2s`.
     #[serde(with = "smolder_common::timestamp::serde_duration")]
     pub settle: Duration,
+    /// Most series one window holds: a profile of a new series past it is dropped and counted
+    /// (`smolder_agent_dropped_profiles_total{stage="window",reason="max_series"}`), the
+    /// window's other series go on. Bounds the agent's memory against a source that makes a
+    /// series per request id or pid. Default 10 000, the aggregator's default series per batch.
+    pub max_series: usize,
 }
 
 impl Default for WindowConfig {
@@ -43,6 +58,7 @@ impl Default for WindowConfig {
         WindowConfig {
             length: Duration::from_secs(10),
             settle: Duration::from_secs(2),
+            max_series: 10_000,
         }
     }
 }
@@ -59,9 +75,19 @@ pub struct Window {
 }
 
 /// The handle sources submit profiles through; cheap to clone.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Submitter {
     tx: mpsc::Sender<Profile>,
+    /// Where a profile that finds the queue full is counted.
+    tier: StageCounters,
+}
+
+impl std::fmt::Debug for Submitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Submitter")
+            .field("queued", &(QUEUE - self.tx.capacity()))
+            .finish()
+    }
 }
 
 /// The window loop has stopped (the agent is shutting down).
@@ -70,7 +96,13 @@ pub struct Submitter {
 pub struct Stopped;
 
 impl Submitter {
-    /// Submits a profile, waiting while the window loop is busy.
+    /// Submits a profile, waiting while the window loop's queue is full: for callers that
+    /// produce a bounded number of profiles and would rather wait than lose one (tests,
+    /// embedding). Sources use [`try_submit`](Self::try_submit).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a cancelled call submitted nothing.
     ///
     /// # Errors
     ///
@@ -79,23 +111,53 @@ impl Submitter {
         self.tx.send(profile).await.map_err(|_| Stopped)
     }
 
-    /// [`submit`](Self::submit) from a thread outside the async runtime (the sampler's).
+    /// Submits a profile without waiting, from any thread: a profile that finds the loop's
+    /// queue full is dropped and counted
+    /// (`smolder_agent_dropped_profiles_total{stage="window",reason="queue_full"}`), so that a
+    /// source never waits on the windows. Returns whether it was queued.
     ///
     /// # Errors
     ///
     /// [`Stopped`] when the agent is shutting down.
-    pub fn blocking_submit(&self, profile: Profile) -> Result<(), Stopped> {
-        self.tx.blocking_send(profile).map_err(|_| Stopped)
+    pub fn try_submit(&self, profile: Profile) -> Result<bool, Stopped> {
+        match self.tx.try_send(profile) {
+            Ok(()) => Ok(true),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.tier.dropped(DroppedUnit::Profiles, QUEUE_FULL, 1);
+                Ok(false)
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Stopped),
+        }
     }
 }
 
-/// Profiles queued between sources and the window loop before sources wait.
+/// Profiles queued between sources and the window loop; past it, sources' profiles are dropped.
+/// The loop takes a profile in microseconds and never waits on its sinks, so the queue only
+/// fills when the agent is starved of CPU; 1024 holds a busy host's whole window (one profile
+/// per series and kind).
 const QUEUE: usize = 1024;
 
-/// A submitter and the receiving end that [`run`] consumes.
-pub fn channel() -> (Submitter, mpsc::Receiver<Profile>) {
+/// A submitter and the receiving end that [`run`] consumes; drops are counted in `metrics`.
+pub fn channel(metrics: &WindowMetrics) -> (Submitter, mpsc::Receiver<Profile>) {
     let (tx, rx) = mpsc::channel(QUEUE);
-    (Submitter { tx }, rx)
+    let tier = metrics.tier.clone();
+    (Submitter { tx, tier }, rx)
+}
+
+/// A consumer of closed windows (the spool, the rules), with the reason its losses are counted
+/// under when its queue is full.
+#[derive(Debug)]
+pub struct Sink {
+    tx: mpsc::Sender<Arc<Window>>,
+    busy: DropCause,
+}
+
+impl Sink {
+    /// A sink fed through `tx`; windows it has no room for are counted as `busy`
+    /// ([`SPOOL_BUSY`], [`RULES_BUSY`]).
+    pub fn new(tx: mpsc::Sender<Arc<Window>>, busy: DropCause) -> Sink {
+        Sink { tx, busy }
+    }
 }
 
 /// The start of the window that contains `t`.
@@ -109,18 +171,39 @@ pub fn window_start(t: SystemTime, length: Duration) -> SystemTime {
 /// One open window's series and meta, each with its merged tree and how many profiles made it.
 type WindowSeries = HashMap<(Series, ProfileMeta), (Tree, u64)>;
 
+/// What became of a profile handed to [`Open::add`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Added {
+    /// Merged into its window.
+    OnTime,
+    /// Its window had closed: merged into the one open now.
+    Late,
+    /// A new series of a window at `window.max-series`: dropped.
+    OverMaxSeries,
+}
+
 /// The windows still open, each merging its profiles.
 struct Open {
     length: Duration,
+    max_series: usize,
     windows: BTreeMap<SystemTime, WindowSeries>,
     /// End of the latest window handed on; profiles for earlier windows are late.
     closed_until: SystemTime,
 }
 
 impl Open {
+    fn new(length: Duration, max_series: usize) -> Open {
+        Open {
+            length,
+            max_series,
+            windows: BTreeMap::new(),
+            closed_until: UNIX_EPOCH,
+        }
+    }
+
     /// Files `profile` under its window, or under the window of `now` when its own has closed
-    /// or lies in the future. Returns whether it was late.
-    fn add(&mut self, profile: Profile, now: SystemTime) -> bool {
+    /// or lies in the future; a new series of a full window is dropped.
+    fn add(&mut self, profile: Profile, now: SystemTime) -> Added {
         let at = profile
             .until
             .checked_sub(Duration::from_nanos(1))
@@ -132,17 +215,21 @@ impl Open {
             start = window_start(now, self.length).max(self.closed_until);
         }
         let series = self.windows.entry(start).or_default();
+        let full = series.len() >= self.max_series;
         match series.entry((profile.series, profile.meta)) {
             std::collections::hash_map::Entry::Occupied(mut merged) => {
                 let (tree, count) = merged.get_mut();
                 tree.merge(&profile.tree);
                 *count += 1;
             }
+            std::collections::hash_map::Entry::Vacant(_) if full => {
+                return Added::OverMaxSeries;
+            }
             std::collections::hash_map::Entry::Vacant(slot) => {
                 slot.insert((profile.tree, 1));
             }
         }
-        late
+        if late { Added::Late } else { Added::OnTime }
     }
 
     /// Removes and returns every window that ended at least `settle` before `now`.
@@ -191,19 +278,16 @@ impl Open {
 
 /// Runs the window loop until every [`Submitter`] is dropped, then hands on what is still
 /// open and returns. Beats `heartbeat` on every profile, every close and every period while
-/// idle; a sink that blocks the loop stops its beats.
+/// idle. Windows are offered to `sinks` without waiting while the loop runs; the last ones, as
+/// it stops, are waited for, since nothing more comes behind them.
 pub async fn run(
     config: WindowConfig,
     mut profiles: mpsc::Receiver<Profile>,
-    sinks: Vec<mpsc::Sender<Arc<Window>>>,
+    sinks: Vec<Sink>,
     metrics: WindowMetrics,
     heartbeat: Heartbeat,
 ) {
-    let mut open = Open {
-        length: config.length,
-        windows: BTreeMap::new(),
-        closed_until: UNIX_EPOCH,
-    };
+    let mut open = Open::new(config.length, config.max_series);
     let mut ticker = tokio::time::interval(heartbeat.period());
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -220,15 +304,19 @@ pub async fn run(
             received = profiles.recv() => match received {
                 Some(profile) => {
                     metrics.profiles_submitted.inc();
-                    if open.add(profile, SystemTime::now()) {
-                        metrics.late_profiles.inc();
+                    match open.add(profile, SystemTime::now()) {
+                        Added::OnTime => {}
+                        Added::Late => metrics.late_profiles.inc(),
+                        Added::OverMaxSeries => {
+                            metrics.tier.dropped(DroppedUnit::Profiles, MAX_SERIES, 1);
+                        }
                     }
                 }
                 None => break,
             },
             () = sleep => {
                 for window in open.close(SystemTime::now(), config.settle) {
-                    hand_on(window, &sinks, &metrics).await;
+                    offer(window, &sinks, &metrics);
                 }
             }
             _ = ticker.tick() => {}
@@ -237,11 +325,16 @@ pub async fn run(
     }
     let everything = SystemTime::now() + config.length + config.settle;
     for window in open.close(everything, Duration::ZERO) {
-        hand_on(window, &sinks, &metrics).await;
+        let window = closed(window, &metrics);
+        for sink in &sinks {
+            // A sink that has stopped is shutting down with the agent; the others still get it.
+            let _ = sink.tx.send(Arc::clone(&window)).await;
+        }
     }
 }
 
-async fn hand_on(window: Window, sinks: &[mpsc::Sender<Arc<Window>>], metrics: &WindowMetrics) {
+/// Counts a closed window in the metrics.
+fn closed(window: Window, metrics: &WindowMetrics) -> Arc<Window> {
     let nodes: usize = window.profiles.iter().map(|p| p.tree.len()).sum();
     metrics.windows_closed.inc();
     metrics
@@ -249,10 +342,27 @@ async fn hand_on(window: Window, sinks: &[mpsc::Sender<Arc<Window>>], metrics: &
         .set(i64::try_from(window.profiles.len()).unwrap_or(i64::MAX));
     metrics.nodes.set(i64::try_from(nodes).unwrap_or(i64::MAX));
     debug!(series = window.profiles.len(), nodes, "window closed");
-    let window = Arc::new(window);
+    Arc::new(window)
+}
+
+/// Offers a closed window to every sink without waiting: a sink with a full queue does not get
+/// it (the newest is dropped, the ones it queued stay), and that is counted.
+fn offer(window: Window, sinks: &[Sink], metrics: &WindowMetrics) {
+    let window = closed(window, metrics);
     for sink in sinks {
-        // A sink that has stopped is shutting down with the agent; the others still get it.
-        let _ = sink.send(Arc::clone(&window)).await;
+        match sink.tx.try_send(Arc::clone(&window)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                metrics.tier.dropped(DroppedUnit::Windows, sink.busy, 1);
+                warn!(
+                    reason = sink.busy.reason,
+                    series = window.profiles.len(),
+                    "a window sink is busy; this window is dropped for it"
+                );
+            }
+            // A sink that has stopped is shutting down with the agent; the others still get it.
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
     }
 }
 
@@ -273,11 +383,7 @@ mod tests {
     }
 
     fn open() -> Open {
-        Open {
-            length: Duration::from_secs(10),
-            windows: BTreeMap::new(),
-            closed_until: UNIX_EPOCH,
-        }
+        Open::new(Duration::from_secs(10), 10)
     }
 
     #[test]
@@ -293,9 +399,16 @@ mod tests {
     fn same_series_merge_and_windows_close_after_settling() {
         let mut open = open();
         let now = UNIX_EPOCH + Duration::from_secs(25);
-        assert!(!open.add(profile("app.cpu{}", &["main", "a"], 2, 10, 20), now));
-        assert!(!open.add(profile("app.cpu{}", &["main", "b"], 3, 12, 15), now));
-        assert!(!open.add(profile("other.cpu{}", &["x"], 1, 20, 25), now));
+        let on_time = |added| added == Added::OnTime;
+        assert!(on_time(
+            open.add(profile("app.cpu{}", &["main", "a"], 2, 10, 20), now)
+        ));
+        assert!(on_time(
+            open.add(profile("app.cpu{}", &["main", "b"], 3, 12, 15), now)
+        ));
+        assert!(on_time(
+            open.add(profile("other.cpu{}", &["x"], 1, 20, 25), now)
+        ));
         let settle = Duration::from_secs(2);
         assert!(
             open.close(UNIX_EPOCH + Duration::from_secs(21), settle)
@@ -352,7 +465,10 @@ mod tests {
         let now = UNIX_EPOCH + Duration::from_secs(25);
         open.add(profile("app.cpu{}", &["a"], 1, 10, 20), now);
         open.close(now, Duration::from_secs(2));
-        assert!(open.add(profile("app.cpu{}", &["a"], 4, 10, 20), now));
+        assert_eq!(
+            open.add(profile("app.cpu{}", &["a"], 4, 10, 20), now),
+            Added::Late
+        );
         let closed = open.close(UNIX_EPOCH + Duration::from_secs(40), Duration::ZERO);
         assert_eq!(closed.len(), 1);
         assert_eq!(closed[0].start, UNIX_EPOCH + Duration::from_secs(20));
@@ -366,5 +482,108 @@ mod tests {
         open.add(profile("app.cpu{}", &["a"], 1, 100, 110), now);
         let closed = open.close(UNIX_EPOCH + Duration::from_secs(40), Duration::ZERO);
         assert_eq!(closed[0].start, UNIX_EPOCH + Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_full_window_drops_new_series_and_keeps_merging_its_own() {
+        let mut open = Open::new(Duration::from_secs(10), 2);
+        let now = UNIX_EPOCH + Duration::from_secs(25);
+        for name in ["a.cpu{}", "b.cpu{}"] {
+            assert_eq!(
+                open.add(profile(name, &["x"], 1, 20, 21), now),
+                Added::OnTime
+            );
+        }
+        assert_eq!(
+            open.add(profile("c.cpu{}", &["x"], 1, 20, 21), now),
+            Added::OverMaxSeries
+        );
+        assert_eq!(
+            open.add(profile("a.cpu{}", &["y"], 5, 21, 22), now),
+            Added::OnTime
+        );
+        // The cap is per window: the next one takes new series again.
+        assert_eq!(
+            open.add(
+                profile("c.cpu{}", &["x"], 1, 30, 31),
+                now + Duration::from_secs(10)
+            ),
+            Added::OnTime
+        );
+        let closed = open.close(UNIX_EPOCH + Duration::from_secs(60), Duration::ZERO);
+        let totals: Vec<Vec<(String, u64)>> = closed
+            .iter()
+            .map(|w| {
+                let mut t: Vec<(String, u64)> = w
+                    .profiles
+                    .iter()
+                    .map(|p| (p.series.app().to_owned(), p.tree.total()))
+                    .collect();
+                t.sort();
+                t
+            })
+            .collect();
+        assert_eq!(
+            totals,
+            [
+                vec![("a.cpu".to_owned(), 6), ("b.cpu".to_owned(), 1)],
+                vec![("c.cpu".to_owned(), 1)]
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_busy_sink_loses_the_newest_window_and_nobody_waits() {
+        let registry = prometheus::Registry::new();
+        let window_metrics =
+            WindowMetrics::new(&registry, &crate::tier::TierCounters::new(&registry));
+        let (slow_tx, mut slow_rx) = mpsc::channel(1);
+        let (fast_tx, mut fast_rx) = mpsc::channel(8);
+        let sinks = vec![
+            Sink::new(slow_tx, SPOOL_BUSY),
+            Sink::new(fast_tx, RULES_BUSY),
+        ];
+        let window = |start: u64| Window {
+            start: UNIX_EPOCH + Duration::from_secs(start),
+            end: UNIX_EPOCH + Duration::from_secs(start + 10),
+            profiles: vec![profile("a.cpu{}", &["x"], 1, start, start + 1)],
+        };
+        for start in [10, 20, 30] {
+            offer(window(start), &sinks, &window_metrics);
+        }
+        let text = smolder_daemon::metrics::render(&registry).unwrap();
+        assert!(
+            text.contains(
+                "smolder_agent_dropped_windows_total{intentional=\"false\",reason=\"spool_busy\",stage=\"window\"} 2"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            slow_rx.recv().await.unwrap().start,
+            UNIX_EPOCH + Duration::from_secs(10)
+        );
+        for start in [10, 20, 30] {
+            assert_eq!(
+                fast_rx.recv().await.unwrap().start,
+                UNIX_EPOCH + Duration::from_secs(start)
+            );
+        }
+        // A source submitting into a full queue loses that profile and goes on.
+        let (submitter, _held) = channel(&window_metrics);
+        let mut queued = 0;
+        for i in 0..QUEUE + 5 {
+            if submitter
+                .try_submit(profile("a.cpu{}", &["x"], 1, i as u64, i as u64 + 1))
+                .unwrap()
+            {
+                queued += 1;
+            }
+        }
+        assert_eq!(queued, QUEUE);
+        assert!(
+            smolder_daemon::metrics::render(&registry).unwrap().contains(
+                "smolder_agent_dropped_profiles_total{intentional=\"false\",reason=\"queue_full\",stage=\"window\"} 5"
+            )
+        );
     }
 }

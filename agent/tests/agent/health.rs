@@ -152,17 +152,12 @@ fn a_symbolizer_panic_restarts_the_thread_and_readyz_says_so_meanwhile() {
         assert_eq!(ready.row("ebpf").state, "running", "{}", ready.body);
 
         // Sampling resumes: the workload's samples keep arriving through later windows.
+        // A counter without labels exists from the start, at zero: a missing one is a failure.
         let exported = format!("{base}/exported-metrics");
-        let after_restart = Metrics::scrape(&exported)
-            .await
-            .find("busy_seconds", &[])
-            .unwrap_or(0.0);
+        let after_restart = Metrics::scrape(&exported).await.value("busy_seconds", &[]);
         let deadline = Instant::now() + PATIENCE;
         loop {
-            let now = Metrics::scrape(&exported)
-                .await
-                .find("busy_seconds", &[])
-                .unwrap_or(0.0);
+            let now = Metrics::scrape(&exported).await.value("busy_seconds", &[]);
             if now > after_restart {
                 break;
             }

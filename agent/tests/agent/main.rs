@@ -5,6 +5,9 @@ mod ebpf;
 /// Health: every loop in `/healthz` and `/readyz`, a symbolizer panic restarted and reported,
 /// a shipper without an aggregator degraded.
 mod health;
+/// The crate's layout: stages import only the stages below them (the edges ARCHITECTURE.md
+/// lists).
+mod layout;
 /// Off-CPU and memory growth: blocked time, lock sites, long waits split per window, bytes
 /// touched and huge pages, against workloads that measure themselves.
 mod offcpu;
@@ -24,6 +27,10 @@ mod spool;
 /// Whole stacks: programs built without frame pointers and Debian's python3.11, as root and
 /// under the unit's capabilities, checked against perf, a uprobe point check and debuginfod.
 mod unwind;
+
+/// Upgrades: this agent's binary shipping to an aggregator of the previous release (its
+/// binary, `scripts/previous-release`).
+mod upgrade;
 
 /// Fixtures: agents under test on port 0, shipping to a socket that never answers.
 mod util;

@@ -1,14 +1,23 @@
 //! The spool on disk: what the agent produces while no aggregator answers stays, across
-//! restarts, within its bounds.
+//! restarts, within its bounds; and the spool's disk failing under the real agent sampling the
+//! host with eBPF: full (a small loop-mounted filesystem) and slow (a loop device throttled by
+//! the block-I/O cgroup controller), with sampling going on, every window accounted for, and
+//! health saying what is wrong.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use smolder_agent::app::{self, Running};
 use smolder_agent::config::Config;
+use smolder_common::wire::{BatchMessage, FrameKind, FrameLimits, frame};
 use smolder_common::{Profile, ProfileMeta, Tree};
+use smolder_test_support::health::{PATIENCE, probe, until};
+use smolder_test_support::net::silent_udp;
+use smolder_test_support::process::{Process, daemon};
 use smolder_test_support::prometheus::Metrics;
 use smolder_test_support::wait::eventually;
+
+use crate::util::{LoopFs, Throttle, exclusive};
 
 /// An agent whose aggregator never answers: a UDP socket nothing reads and TLS files that do
 /// not exist.
@@ -141,4 +150,247 @@ async fn batches_past_the_age_bound_are_dropped_and_counted() {
         0.0
     );
     agent.stop().await.unwrap();
+}
+
+/// The real agent binary sampling the whole host with eBPF in 1 s windows, its data directory
+/// in `data`, shipping nowhere (a socket that never answers), so that every window stays in
+/// the spool. The unwind tables' disk cache, in the same data directory, is kept small, so that
+/// the spool's disk fills when the test says.
+fn sampling_agent(data: &Path, config_dir: &Path) -> Process {
+    let config = format!(
+        "http:\n  listen: 127.0.0.1:0\nship:\n  aggregator: {}\n\
+         window:\n  length: 1s\n  settle: 1s\n\
+         ebpf:\n  unwind:\n    max-cache-bytes: 4194304\n",
+        silent_udp()
+    );
+    let path = config_dir.join("agent.yaml");
+    std::fs::write(&path, config).unwrap();
+    let mut command = daemon(Path::new(env!("CARGO_BIN_EXE_smolder-agent")), "info");
+    command
+        .arg("--config")
+        .arg(&path)
+        .arg("--data-dir")
+        .arg(data);
+    Process::spawn(command)
+}
+
+/// What the fault tests read from the agent's `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Figures {
+    /// Windows the window loop closed.
+    closed: f64,
+    /// Batches written to the spool (one per window here: the host's windows fit one batch).
+    written: f64,
+    /// Batches in the spool.
+    spooled: f64,
+    /// Windows' batches lost because the disk was full, or failing otherwise.
+    disk_full: f64,
+    write_failed: f64,
+    /// Windows the spool had no room for in its queue.
+    spool_busy: f64,
+    /// eBPF drains (one per window) and samples the kernel could not queue.
+    drains: f64,
+    ring_buffer_full: f64,
+}
+
+async fn figures(base: &str) -> Figures {
+    let m = Metrics::scrape(&format!("{base}/metrics")).await;
+    let dropped = |name: &str, stage: &str, reason: &str| {
+        m.value(name, &[("stage", stage), ("reason", reason)])
+    };
+    Figures {
+        closed: m.value("smolder_agent_window_windows_closed_total", &[]),
+        written: m.value("smolder_agent_spool_batches_written_total", &[]),
+        spooled: m.value("smolder_agent_spool_batches", &[]),
+        disk_full: dropped("smolder_agent_dropped_batches_total", "spool", "disk_full"),
+        write_failed: dropped(
+            "smolder_agent_dropped_batches_total",
+            "spool",
+            "write_failed",
+        ),
+        spool_busy: dropped(
+            "smolder_agent_dropped_windows_total",
+            "window",
+            "spool_busy",
+        ),
+        drains: m.value("smolder_agent_ebpf_drains_total", &[]),
+        ring_buffer_full: dropped(
+            "smolder_agent_dropped_samples_total",
+            "ebpf",
+            "ring_buffer_full",
+        ),
+    }
+}
+
+/// Waits until every window closed is accounted for: written, or dropped and counted.
+async fn accounted(base: &str) -> Figures {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let f = figures(base).await;
+        if f.closed == f.written + f.disk_full + f.write_failed + f.spool_busy {
+            return f;
+        }
+        assert!(Instant::now() < deadline, "windows unaccounted for: {f:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The frames in a spool directory's batch files, each decoded.
+fn spooled_batches(spool: &Path) -> Vec<BatchMessage> {
+    let own = FrameLimits {
+        max_compressed: u32::MAX,
+        max_uncompressed: u32::MAX,
+    };
+    let mut batches = Vec::new();
+    for entry in std::fs::read_dir(spool.join("batches")).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        let batch: BatchMessage =
+            frame::decode(&bytes[8..], FrameKind::Batch, own).expect("every batch file whole");
+        batches.push(batch);
+    }
+    batches
+}
+
+#[test]
+fn a_full_spool_disk_drops_counted_windows_and_sampling_goes_on() {
+    let _host = exclusive();
+    let disk = LoopFs::new(32);
+    let data = disk.path().join("agent");
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = sampling_agent(&data, dir.path());
+    let base = format!("http://{}", agent.listening("http"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        eventually(PATIENCE, "windows spooled", || async {
+            figures(&base).await.written >= 3.0
+        })
+        .await;
+        let before = figures(&base).await;
+        let filler = disk.fill();
+        // Windows now find no room: lost, counted, and the spool says why.
+        let ready = until(&base, "/readyz", "the spool degraded", |a| {
+            a.is("spool", "degraded")
+        })
+        .await;
+        assert_eq!(ready.status, 200, "degraded is ready:\n{}", ready.body);
+        assert!(
+            ready
+                .row("spool")
+                .detail
+                .contains("No space left on device"),
+            "{}",
+            ready.body
+        );
+        eventually(PATIENCE, "windows dropped for the full disk", || async {
+            figures(&base).await.disk_full >= 3.0
+        })
+        .await;
+        let full = accounted(&base).await;
+        let live = probe(&base, "/healthz").await;
+        assert_eq!(live.status, 200, "{}", live.body);
+        for name in ["ebpf", "window", "symbolize"] {
+            assert_eq!(live.row(name).state, "running", "{}", live.body);
+        }
+        // The sampler went on draining every window, and the kernel never had to drop a
+        // sample for want of a reader.
+        assert!(full.drains >= before.drains + 3.0, "{before:?} {full:?}");
+        assert_eq!(full.ring_buffer_full, before.ring_buffer_full, "{full:?}");
+        // What was spooled before is still there, whole.
+        assert_eq!(full.spooled, full.written, "{full:?}");
+        assert_eq!(full.write_failed, 0.0, "{full:?}");
+
+        // Space again (acks would free it the same way): windows are spooled again.
+        std::fs::remove_file(&filler).unwrap();
+        until(&base, "/readyz", "the spool running again", |a| {
+            a.is("spool", "running")
+        })
+        .await;
+        let after = accounted(&base).await;
+        assert!(after.written > full.written, "{full:?} {after:?}");
+        assert_eq!(after.disk_full, full.disk_full, "{after:?}");
+    });
+    agent.terminate();
+    assert!(agent.wait().success(), "{}", agent.log());
+    assert!(!agent.log().contains("panicked"), "{}", agent.log());
+
+    // Nothing spooled was lost or damaged: every batch file decodes, and a restart finds them.
+    let on_disk = spooled_batches(&data.join("spool"));
+    assert!(!on_disk.is_empty());
+    let mut agent = sampling_agent(&data, dir.path());
+    let base = format!("http://{}", agent.listening("http"));
+    runtime.block_on(async {
+        let restarted = figures(&base).await;
+        assert!(
+            restarted.spooled >= on_disk.len() as f64,
+            "{restarted:?}, {} on disk",
+            on_disk.len()
+        );
+    });
+    agent.terminate();
+    assert!(agent.wait().success(), "{}", agent.log());
+}
+
+#[test]
+fn a_slow_spool_disk_never_stalls_sampling() {
+    let _host = exclusive();
+    let disk = LoopFs::new(128);
+    let data = disk.path().join("agent");
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = sampling_agent(&data, dir.path());
+    let base = format!("http://{}", agent.listening("http"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        eventually(PATIENCE, "windows spooled", || async {
+            figures(&base).await.written >= 2.0
+        })
+        .await;
+        let before = accounted(&base).await;
+        // 4 KiB/s: a window's batch (about 10 KiB on an idle host) takes seconds to sync,
+        // longer than the window, so the spool falls behind; a window would need 120 KiB to
+        // hold the spool loop past its stuck limit (30 s).
+        let throttle = Throttle::new(&disk.numbers(), 4 << 10, 4, agent.id());
+        let ready = until(&base, "/readyz", "the spool degraded by a slow disk", |a| {
+            a.is("spool", "degraded")
+        })
+        .await;
+        assert!(
+            ready.row("spool").detail.contains("disk is slow"),
+            "{}",
+            ready.body
+        );
+        // The spool falls behind; the window loop drops the newest windows for it rather than
+        // wait, and every other loop keeps its pace.
+        eventually(PATIENCE, "windows dropped for the busy spool", || async {
+            figures(&base).await.spool_busy >= 1.0
+        })
+        .await;
+        let slow = figures(&base).await;
+        let live = probe(&base, "/healthz").await;
+        assert_eq!(live.status, 200, "{}", live.body);
+        for name in ["ebpf", "window", "symbolize"] {
+            assert_eq!(live.row(name).state, "running", "{}", live.body);
+        }
+        assert!(
+            slow.drains >= before.drains + (slow.closed - before.closed) - 2.0,
+            "a drain per window: {before:?} {slow:?}"
+        );
+        assert_eq!(slow.ring_buffer_full, before.ring_buffer_full, "{slow:?}");
+
+        throttle.lift();
+        until(&base, "/readyz", "the spool running again", |a| {
+            a.is("spool", "running")
+        })
+        .await;
+        let after = accounted(&base).await;
+        assert!(after.spool_busy >= 1.0, "{after:?}");
+        assert_eq!(after.disk_full + after.write_failed, 0.0, "{after:?}");
+        assert_eq!(
+            after.spooled, after.written,
+            "nothing spooled lost: {after:?}"
+        );
+    });
+    agent.terminate();
+    assert!(agent.wait().success(), "{}", agent.log());
+    assert!(!agent.log().contains("panicked"), "{}", agent.log());
+    assert!(!spooled_batches(&data.join("spool")).is_empty());
 }

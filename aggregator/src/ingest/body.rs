@@ -1,20 +1,32 @@
 //! Reading request bodies under the configured caps, and undoing `Content-Encoding: gzip`.
 //!
-//! Input: the request's headers and body. Output: the body's bytes as the parsers need them.
-//! Nothing here allocates past [`IngestConfig`]'s caps, whatever the client claims or sends.
+//! Input: the request's head and body. Output: the body's bytes as the parsers need them, with
+//! the request's decompression budget ([`Inflate`]) for the parts inside it. Nothing here
+//! allocates past [`IngestConfig`]'s caps, whatever the client claims or sends, and every byte
+//! read or decompressed is taken from the in-flight budget (`admission`) first.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Multipart, Request};
-use axum::http::HeaderMap;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 use axum::http::request::Parts;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use smolder_common::PprofError;
-use smolder_common::pprof::{self, Limits};
 
 use super::{IngestConfig, IngestError};
+use crate::admission::{Admitted, Overload};
+use crate::tenant::Tenant;
+
+/// How long a body may take to arrive: one that trickles slower holds a connection and its
+/// share of the in-flight budget for nothing (as a QUIC batch stream's limit).
+pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How much is inflated at a time, between two checks of the budgets.
+const INFLATE_CHUNK: usize = 64 << 10;
 
 /// The first two bytes of every gzip stream.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -25,24 +37,52 @@ pub(crate) struct RequestBody {
     pub(crate) sent_bytes: usize,
     /// The body after `Content-Encoding` is undone.
     pub(crate) bytes: Bytes,
+    /// What the parts inside it may still decompress.
+    pub(crate) inflate: Inflate,
 }
 
-/// Reads `body` in full, at most `config.max_body_bytes` of it, then gunzips it if
-/// `Content-Encoding` says so, at most `config.max_decompressed_bytes`.
+/// Whether the body's `Content-Encoding` applies (gRPC compresses its messages instead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Encoding {
+    /// `Content-Encoding` gzip or identity.
+    Header,
+    /// Ignored: the framing inside says.
+    Framed,
+}
+
+/// Reads `body` for `tenant` in full, at most `config.max_body_bytes` of it, then gunzips it if
+/// `Content-Encoding` says so (and `encoding` is [`Encoding::Header`]), within the request's
+/// decompression budget. First the tenant's ingest rate is checked (`admission`).
 ///
 /// # Errors
 ///
-/// [`IngestError::BodyTooLarge`] (checked against `Content-Length` before reading, too),
+/// [`IngestError::Overloaded`] when the tenant is over its rate or the in-flight budget is
+/// spent, [`IngestError::BodyTooLarge`] (checked against `Content-Length` before reading, too),
 /// [`IngestError::DecompressedTooLarge`], [`IngestError::BadGzip`],
 /// [`IngestError::UnsupportedEncoding`] for an encoding other than gzip or identity, and
-/// [`IngestError::BodyRead`] when the connection fails mid-body.
+/// [`IngestError::BodyRead`] when the connection fails mid-body or the body takes longer than
+/// [`BODY_TIMEOUT`].
 pub(crate) async fn read(
-    headers: &HeaderMap,
+    parts: &Parts,
+    tenant: &Tenant,
     body: Body,
     config: &IngestConfig,
+    encoding: Encoding,
 ) -> Result<RequestBody, IngestError> {
+    let admitted = parts.extensions.get::<Admitted>().cloned();
+    if let Some(admitted) = &admitted
+        && let Err(overload) = admitted.admission.tenant(tenant, admitted.declared)
+    {
+        admitted.admission.count("http", &overload);
+        return Err(IngestError::Overloaded { source: overload });
+    }
+    let headers = &parts.headers;
     let limit = config.max_body_bytes;
-    let gzip = match headers.get(CONTENT_ENCODING).map(|v| v.to_str()) {
+    let content_encoding = match encoding {
+        Encoding::Header => headers.get(CONTENT_ENCODING).map(|v| v.to_str()),
+        Encoding::Framed => None,
+    };
+    let gzip = match content_encoding {
         None => false,
         Some(Ok(enc)) if enc.trim().eq_ignore_ascii_case("gzip") => true,
         Some(Ok(enc)) if enc.trim().is_empty() || enc.trim().eq_ignore_ascii_case("identity") => {
@@ -66,47 +106,164 @@ pub(crate) async fn read(
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(IngestError::BodyTooLarge { limit });
     }
-    let sent = match Limited::new(body, limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(err) if err.is::<LengthLimitError>() => {
+    let collected = tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, limit).collect());
+    let sent = match collected.await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(err)) if err.is::<LengthLimitError>() => {
             return Err(IngestError::BodyTooLarge { limit });
         }
-        Err(err) => {
+        Ok(Err(err)) => {
+            // The admission layer stopped it (and counted it): the budget is spent.
+            if let Some(overload) = Overload::find(&*err) {
+                return Err(IngestError::Overloaded {
+                    source: overload.clone(),
+                });
+            }
             return Err(IngestError::BodyRead {
                 reason: err.to_string(),
             });
         }
+        Err(_) => {
+            return Err(IngestError::BodyRead {
+                reason: format!(
+                    "the body did not arrive within {} s",
+                    BODY_TIMEOUT.as_secs()
+                ),
+            });
+        }
     };
     let sent_bytes = sent.len();
+    if let Some(admitted) = &admitted
+        && admitted.declared.is_none()
+    {
+        admitted
+            .admission
+            .charge_tenant(tenant, u64::try_from(sent_bytes).unwrap_or(u64::MAX));
+    }
+    let inflate = Inflate::new(config.max_decompressed_bytes, admitted);
     let bytes = if gzip {
+        if !sent.starts_with(&GZIP_MAGIC) {
+            return Err(IngestError::BadGzip {
+                reason: "body does not start with the gzip magic bytes".to_owned(),
+            });
+        }
         // Up to `max_decompressed_bytes` of inflating: CPU work, for the blocking pool.
-        let config = config.clone();
-        tokio::task::spawn_blocking(move || gunzip(&sent, &config))
-            .await
-            .map_err(|err| IngestError::Panicked {
-                reason: err.to_string(),
-            })??
+        let budget = inflate.clone();
+        tokio::task::spawn_blocking(move || {
+            budget.gunzip(&sent).map(|b| Bytes::from(b.into_owned()))
+        })
+        .await
+        .map_err(|err| IngestError::Panicked {
+            reason: err.to_string(),
+        })??
     } else {
         sent
     };
-    Ok(RequestBody { sent_bytes, bytes })
+    Ok(RequestBody {
+        sent_bytes,
+        bytes,
+        inflate,
+    })
 }
 
-/// `bytes` gunzipped under `config.max_decompressed_bytes` when they start with the gzip magic
-/// (multipart parts carry no `Content-Encoding`, so the JFR form's parts are sniffed), else as
-/// they are.
-///
-/// # Errors
-///
-/// As [`gunzip`].
-pub(crate) fn gunzip_if_gzipped<'a>(
-    bytes: &'a [u8],
-    config: &IngestConfig,
-) -> Result<std::borrow::Cow<'a, [u8]>, IngestError> {
-    if bytes.starts_with(&GZIP_MAGIC) {
-        Ok(std::borrow::Cow::Owned(gunzip(bytes, config)?.to_vec()))
-    } else {
-        Ok(std::borrow::Cow::Borrowed(bytes))
+/// One request's decompression budget: every part of it that is gunzipped (the body under
+/// `Content-Encoding: gzip`, each sample of a push, each field of a form, a gzipped pprof or
+/// JFR, a gRPC message) draws from the same `ingest.max-decompressed-bytes`, so that a request
+/// of many gzip bombs costs no more inflating than one; and each inflated byte is taken from
+/// the in-flight budget before it is kept. Cheap to clone: the clones share the budget.
+#[derive(Clone, Debug)]
+pub(crate) struct Inflate(Arc<InflateState>);
+
+#[derive(Debug)]
+struct InflateState {
+    limit: usize,
+    used: AtomicUsize,
+    admitted: Option<Admitted>,
+}
+
+impl std::fmt::Debug for Admitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admitted")
+            .field("taken", &self.charge.taken())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inflate {
+    /// A budget of `limit` bytes, charging `admitted`'s share of the in-flight budget too.
+    pub(crate) fn new(limit: usize, admitted: Option<Admitted>) -> Inflate {
+        Inflate(Arc::new(InflateState {
+            limit,
+            used: AtomicUsize::new(0),
+            admitted,
+        }))
+    }
+
+    /// `bytes` gunzipped (every gzip layer, and concatenated members as one stream, as Go
+    /// reads them) when they start with the gzip magic, else as they are. Inflating stops as
+    /// soon as the request's decompressed bytes pass `ingest.max-decompressed-bytes`, so that a
+    /// bomb costs at most that much work and memory. Blocking: call it on the blocking pool.
+    ///
+    /// # Errors
+    ///
+    /// [`IngestError::DecompressedTooLarge`] past the budget, [`IngestError::Overloaded`] when
+    /// the in-flight budget cannot take the bytes, [`IngestError::BadGzip`] for a corrupt
+    /// stream.
+    pub(crate) fn gunzip<'a>(&self, bytes: &'a [u8]) -> Result<Cow<'a, [u8]>, IngestError> {
+        let mut current = Cow::Borrowed(bytes);
+        while current.starts_with(&GZIP_MAGIC) {
+            current = Cow::Owned(self.inflate(&current)?);
+        }
+        Ok(current)
+    }
+
+    fn inflate(&self, gzipped: &[u8]) -> Result<Vec<u8>, IngestError> {
+        let state = &self.0;
+        let mut reader = flate2::read::MultiGzDecoder::new(gzipped);
+        let mut out = Vec::with_capacity(gzipped.len().saturating_mul(4).min(INFLATE_CHUNK * 16));
+        let mut chunk = vec![0u8; INFLATE_CHUNK];
+        loop {
+            let n = match reader.read(&mut chunk) {
+                Ok(0) => return Ok(out),
+                Ok(n) => n,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(err) => {
+                    return Err(IngestError::BadGzip {
+                        reason: err.to_string(),
+                    });
+                }
+            };
+            let used = state.used.fetch_add(n, Ordering::AcqRel) + n;
+            if used > state.limit {
+                return Err(IngestError::DecompressedTooLarge { limit: state.limit });
+            }
+            if let Some(admitted) = &state.admitted
+                && let Err(overload) = admitted.take(n as u64)
+            {
+                admitted.admission.count("http", &overload);
+                return Err(IngestError::Overloaded { source: overload });
+            }
+            out.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// [`Inflate::gunzip`] of one named part of the request (`series[0].samples[1]`, `profile
+    /// field`): a corrupt stream's error names it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Inflate::gunzip`].
+    pub(crate) fn gunzip_part<'a>(
+        &self,
+        bytes: &'a [u8],
+        part: &str,
+    ) -> Result<Cow<'a, [u8]>, IngestError> {
+        self.gunzip(bytes).map_err(|err| match err {
+            IngestError::BadGzip { reason } => IngestError::BadGzip {
+                reason: format!("{part}: {reason}"),
+            },
+            other => other,
+        })
     }
 }
 
@@ -163,32 +320,6 @@ impl FormFields {
     }
 }
 
-/// Gunzips a `Content-Encoding: gzip` body, stopping one byte past
-/// `config.max_decompressed_bytes` so that a gzip bomb costs at most that much memory.
-fn gunzip(sent: &[u8], config: &IngestConfig) -> Result<Bytes, IngestError> {
-    if !sent.starts_with(&GZIP_MAGIC) {
-        return Err(IngestError::BadGzip {
-            reason: "body does not start with the gzip magic bytes".to_owned(),
-        });
-    }
-    let limits = Limits {
-        max_bytes: config.max_decompressed_bytes,
-        ..Limits::default()
-    };
-    // pprof's bounded gunzip is the one we want: it only gunzips when the magic is there,
-    // which we checked above.
-    match pprof::decompress(sent, &limits) {
-        Ok(bytes) => Ok(Bytes::from(bytes.into_owned())),
-        Err(PprofError::TooLarge { limit }) => Err(IngestError::DecompressedTooLarge { limit }),
-        Err(PprofError::Gzip { source }) => Err(IngestError::BadGzip {
-            reason: source.to_string(),
-        }),
-        Err(other) => Err(IngestError::BadGzip {
-            reason: other.to_string(),
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -201,36 +332,44 @@ mod tests {
         enc.finish().expect("in memory")
     }
 
-    fn config(max_body: usize, max_decompressed: usize) -> IngestConfig {
-        IngestConfig {
-            max_body_bytes: max_body,
-            max_decompressed_bytes: max_decompressed,
-            ..IngestConfig::default()
-        }
-    }
-
     #[test]
-    fn gunzip_stops_at_the_cap() {
+    fn one_budget_covers_every_part_of_a_request() {
         let bomb = gz(&vec![0u8; 1 << 20]);
-        let err = gunzip(&bomb, &config(1 << 20, 1000)).err();
+        let inflate = Inflate::new(1000, None);
+        let err = inflate.gunzip(&bomb).err();
         assert!(matches!(
             err,
             Some(IngestError::DecompressedTooLarge { limit: 1000 })
         ));
-        let ok = gunzip(&gz(b"a;b 1\n"), &config(100, 100)).expect("small body");
+        let shared = Inflate::new(3 << 20, None);
+        let part = gz(&vec![1u8; 1 << 20]);
+        for _ in 0..3 {
+            assert_eq!(shared.gunzip(&part).unwrap().len(), 1 << 20);
+        }
+        assert!(
+            matches!(
+                shared.gunzip(&part),
+                Err(IngestError::DecompressedTooLarge { .. })
+            ),
+            "the fourth part is past the request's budget"
+        );
+        let (once, twice) = (gz(b"a;b 1\n"), gz(&gz(b"x")));
+        let ok = Inflate::new(100, None).gunzip(&once).unwrap();
         assert_eq!(&ok[..], b"a;b 1\n");
+        let inner = Inflate::new(100, None).gunzip(&twice).unwrap();
+        assert_eq!(&inner[..], b"x", "every layer");
+        assert!(matches!(
+            Inflate::new(100, None).gunzip(b"plain"),
+            Ok(Cow::Borrowed(_))
+        ));
     }
 
     #[test]
     fn gunzip_rejects_what_is_not_gzip() {
-        assert!(matches!(
-            gunzip(b"a;b 1\n", &config(100, 100)),
-            Err(IngestError::BadGzip { .. })
-        ));
         let mut truncated = gz(b"a;b 1\n");
         truncated.truncate(12);
         assert!(matches!(
-            gunzip(&truncated, &config(100, 100)),
+            Inflate::new(100, None).gunzip(&truncated),
             Err(IngestError::BadGzip { .. })
         ));
     }

@@ -1,15 +1,17 @@
 //! Folded and `lines` bodies: one series, named by the `name` parameter, one tree.
 //!
 //! Input: checked [`IngestParams`] and the decoded body. Output: a [`ProfileSet`] of at most one
-//! profile (none for a body without stacks). The parser is `smolder-common`'s, which rejects
+//! profile (none for a body without stacks); when the `name` parameter carries a `span_id`
+//! label, the whole profile is that span's. The parser is `smolder-common`'s, which rejects
 //! the whole body at the first bad line, naming it, where Pyroscope silently dropped the rest
 //! of the body at a long line and wrapped negative counts.
 
-use smolder_common::{FoldedFormat, FoldedLimits, Profile, parse_folded};
+use smolder_common::{FoldedFormat, FoldedLimits, Profile, SpanTrees, parse_folded};
 
 use super::body::RequestBody;
 use super::params::{BodyFormat, IngestParams};
-use super::{IngestError, ProfileSet, Transport};
+use super::pprof::Converted;
+use super::{IngestError, ProfileSet};
 
 /// Parses a folded or lines body into a profile set for `params.series`.
 ///
@@ -27,9 +29,13 @@ pub(crate) fn parse(params: &IngestParams, body: &RequestBody) -> Result<Profile
             source,
         }
     })?;
-    let mut profiles = Vec::new();
+    let mut out = Converted::default();
     if !tree.is_empty() {
-        profiles.push((
+        let mut spans = SpanTrees::new();
+        if let Some(span) = params.span {
+            spans.add(span, &tree);
+        }
+        out.push(
             Profile {
                 series: params.series.clone(),
                 meta: params.meta.clone(),
@@ -38,12 +44,8 @@ pub(crate) fn parse(params: &IngestParams, body: &RequestBody) -> Result<Profile
                 tree,
             },
             label,
-        ));
+            spans,
+        );
     }
-    Ok(ProfileSet {
-        transport: Transport::Http,
-        format: params.format.label(),
-        sent_bytes: body.sent_bytes,
-        profiles,
-    })
+    Ok(out.into_set(params.format.label(), body.sent_bytes))
 }

@@ -5,7 +5,7 @@
 //! gzipped recording from async-profiler) and, optionally, field `labels` (a gzipped
 //! `LabelsSnapshot` protobuf of the contextual labels set with `Pyroscope.LabelsWrapper`).
 //! A bare body (not multipart) is the recording itself. Parts and bare bodies are gunzipped
-//! when they start with the gzip magic, under `max_decompressed_bytes`.
+//! when they start with the gzip magic, within the request's decompression budget.
 //!
 //! Output: a [`ProfileSet`] with one profile per profile type the recording has samples for
 //! ([`smolder_common::jfr`] lists them), named `<name's app>.<suffix>{name's labels}`, with the
@@ -19,10 +19,10 @@ use axum::body::Bytes;
 use axum::http::request::Parts;
 use smolder_common::{ProfileSeries, jfr};
 
-use super::body::{self, FormFields, RequestBody};
+use super::body::{FormFields, RequestBody};
 use super::params::IngestParams;
-use super::pprof::to_profiles;
-use super::{IngestConfig, IngestError, ProfileSet, Transport};
+use super::pprof::{Converted, to_profiles};
+use super::{IngestError, ProfileSet};
 
 /// Reads the agent's form from `body` (read under the caps) and returns the `jfr` field. Of a
 /// repeated field the first wins.
@@ -39,21 +39,20 @@ pub(crate) async fn read_form(parts: Parts, body: Bytes) -> Result<Bytes, Ingest
         })
 }
 
-/// Converts a recording (gzipped or not) to profiles.
+/// Converts a recording (gzipped or not) of the request `body` to profiles.
 ///
 /// # Errors
 ///
 /// [`IngestError::BadGzip`] or [`IngestError::DecompressedTooLarge`] for a gzipped recording
-/// that does not inflate under the cap, [`IngestError::Jfr`] for one that does not parse, and
-/// [`IngestError::BadProfileName`] when a suffix makes an invalid app name.
+/// that does not inflate within the request's budget, [`IngestError::Jfr`] for one that does
+/// not parse, and [`IngestError::BadProfileName`] when a suffix makes an invalid app name.
 pub(crate) fn parse(
     params: &IngestParams,
     recording: &[u8],
     part: &'static str,
-    sent_bytes: usize,
-    config: &IngestConfig,
+    body: &RequestBody,
 ) -> Result<ProfileSet, IngestError> {
-    let recording = body::gunzip_if_gzipped(recording, config)?;
+    let recording = body.inflate.gunzip_part(recording, part)?;
     let converted = jfr::parse(&recording).map_err(|source| IngestError::Jfr { part, source })?;
     let series = converted
         .into_iter()
@@ -67,26 +66,18 @@ pub(crate) fn parse(
             sample_rate: None,
             labels: Vec::new(),
             tree: s.tree,
+            spans: Default::default(),
         })
         .collect();
-    Ok(ProfileSet {
-        transport: Transport::Http,
-        format: "jfr",
-        sent_bytes,
-        profiles: to_profiles(
-            &params.series,
-            &params.meta,
-            (params.from, params.until),
-            series,
-        )?,
-    })
+    let mut out = Converted::default();
+    to_profiles(params, series, &mut out)?;
+    Ok(out.into_set("jfr", body.sent_bytes))
 }
 
 /// The body to parse for a bare `format=jfr` request.
 pub(crate) fn parse_body(
     params: &IngestParams,
     body: &RequestBody,
-    config: &IngestConfig,
 ) -> Result<ProfileSet, IngestError> {
-    parse(params, &body.bytes, "jfr body", body.sent_bytes, config)
+    parse(params, &body.bytes, "jfr body", body)
 }

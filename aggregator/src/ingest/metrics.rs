@@ -3,10 +3,11 @@
 //! in `quic/metrics.rs`.
 
 use prometheus::{HistogramVec, IntCounterVec, Registry};
+use smolder_daemon::metrics::{counter_vec, histogram_vec};
 
-use crate::metrics::{counter_vec, histogram_vec};
-
-/// Ingest's metrics, recorded by the `Ingester` once a write is acknowledged.
+/// Ingest's metrics, recorded by the `Ingester` once a write is acknowledged (the clock-skew
+/// refusals as they happen). Refused series count in the tier's
+/// `smolder_aggregator_dropped_series_total{stage="ingest",reason}`.
 #[derive(Clone)]
 pub(crate) struct IngestMetrics {
     /// `pyroscope_distributor_received_compressed_bytes{type}`: body size per profile as sent.
@@ -17,6 +18,10 @@ pub(crate) struct IngestMetrics {
     /// they came (`http`, `quic`) and in what (`folded`, `lines`, `pprof`, `jfr`, `push`;
     /// `wire` for agents' batches).
     pub(crate) profiles: IntCounterVec,
+    /// `smolder_aggregator_ingest_clock_skew_rejects_total{transport}`: requests and agent
+    /// batches refused because they end too far past the aggregator's clock (for agents,
+    /// retried: their clock is ahead).
+    pub(crate) clock_skew_rejects: IntCounterVec,
 }
 
 impl IngestMetrics {
@@ -45,6 +50,12 @@ impl IngestMetrics {
                 "smolder_aggregator_ingest_profiles_total",
                 "Profiles stored, by transport (http, quic) and body format.",
                 &["transport", "format"],
+            ),
+            clock_skew_rejects: counter_vec(
+                registry,
+                "smolder_aggregator_ingest_clock_skew_rejects_total",
+                "Requests and agent batches refused for ending too far past the aggregator's clock, by transport.",
+                &["transport"],
             ),
         }
     }

@@ -2,8 +2,9 @@
 //!
 //! Input: HTTP requests from Pyroscope's SDKs and tools, and agents' batches over QUIC
 //! ([`quic`]). Output: each request's [`Profile`](smolder_common::Profile)s as one
-//! [`ProfileSet`], handed to the [`Ingester`] (`ingester.rs`: limits, rules, one store write,
-//! metrics), so that a request is stored whole or not at all. Callers: the router in `http` mounts [`routes`]; `app` builds
+//! [`ProfileSet`], handed to the [`Ingester`] (`ingester.rs`: limits per series, rules, one store
+//! write, metrics), so that a request's series within the limits are stored together and the
+//! others refused one by one, named in the answer. Callers: the router in `http` mounts [`routes`]; `app` builds
 //! the `Ingester` and starts [`quic`]. Owns no tasks or files; parsing runs on tokio's blocking
 //! pool. Depends on `store`, `rules`, `metrics`, `api_error` and `tenant`.
 //!
@@ -16,22 +17,28 @@
 //! - `POST /v1development/profiles`: OTLP profiles (`profiles/v1development`, v1.10), binary or
 //!   JSON, and the same over gRPC, `ProfilesService/Export` on this port over h2c ([`otlp`]).
 //!
-//! Every route stores for the request's tenant, from `tenant`'s extractor: `X-Scope-OrgID`
-//! under `tenant.multitenancy-enabled`, else `anonymous` with the header ignored. Authentication
-//! headers that SDKs send (`Authorization: Bearer …` or `Basic …`, custom headers) are ignored:
-//! Smolder has no users yet (issue 20), and an SDK configured for Grafana Cloud must still be
-//! able to push to it unchanged.
+//! Every route needs a credential with scope `ingest` (`auth`: what SDKs send as `authToken` or
+//! basic auth) and stores for the request's tenant, from `tenant`'s extractor: the credential's,
+//! else `X-Scope-OrgID` under `tenant.multitenancy-enabled`, else `anonymous` with the header
+//! ignored. Bodies are read after the tenant's ingest rate is checked, within the in-flight
+//! budget, and decompressed within one budget per request (`body.rs`, `admission`); a refusal
+//! for load is 503 or 429 with `Retry-After`.
 //!
 //! Every rejection is an [`IngestError`]: 400 for a bad parameter, 413 past a cap, 415 for a
 //! content type or encoding not read here, 422 for a body that does not parse (400 on the
-//! Connect route, as Connect's `invalid_argument`), 500 only when the store fails. Each is
+//! Connect route, as Connect's `invalid_argument`), 500 only when the store fails. A request
+//! whose every series is refused is [`IngestError::Refused`] (422 for a series limit, 400 for a
+//! time out of range, 429 for the tenant's series limit); one with some series refused is a 200
+//! naming them ([`refused_headers`], [`refused_text`]). Each is
 //! counted in `smolder_aggregator_errors_total{stage="ingest"}` under a bounded `error_type`,
 //! and logged at debug only: a client's mistake is not the operator's business.
 
+mod active;
 mod body;
 mod folded;
 mod ingester;
 mod jfr;
+mod limits;
 mod metrics;
 mod otlp;
 mod params;
@@ -40,23 +47,25 @@ mod push;
 pub(crate) mod quic;
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use axum::Router;
 use axum::extract::{DefaultBodyLimit, Query, Request, State};
-use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::header::{CONTENT_TYPE, WARNING};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use smolder_common::jfr::JfrError;
+use smolder_common::wire::RefusalReason;
+use smolder_common::wire::limits::{MAX_MESSAGE_CHARS, MAX_MESSAGES};
 use smolder_common::{FoldedError, PprofError, SeriesError, TimeError};
 
-use crate::api_error::{ApiError, chain};
+use crate::admission::Overload;
+use crate::api_error::{ApiError, Protocol, Refusal, chain};
+use crate::auth::{Access, Routes, Scope};
 use crate::store::StoreError;
 use crate::tenant::Tenant;
 
-pub(crate) use self::ingester::{Ingester, ProfileSet, Stored, Transport};
+pub(crate) use self::ingester::{AgentBatch, Ingester, ProfileSet, Refused, Stored, Transport};
 pub(crate) use self::metrics::IngestMetrics;
 use self::params::{BodyFormat, IngestParams, SUPPORTED_FORMATS};
 
@@ -69,14 +78,20 @@ pub struct IngestConfig {
     /// Largest body accepted after gzip decompression, in bytes; larger ones get 413. Default
     /// 64 MiB.
     pub max_decompressed_bytes: usize,
-    /// Most series one request may write (a pprof body makes one per sample type and label
-    /// set); more gets 422. Default 10 000.
+    /// Most series one request or agent batch may write (a pprof body makes one per sample type
+    /// and label set); the series past it are refused, the others stored. Agents are told in
+    /// the welcome and split their windows to it. Default 10 000.
     pub max_series_per_request: usize,
-    /// Most labels one series may have; more gets 422. Default 30, as Pyroscope.
+    /// Most labels one series may have; a series with more is refused. Default 30, as
+    /// Pyroscope.
     pub max_labels_per_series: usize,
-    /// Longest label name and value, in bytes; longer gets 422. Default 1024, as Pyroscope's
-    /// name limit (every label is a key in the store's index).
+    /// Longest label name and value, in bytes; a series with a longer one is refused. Default
+    /// 1024, as Pyroscope's name limit (every label is a key in the store's index).
     pub max_label_bytes: usize,
+    /// Most series one tenant may have active (written in the last hour) at once; a new series
+    /// past it is refused (429 when a request has nothing else), its active ones are still
+    /// stored. 0 means no limit. Default 100 000.
+    pub max_active_series_per_tenant: usize,
     /// The QUIC listener agents ship their batches to.
     pub quic: quic::QuicConfig,
 }
@@ -89,19 +104,21 @@ impl Default for IngestConfig {
             max_series_per_request: 10_000,
             max_labels_per_series: 30,
             max_label_bytes: 1024,
+            max_active_series_per_tenant: 100_000,
             quic: quic::QuicConfig::default(),
         }
     }
 }
 
-/// The ingest routes, served by `ingester`.
-pub(crate) fn routes(ingester: Arc<Ingester>) -> Router {
-    Router::new()
-        .route("/ingest", post(ingest))
-        .route("/pyroscope/ingest", post(ingest))
-        .route("/push.v1.PusherService/Push", post(push::push))
-        .route("/v1development/profiles", post(otlp::export))
-        .route(otlp::GRPC_PATH, post(otlp::export_grpc))
+/// The ingest routes, served by `ingester`, each for credentials with scope `ingest`.
+pub(crate) fn routes(ingester: Arc<Ingester>) -> Routes {
+    let access = Access::Scope(Scope::Ingest);
+    Routes::new()
+        .post("/ingest", access, ingest)
+        .post("/pyroscope/ingest", access, ingest)
+        .post("/push.v1.PusherService/Push", access, push::push)
+        .post("/v1development/profiles", access, otlp::export)
+        .post(otlp::GRPC_PATH, access, otlp::export_grpc)
         // Bodies are read under `IngestConfig`'s caps by `body::read`; axum's own 2 MiB default
         // would otherwise cut multipart forms short with a different error.
         .layer(DefaultBodyLimit::disable())
@@ -138,17 +155,20 @@ pub(crate) enum IngestError {
         /// What is wrong, with its position.
         source: TimeError,
     },
-    /// A request's series are over one of the `ingest.max_*` limits on series and labels.
-    #[error("{reason}")]
-    SeriesLimit {
-        /// Which limit, with the offending series.
-        reason: String,
+    /// Every series of the request was refused (over a limit on series or labels, the
+    /// tenant's active series, out of the time range, or, in an agent batch, undecodable);
+    /// nothing is stored. The first refusal's reason sets the status.
+    #[error("{}", refused_message(.refused))]
+    Refused {
+        /// Each series with why, by index; never empty.
+        refused: Vec<Refused>,
     },
-    /// A profile's span ends more than [`MAX_CLOCK_SKEW`](ingester::MAX_CLOCK_SKEW) after the aggregator's clock, or
-    /// before the store's retention (`store.retention`), which would delete it at once.
-    #[error("profile time out of range: {reason}")]
-    TimeOutOfRange {
-        /// Which bound, with the times involved.
+    /// An agent batch's window ends more than [`MAX_CLOCK_SKEW`](limits::MAX_CLOCK_SKEW)
+    /// after the aggregator's clock: the agent's clock is ahead. Nothing is stored; the agent
+    /// sends the batch again later.
+    #[error("clock skew: {reason}")]
+    ClockSkew {
+        /// The times involved.
         reason: String,
     },
     /// `until` is before `from`.
@@ -195,10 +215,11 @@ pub(crate) enum IngestError {
         /// The limit, in bytes.
         limit: usize,
     },
-    /// The body is larger than `ingest.max-decompressed-bytes` once gunzipped (either the
-    /// `Content-Encoding` or a gzipped pprof).
+    /// The request's gunzipped parts together (the body under `Content-Encoding`, gzipped
+    /// pprof, push samples, form fields, a gRPC message) are larger than
+    /// `ingest.max-decompressed-bytes`.
     #[error(
-        "decompressed body is larger than the limit of {limit} bytes (ingest.max-decompressed-bytes)"
+        "decompressed body is larger than the limit of {limit} bytes (ingest.max-decompressed-bytes); a request's compressed parts count together"
     )]
     DecompressedTooLarge {
         /// The limit, in bytes.
@@ -307,6 +328,13 @@ pub(crate) enum IngestError {
         /// The 0-based index of the series in the request.
         series: usize,
     },
+    /// The aggregator is at its in-flight budget, or the tenant over its ingest rate
+    /// (`admission`): nothing was stored, and the client may send it again later.
+    #[error("{source}")]
+    Overloaded {
+        /// Which limit, and when to retry.
+        source: Overload,
+    },
     /// The store failed; the client is not at fault.
     #[error("storing the profiles failed")]
     Store {
@@ -331,7 +359,7 @@ impl IngestError {
             | BadName { .. }
             | BadTime { .. }
             | UntilBeforeFrom { .. }
-            | TimeOutOfRange { .. }
+            | ClockSkew { .. }
             | BadSampleRate { .. }
             | BadAggregation { .. }
             | UnknownFormat { .. }
@@ -354,8 +382,16 @@ impl IngestError {
             | Jfr { .. }
             | MissingJfrField { .. }
             | BadLabel { .. }
-            | SeriesLimit { .. }
             | BadProfileName { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Refused { refused } => match first_reason(refused) {
+                RefusalReason::TooOld | RefusalReason::ClockSkew => StatusCode::BAD_REQUEST,
+                RefusalReason::TenantSeriesLimit => StatusCode::TOO_MANY_REQUESTS,
+                _ => StatusCode::UNPROCESSABLE_ENTITY,
+            },
+            Overloaded { source } => source.status(),
+            Store {
+                source: StoreError::Unavailable { .. } | StoreError::Busy { .. },
+            } => StatusCode::SERVICE_UNAVAILABLE,
             Store { .. } | Panicked { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -369,10 +405,17 @@ impl IngestError {
             | BadName { .. }
             | BadTime { .. }
             | UntilBeforeFrom { .. }
-            | TimeOutOfRange { .. }
             | BadSampleRate { .. }
             | BadAggregation { .. }
             | UnknownFormat { .. } => "bad_param",
+            ClockSkew { .. } => "clock_skew",
+            Refused { refused } => match first_reason(refused) {
+                RefusalReason::TooOld => "bad_param",
+                RefusalReason::ClockSkew => "clock_skew",
+                RefusalReason::TenantSeriesLimit => "tenant_series_limit",
+                RefusalReason::Invalid | RefusalReason::TooLarge => "bad_batch",
+                _ => "series_limit",
+            },
             UnsupportedFormat { .. } => "unsupported_format",
             UnsupportedEncoding { .. } => "unsupported_encoding",
             UnsupportedMediaType { .. } => "unsupported_media_type",
@@ -391,10 +434,85 @@ impl IngestError {
             | GrpcFrame { .. }
             | PushBody { .. } => "bad_body",
             BadLabel { .. } | BadProfileName { .. } | MissingServiceName { .. } => "bad_labels",
-            SeriesLimit { .. } => "series_limit",
+            Overloaded { .. } => "overloaded",
             Store { .. } => "store",
             Panicked { .. } => "internal",
         }
+    }
+}
+
+/// Headers of a request stored in part: `Smolder-Refused-Series` with how many series were
+/// refused, and a `Warning: 299` for each of the first few (as the node budget's warning).
+pub(crate) fn refused_headers(refused: &[Refused]) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        REFUSED_SERIES,
+        HeaderValue::from(u64::try_from(refused.len()).unwrap_or(u64::MAX)),
+    );
+    for r in refused.iter().take(MAX_MESSAGES) {
+        // A header value is visible ASCII; a quoted string escapes its quotes.
+        let text: String = r
+            .refusal
+            .message
+            .chars()
+            .take(MAX_MESSAGE_CHARS)
+            .map(|c| match c {
+                '"' | '\\' => '\'',
+                c if c.is_ascii_graphic() || c == ' ' => c,
+                _ => '?',
+            })
+            .collect();
+        let warning = format!(
+            "299 - \"series {} refused ({}): {text}\"",
+            r.index,
+            r.refusal.reason.as_str()
+        );
+        if let Ok(value) = HeaderValue::try_from(warning) {
+            headers.append(WARNING, value);
+        }
+    }
+    headers
+}
+
+/// The body of a request stored in part: which series were refused and why, one per line, the
+/// first few named.
+pub(crate) fn refused_text(refused: &[Refused]) -> String {
+    let mut text = format!("stored all but {} series; refused:\n", refused.len());
+    for r in refused.iter().take(MAX_MESSAGES) {
+        text.push_str(&format!(
+            "series {} ({}): {}\n",
+            r.index,
+            r.refusal.reason.as_str(),
+            r.refusal.message
+        ));
+    }
+    if refused.len() > MAX_MESSAGES {
+        text.push_str(&format!("and {} more\n", refused.len() - MAX_MESSAGES));
+    }
+    text
+}
+
+/// The header that counts the series a request stored in part had refused.
+pub(crate) const REFUSED_SERIES: HeaderName = HeaderName::from_static("smolder-refused-series");
+
+/// The reason of the first refusal, which sets a refused request's status.
+fn first_reason(refused: &[Refused]) -> RefusalReason {
+    refused
+        .first()
+        .map_or(RefusalReason::Invalid, |r| r.refusal.reason)
+}
+
+/// A refused request's message: the one series' refusal, or how many with the first.
+fn refused_message(refused: &[Refused]) -> String {
+    match refused {
+        [] => "no series".to_owned(),
+        [one] => one.refusal.message.clone(),
+        [first, ..] => format!(
+            "all {} series were refused; series {}: {}",
+            refused.len(),
+            first.index,
+            first.refusal.message
+        ),
     }
 }
 
@@ -430,11 +548,57 @@ async fn ingest(
     let outcome = ingest_request(&ingester, &tenant, request).await;
     ingester.record("ingest", &outcome);
     match outcome {
-        Ok(_) => StatusCode::OK.into_response(),
-        Err(IngestError::Store { source }) => ApiError::internal(chain(&source)).into_response(),
+        Ok(stored) if stored.refused.is_empty() => StatusCode::OK.into_response(),
+        Ok(stored) => (
+            refused_headers(&stored.refused),
+            refused_text(&stored.refused),
+        )
+            .into_response(),
+        Err(IngestError::Overloaded { source }) => source.refusal(Protocol::Plain).into_response(),
+        Err(IngestError::Store { source }) => store_failure(&source, Protocol::Plain),
         Err(error @ IngestError::Panicked { .. }) => ApiError::internal(error).into_response(),
         Err(error) => (error.status(), format!("{error}\n")).into_response(),
     }
+}
+
+/// What a client waits before it resends a write the store could not take: a few polls of the
+/// bucket, shorter than an agent's window, so that a retry neither hammers a store that is down
+/// nor waits long once it is back.
+const STORE_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// The answer, in `protocol`, to a failed write: 503 with `Retry-After` when the store is
+/// unavailable (the bucket unreachable: nothing was stored, the same request may succeed
+/// later), else 500 with the cause logged.
+pub(crate) fn store_failure(source: &StoreError, protocol: Protocol) -> Response {
+    let refusal = match source {
+        StoreError::Unavailable { .. } => {
+            tracing::warn!(error = %chain(source), "write refused: the store is unavailable");
+            Refusal::new(
+                protocol,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the store is unavailable (its object store does not answer); nothing was stored, retry later",
+            )
+            .retry_after(STORE_RETRY_AFTER)
+        }
+        StoreError::Busy { .. } => {
+            tracing::warn!(error = %chain(source), "write refused: the store's head is full");
+            Refusal::new(
+                protocol,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the store is busy (writes arrive faster than it moves them into blocks); nothing was stored, retry later",
+            )
+            .retry_after(STORE_RETRY_AFTER)
+        }
+        _ => {
+            tracing::error!(error = %chain(source), "request failed");
+            Refusal::new(
+                protocol,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal error; see the aggregator's log",
+            )
+        }
+    };
+    refusal.into_response()
 }
 
 async fn ingest_request(
@@ -451,7 +615,7 @@ async fn ingest_request(
     let content_type = content_type(&parts.headers);
     let params = IngestParams::parse(&pairs, &content_type, SystemTime::now())?;
     let config = ingester.config();
-    let body = body::read(&parts.headers, body, config).await?;
+    let body = body::read(&parts, tenant, body, config, body::Encoding::Header).await?;
     let set = match params.format {
         BodyFormat::Folded | BodyFormat::Lines => {
             blocking(move || folded::parse(&params, &body)).await?
@@ -463,19 +627,12 @@ async fn ingest_request(
         BodyFormat::PprofForm => {
             let form = pprof::read_form(parts, body.bytes.clone()).await?;
             let limits = pprof::limits(config);
-            let sent_bytes = body.sent_bytes;
-            blocking(move || pprof::parse_form(&params, form, sent_bytes, &limits)).await?
+            blocking(move || pprof::parse_form(&params, form, &body, &limits)).await?
         }
-        BodyFormat::Jfr => {
-            let config = config.clone();
-            blocking(move || jfr::parse_body(&params, &body, &config)).await?
-        }
+        BodyFormat::Jfr => blocking(move || jfr::parse_body(&params, &body)).await?,
         BodyFormat::JfrForm => {
             let recording = jfr::read_form(parts, body.bytes.clone()).await?;
-            let config = config.clone();
-            let sent_bytes = body.sent_bytes;
-            blocking(move || jfr::parse(&params, &recording, "jfr field", sent_bytes, &config))
-                .await?
+            blocking(move || jfr::parse(&params, &recording, "jfr field", &body)).await?
         }
     };
     ingester.ingest(tenant, set, None).await

@@ -5,17 +5,19 @@
 //! Input: an `ExportProfilesServiceRequest` of `profiles/v1development` (opentelemetry-proto
 //! v1.10), binary protobuf (`application/x-protobuf`, `application/protobuf`) or OTLP JSON
 //! (`application/json`), optionally `Content-Encoding: gzip`, read under ingest's caps.
-//! Output: a [`ProfileSet`] of the request's profiles, stored whole or not at all. Reading and
+//! Output: a [`ProfileSet`] of the request's profiles; those over a limit are refused one by
+//! one and counted in the answer's `partial_success`. Reading and
 //! conversion are [`smolder_common::otlp`]'s: sizes capped before decoding, every field checked
 //! against the v1.10 schema, everything that does not fit refused with the field at fault.
 //!
-//! Success is 200 with an empty `ExportProfilesServiceResponse` in the request's encoding.
+//! Success is 200 with an `ExportProfilesServiceResponse` in the request's encoding, empty, or
+//! with `partial_success` (how many profiles were refused, and the first reasons).
 //! Errors are 400 (the request does not fit the schema, with the reason), 413 past a cap, 415
 //! for another content type, 500 when the store fails. Over gRPC the request is one
 //! length-prefixed message (gzip when `grpc-encoding` says so, read under the same caps); the
 //! answer carries `grpc-status` 0, or `INVALID_ARGUMENT`, `RESOURCE_EXHAUSTED` or `INTERNAL`
-//! with the reason in `grpc-message`, as a trailers-only response. The samples' span links are
-//! read and checked, but span trees are not stored yet.
+//! with the reason in `grpc-message`, as a trailers-only response. Samples with a span link
+//! are kept per span too (span profiles), never as series labels.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -27,14 +29,16 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, Full};
 use prost::Message;
-use smolder_common::otlp::{self, ExportProfilesServiceResponse, Limits};
+use smolder_common::otlp::{
+    self, ExportProfilesPartialSuccess, ExportProfilesServiceResponse, Limits,
+};
 
 use super::body::{self, RequestBody};
-use super::pprof::type_label;
+use super::pprof::{Converted, type_label};
 use super::{
-    IngestError, Ingester, ProfileSet, Stored, Transport, blocking, content_type, media_type,
+    IngestError, Ingester, ProfileSet, Stored, blocking, content_type, media_type, refused_text,
 };
-use crate::api_error::{ApiError, chain};
+use crate::api_error::{self, ApiError, Protocol};
 use crate::tenant::Tenant;
 
 /// How the request body is encoded; the answer uses the same.
@@ -66,15 +70,23 @@ pub(crate) async fn export(
     let outcome = export_request(&ingester, &tenant, request, &mut encoding).await;
     ingester.record("otlp", &outcome);
     match outcome {
-        Ok(_) => match encoding {
-            Encoding::Protobuf => (
-                [(CONTENT_TYPE, "application/x-protobuf")],
-                ExportProfilesServiceResponse::default().encode_to_vec(),
-            )
-                .into_response(),
-            Encoding::Json => ([(CONTENT_TYPE, "application/json")], "{}").into_response(),
-        },
-        Err(IngestError::Store { source }) => ApiError::internal(chain(&source)).into_response(),
+        Ok(stored) => {
+            let response = answer(&stored);
+            match encoding {
+                Encoding::Protobuf => (
+                    [(CONTENT_TYPE, "application/x-protobuf")],
+                    response.encode_to_vec(),
+                )
+                    .into_response(),
+                Encoding::Json => (
+                    [(CONTENT_TYPE, "application/json")],
+                    serde_json::to_string(&response).expect("a response serializes"),
+                )
+                    .into_response(),
+            }
+        }
+        Err(IngestError::Overloaded { source }) => source.refusal(Protocol::Plain).into_response(),
+        Err(IngestError::Store { source }) => super::store_failure(&source, Protocol::Plain),
         Err(error @ IngestError::Panicked { .. }) => ApiError::internal(error).into_response(),
         Err(error) => (error.status(), format!("{error}\n")).into_response(),
     }
@@ -100,7 +112,14 @@ async fn export_request(
         }
     };
     let encoding = *encoding;
-    let body = body::read(&parts.headers, body, ingester.config()).await?;
+    let body = body::read(
+        &parts,
+        tenant,
+        body,
+        ingester.config(),
+        body::Encoding::Header,
+    )
+    .await?;
     let limits = limits(ingester);
     let set = blocking(move || convert(encoding, &body, &limits)).await?;
     ingester.ingest(tenant, set, None).await
@@ -119,19 +138,25 @@ fn convert(
     .map_err(|source| IngestError::Otlp { source })?;
     let converted = otlp::convert(&request, limits, SystemTime::now())
         .map_err(|source| IngestError::Otlp { source })?;
-    let profiles = converted
-        .into_iter()
-        .map(|c| {
-            let kind = type_label(c.profile.series.profile_type().unwrap_or_default());
-            (c.profile, kind)
-        })
-        .collect();
-    Ok(ProfileSet {
-        transport: Transport::Http,
-        format: "otlp",
-        sent_bytes: body.sent_bytes,
-        profiles,
-    })
+    let mut out = Converted::default();
+    for c in converted {
+        let kind = type_label(c.profile.series.profile_type().unwrap_or_default());
+        out.push(c.profile, kind, c.spans);
+    }
+    Ok(out.into_set("otlp", body.sent_bytes))
+}
+
+/// The answer to a stored request: empty, or its `partial_success` when series were refused.
+fn answer(stored: &Stored) -> ExportProfilesServiceResponse {
+    if stored.refused.is_empty() {
+        return ExportProfilesServiceResponse::default();
+    }
+    ExportProfilesServiceResponse {
+        partial_success: Some(ExportProfilesPartialSuccess {
+            rejected_profiles: i64::try_from(stored.refused.len()).unwrap_or(i64::MAX),
+            error_message: refused_text(&stored.refused),
+        }),
+    }
 }
 
 /// The path of gRPC's `ProfilesService/Export`.
@@ -153,17 +178,18 @@ pub(crate) async fn export_grpc(
     let outcome = grpc_request(&ingester, &tenant, request).await;
     ingester.record("otlp_grpc", &outcome);
     match outcome {
-        Ok(_) => grpc_answer(&ExportProfilesServiceResponse::default().encode_to_vec()),
-        Err(IngestError::Store { source }) => {
-            ApiError::internal(chain(&source));
-            grpc_status(GRPC_INTERNAL, "internal error; see the aggregator's log")
-        }
+        Ok(stored) => grpc_answer(&answer(&stored).encode_to_vec()),
+        Err(IngestError::Overloaded { source }) => source.refusal(Protocol::Grpc).into_response(),
+        Err(IngestError::Store { source }) => super::store_failure(&source, Protocol::Grpc),
         Err(error @ IngestError::Panicked { .. }) => {
             ApiError::internal(&error);
             grpc_status(GRPC_INTERNAL, "internal error; see the aggregator's log")
         }
         Err(error) => {
-            let code = if error.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            let code = if matches!(
+                error.status(),
+                StatusCode::PAYLOAD_TOO_LARGE | StatusCode::TOO_MANY_REQUESTS
+            ) {
                 GRPC_RESOURCE_EXHAUSTED
             } else {
                 GRPC_INVALID_ARGUMENT
@@ -187,7 +213,7 @@ async fn grpc_request(
         });
     }
     let config = ingester.config();
-    let framed = body::read(&HeaderMap::new(), body, config).await?;
+    let framed = body::read(&parts, tenant, body, config, body::Encoding::Framed).await?;
     let message = grpc_message(&framed.bytes)?;
     let compressed = framed.bytes[0] == 1;
     let bytes = if compressed {
@@ -201,13 +227,21 @@ async fn grpc_request(
                 encoding: format!("grpc-encoding {encoding}"),
             });
         }
-        Bytes::from(body::gunzip_if_gzipped(message, config)?.into_owned())
+        if !message.starts_with(&[0x1f, 0x8b]) {
+            return Err(IngestError::BadGzip {
+                reason: "the message is flagged compressed but is not gzip".to_owned(),
+            });
+        }
+        let inflate = framed.inflate.clone();
+        let message = Bytes::copy_from_slice(message);
+        blocking(move || Ok(Bytes::from(inflate.gunzip(&message)?.into_owned()))).await?
     } else {
         Bytes::copy_from_slice(message)
     };
     let body = RequestBody {
         sent_bytes: framed.sent_bytes,
         bytes,
+        inflate: framed.inflate,
     };
     let limits = limits(ingester);
     let set = blocking(move || convert(Encoding::Protobuf, &body, &limits)).await?;
@@ -251,15 +285,7 @@ fn grpc_answer(message: &[u8]) -> Response {
 
 /// A gRPC error as a trailers-only answer: the status and message in the headers, no body.
 fn grpc_status(code: u32, message: &str) -> Response {
-    // grpc-message is percent-encoded: everything outside printable ASCII, and `%`.
-    let mut encoded = String::with_capacity(message.len());
-    for byte in message.bytes() {
-        if (0x20..0x7f).contains(&byte) && byte != b'%' {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
+    let encoded = api_error::grpc_message(message);
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert("grpc-status", HeaderValue::from(code));

@@ -5,7 +5,8 @@
 
 use std::time::SystemTime;
 
-use smolder_common::{Aggregation, ProfileMeta, Series, timestamp};
+use smolder_common::span::take_span_labels;
+use smolder_common::{Aggregation, ProfileMeta, Series, SpanId, timestamp};
 
 use super::IngestError;
 
@@ -84,8 +85,13 @@ impl BodyFormat {
 /// The checked parameters of one `/ingest` request.
 #[derive(Clone, Debug)]
 pub(crate) struct IngestParams {
-    /// The `name` parameter: the series for text bodies, the app prefix and labels for pprof.
+    /// The `name` parameter: the series for text bodies, the app prefix and labels for pprof;
+    /// without its span labels (`span_id`, `span_name`, `trace_id`), which are never series
+    /// labels.
     pub(crate) series: Series,
+    /// The span the `name` parameter's `span_id` label names: every sample without a span of
+    /// its own ran in it.
+    pub(crate) span: Option<SpanId>,
     /// `from`, default now.
     pub(crate) from: SystemTime,
     /// `until`, default now; never before `from`.
@@ -118,10 +124,11 @@ impl IngestParams {
         };
         let format = BodyFormat::select(get("format"), content_type)?;
         let name = get("name").ok_or(IngestError::MissingName)?;
-        let series = Series::parse(name).map_err(|source| IngestError::BadName {
+        let mut series = Series::parse(name).map_err(|source| IngestError::BadName {
             name: name.to_owned(),
             source,
         })?;
+        let span = take_span_labels(series.labels_mut());
         let time = |param: &'static str| match get(param) {
             None => Ok(now),
             Some(value) => timestamp::parse(value, now).map_err(|source| IngestError::BadTime {
@@ -167,6 +174,7 @@ impl IngestParams {
         };
         Ok(IngestParams {
             series,
+            span,
             from,
             until,
             meta,

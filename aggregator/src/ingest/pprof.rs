@@ -3,7 +3,8 @@
 //! Input: checked [`IngestParams`] and the decoded body. Output: a [`ProfileSet`] with one profile
 //! per converted sample type and distinct set of pprof string labels, named
 //! `<name's app>.<suffix>{name's labels + sample labels}` (`name` is a prefix here, as in
-//! Pyroscope). The Go SDK's form (`pyroscope-go:upstream/remote/remote.go`) carries file
+//! Pyroscope), with the span trees of its samples that carried a `span_id` label (span labels
+//! are never series labels; see [`smolder_common::span`]). The Go SDK's form (`pyroscope-go:upstream/remote/remote.go`) carries file
 //! fields `profile`, `prev_profile` (the previous cumulative profile) and `sample_type_config`
 //! (JSON that replaces the default sample-type table); query parameters as for any `/ingest`.
 
@@ -13,11 +14,43 @@ use axum::body::Bytes;
 use axum::http::request::Parts;
 use smolder_common::pprof::{self, Limits, SampleTypeConfig};
 use smolder_common::series;
-use smolder_common::{Aggregation, Profile, ProfileMeta, ProfileSeries, SampleTypes, Series};
+use smolder_common::{
+    Aggregation, Profile, ProfileMeta, ProfileSeries, SampleTypes, Series, SpanId, SpanTrees, Tree,
+};
 
 use super::body::{FormFields, RequestBody};
 use super::params::IngestParams;
 use super::{IngestConfig, IngestError, ProfileSet, Transport};
+use crate::store::ProfileSpans;
+
+/// The profiles of a request being converted, with the span trees of those that have any: what
+/// a [`ProfileSet`] carries.
+#[derive(Default)]
+pub(crate) struct Converted {
+    profiles: Vec<(Profile, &'static str)>,
+    spans: ProfileSpans,
+}
+
+impl Converted {
+    /// Adds `profile`, of distributor `type` `kind`, with its `spans` (empty for none).
+    pub(crate) fn push(&mut self, profile: Profile, kind: &'static str, spans: SpanTrees) {
+        if !spans.is_empty() {
+            self.spans.push((self.profiles.len(), spans));
+        }
+        self.profiles.push((profile, kind));
+    }
+
+    /// The set of an HTTP request of body `format` and `sent_bytes` as sent.
+    pub(crate) fn into_set(self, format: &'static str, sent_bytes: usize) -> ProfileSet {
+        ProfileSet {
+            transport: Transport::Http,
+            format,
+            sent_bytes,
+            profiles: self.profiles,
+            spans: self.spans,
+        }
+    }
+}
 
 /// The pprof limits for `config`: a profile may be as large as a decompressed body.
 pub(crate) fn limits(config: &IngestConfig) -> Limits {
@@ -39,24 +72,16 @@ pub(crate) fn parse_body(
     body: &RequestBody,
     limits: &Limits,
 ) -> Result<ProfileSet, IngestError> {
-    let mut series = pprof::parse(&body.bytes, &sdk_sample_types(), limits).map_err(|source| {
-        IngestError::Pprof {
+    let bytes = body.inflate.gunzip_part(&body.bytes, "pprof body")?;
+    let mut series =
+        pprof::parse(&bytes, &sdk_sample_types(), limits).map_err(|source| IngestError::Pprof {
             part: "pprof body".to_owned(),
             source,
-        }
-    })?;
+        })?;
     normalize_sdk_series(&mut series, params.meta.sample_rate);
-    Ok(ProfileSet {
-        transport: Transport::Http,
-        format: "pprof",
-        sent_bytes: body.sent_bytes,
-        profiles: to_profiles(
-            &params.series,
-            &params.meta,
-            (params.from, params.until),
-            series,
-        )?,
-    })
+    let mut out = Converted::default();
+    to_profiles(params, series, &mut out)?;
+    Ok(out.into_set("pprof", body.sent_bytes))
 }
 
 /// The fields of the Go SDK's form that Smolder reads; others are ignored.
@@ -97,7 +122,7 @@ pub(crate) async fn read_form(parts: Parts, body: Bytes) -> Result<Form, IngestE
 pub(crate) fn parse_form(
     params: &IngestParams,
     form: Form,
-    sent_bytes: usize,
+    body: &RequestBody,
     limits: &Limits,
 ) -> Result<ProfileSet, IngestError> {
     let sample_types = match &form.sample_type_config {
@@ -108,10 +133,10 @@ pub(crate) fn parse_form(
         })?,
     };
     let parse = |bytes: &[u8], field: &str| {
-        pprof::parse(bytes, &sample_types, limits).map_err(|source| IngestError::Pprof {
-            part: format!("{field} field"),
-            source,
-        })
+        let part = format!("{field} field");
+        let bytes = body.inflate.gunzip_part(bytes, &part)?;
+        pprof::parse(&bytes, &sample_types, limits)
+            .map_err(|source| IngestError::Pprof { part, source })
     };
     let mut series = parse(&form.profile, "profile")?;
     if form.sample_type_config.is_none() {
@@ -131,17 +156,9 @@ pub(crate) fn parse_form(
             }
         }
     }
-    Ok(ProfileSet {
-        transport: Transport::Http,
-        format: "pprof",
-        sent_bytes,
-        profiles: to_profiles(
-            &params.series,
-            &params.meta,
-            (params.from, params.until),
-            series,
-        )?,
-    })
+    let mut out = Converted::default();
+    to_profiles(params, series, &mut out)?;
+    Ok(out.into_set("pprof", body.sent_bytes))
 }
 
 /// The sample types read from pprof bodies sent without a `sample_type_config`: Pyroscope's
@@ -214,32 +231,81 @@ pub(crate) fn normalize_sdk_series(series: &mut Vec<ProfileSeries>, fallback_rat
         };
         let rate = s.sample_rate.unwrap_or(fallback_rate).max(1);
         s.tree.scale(u64::from(rate), per_second);
+        s.spans.scale(u64::from(rate), per_second);
+        s.spans.retain_nonempty();
         s.sample_rate = Some(rate);
         s.units = "samples".to_owned();
     }
+}
+
+/// Converts `series` under the `name` parameter of `params` ([`to_profiles_under`]).
+pub(crate) fn to_profiles(
+    params: &IngestParams,
+    series: Vec<ProfileSeries>,
+    out: &mut Converted,
+) -> Result<(), IngestError> {
+    let prefix = Prefix {
+        series: &params.series,
+        span: params.span,
+        meta: &params.meta,
+        range: (params.from, params.until),
+    };
+    to_profiles_under(&prefix, series, out)
+}
+
+/// What converted pprof series are named and stamped with.
+pub(crate) struct Prefix<'p> {
+    /// App and labels every series gets.
+    pub(crate) series: &'p Series,
+    /// The span every sample without a span of its own ran in: a span id given with the
+    /// prefix (the `name` parameter's, a push series' labels).
+    pub(crate) span: Option<SpanId>,
+    /// Spy name and the sample rate of types without a period.
+    pub(crate) meta: &'p ProfileMeta,
+    /// The time the profiles cover.
+    pub(crate) range: (std::time::SystemTime, std::time::SystemTime),
 }
 
 /// Turns converted pprof series into profiles under `prefix`: app `<prefix app>.<suffix>`,
 /// labels `prefix`'s plus the sample's (the sample's win on a clash). Units and aggregation
 /// come from the sample type, the sample rate from the profile's period for sampled types and
 /// from `meta` otherwise; the spy name from `meta`. Series whose tree is empty are skipped.
+/// Each profile keeps the span trees of its samples, and those without a span go to the
+/// prefix's span when it has one; cumulative sample types keep none (their trees are not the
+/// samples of one span but counts since the process started).
 ///
 /// # Errors
 ///
 /// [`IngestError::BadLabel`] for a pprof label named `__name__` (other names are made valid by
 /// [`label_name`]),
 /// [`IngestError::BadProfileName`] for a suffix that makes an invalid app name.
-pub(crate) fn to_profiles(
-    prefix: &Series,
-    meta: &ProfileMeta,
-    (from, until): (std::time::SystemTime, std::time::SystemTime),
+pub(crate) fn to_profiles_under(
+    prefix: &Prefix<'_>,
     series: Vec<ProfileSeries>,
-) -> Result<Vec<(Profile, &'static str)>, IngestError> {
-    let mut profiles = Vec::with_capacity(series.len());
+    out: &mut Converted,
+) -> Result<(), IngestError> {
+    let (from, until) = prefix.range;
+    let meta = prefix.meta;
     for s in series {
         if s.tree.is_empty() {
             continue;
         }
+        let mut spans = if s.cumulative {
+            SpanTrees::new()
+        } else {
+            s.spans
+        };
+        if let Some(span) = prefix.span.filter(|_| !s.cumulative) {
+            let mut spanned = Tree::new();
+            for (_, tree) in spans.iter() {
+                spanned.merge(tree);
+            }
+            let rest = s.tree.subtract(&spanned);
+            if rest.total() > 0 {
+                spans.add(span, &rest);
+            }
+        }
+        let prefix = prefix.series;
         let mut labels = prefix.labels().clone();
         for (name, value) in &s.labels {
             labels
@@ -253,7 +319,7 @@ pub(crate) fn to_profiles(
         let name = Series::new(app.clone(), labels)
             .map_err(|source| IngestError::BadProfileName { name: app, source })?;
         let kind = type_label(&s.name_suffix);
-        profiles.push((
+        out.push(
             Profile {
                 series: name,
                 meta: ProfileMeta {
@@ -267,9 +333,10 @@ pub(crate) fn to_profiles(
                 tree: s.tree,
             },
             kind,
-        ));
+            spans,
+        );
     }
-    Ok(profiles)
+    Ok(())
 }
 
 /// A pprof label name as a series label name ([`series::sanitize_label_name`]). Go programs
@@ -328,13 +395,65 @@ mod tests {
         let prefix = Series::parse("shop{env=prod}").expect("valid name");
         let meta = ProfileMeta::default();
         let now = std::time::SystemTime::now();
-        let profiles = to_profiles(&prefix, &meta, (now, now), series).expect("valid series");
+        let mut out = Converted::default();
+        let prefix = Prefix {
+            series: &prefix,
+            span: None,
+            meta: &meta,
+            range: (now, now),
+        };
+        to_profiles_under(&prefix, series, &mut out).expect("valid series");
+        let profiles = out.profiles;
         assert_eq!(profiles.len(), 1);
+        assert!(out.spans.is_empty());
         let (profile, kind) = &profiles[0];
         assert_eq!(profile.series.to_string(), "shop.cpu{env=prod}");
         assert_eq!(profile.meta.sample_rate, 250);
         assert_eq!(*kind, "cpu");
         assert_eq!(profile.tree, tree);
+    }
+
+    /// A prefix's span (`name=app.cpu{span_id=...}`, a push series' `span_id`) takes the
+    /// samples that carry no span of their own; cumulative types keep no spans.
+    #[test]
+    fn samples_without_a_span_go_to_the_prefix_span() {
+        let own: SpanId = "00f067aa0ba902b7".parse().expect("span id");
+        let prefix_span: SpanId = "5a561accaab40cf2".parse().expect("span id");
+        let mut tree = Tree::new();
+        tree.insert_names(["main", "own"], 4);
+        tree.insert_names(["main", "rest"], 6);
+        let mut spans = SpanTrees::new();
+        spans.tree_mut(own).insert_names(["main", "own"], 4);
+        let series = |cumulative| ProfileSeries {
+            sample_type: "samples".to_owned(),
+            name_suffix: "cpu".to_owned(),
+            units: "samples".to_owned(),
+            aggregation: Aggregation::Sum,
+            cumulative,
+            sample_rate: Some(100),
+            labels: Vec::new(),
+            tree: tree.clone(),
+            spans: spans.clone(),
+        };
+        let app = Series::parse("shop").expect("valid name");
+        let meta = ProfileMeta::default();
+        let now = std::time::SystemTime::now();
+        let prefix = Prefix {
+            series: &app,
+            span: Some(prefix_span),
+            meta: &meta,
+            range: (now, now),
+        };
+        let mut out = Converted::default();
+        to_profiles_under(&prefix, vec![series(false), series(true)], &mut out)
+            .expect("valid series");
+        assert_eq!(out.profiles.len(), 2);
+        assert_eq!(out.spans.len(), 1, "none for the cumulative series");
+        let (index, spans) = &out.spans[0];
+        assert_eq!(*index, 0);
+        let folded = |span| smolder_common::to_folded(spans.get(span).expect("a span"));
+        assert_eq!(folded(own), "main;own 4\n");
+        assert_eq!(folded(prefix_span), "main;rest 6\n");
     }
 
     #[test]

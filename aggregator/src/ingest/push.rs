@@ -4,14 +4,17 @@
 //! Input: a `push.v1.PushRequest` (`grafana/pyroscope:api/push/v1/push.proto`) as binary
 //! protobuf (`application/proto`) or protojson (`application/json`, bytes in base64, field
 //! names `rawProfile` and `ID`, or the proto names), the body optionally
-//! `Content-Encoding: gzip`. Output: a [`ProfileSet`] of profiles, stored whole or not at all.
+//! `Content-Encoding: gzip`. Output: a [`ProfileSet`] of profiles; those over a limit are
+//! refused one by one and named in the answer's headers (`PushResponse` has no field for them).
 //!
 //! Each `RawProfileSeries` names its app with the `service_name` label, which is required:
 //! `__name__` in a push is the profile type (`process_cpu`, `memory`), not an app, so it
 //! cannot stand in. Characters outside the app-name set `[A-Za-z0-9_.-]` become `_`, so that
 //! Alloy's `namespace/container` service names are kept rather than rejected. Every other
 //! label not starting with `__` becomes a series label (OpenTelemetry-style dotted names
-//! included). Each `RawSample` is a pprof profile, gzipped or not, converted with the SDK
+//! included), but for the span labels (`span_id`, `span_name`, `trace_id`): a series'
+//! `span_id` puts its samples without a span of their own in that span, and the samples'
+//! `span_id` labels (what `pyroscope-io` with `pyroscope-otel` sends) put them in theirs. Each `RawSample` is a pprof profile, gzipped or not, converted with the SDK
 //! sample types (`pprof::sdk_sample_types`: the defaults plus `cpu`, `wall` and .NET's types)
 //! into `<service_name>.<suffix>` series exactly as `/ingest?format=pprof` does; its
 //! `time_nanos` and `duration_nanos` give the span (now when absent). The spy name is the
@@ -26,22 +29,25 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD_PAD_INDIFFERENT, URL_SAFE_PAD_INDIFFERENT};
 use prost::Message;
 use serde::Deserialize;
 use smolder_common::pprof::{self, Limits};
+use smolder_common::span::{self as spans, SpanId};
 use smolder_common::{Labels, ProfileMeta, Series};
 
 use super::body::{self, RequestBody};
-use super::pprof::{limits, normalize_sdk_series, sdk_sample_types, to_profiles};
-use super::{
-    IngestError, Ingester, ProfileSet, Stored, Transport, blocking, content_type, media_type,
+use super::pprof::{
+    Converted, Prefix, limits, normalize_sdk_series, sdk_sample_types, to_profiles_under,
 };
-use crate::api_error::{ApiError, chain};
+use super::{
+    IngestError, Ingester, ProfileSet, Stored, blocking, content_type, media_type, refused_headers,
+};
+use crate::api_error::{ApiError, Protocol};
 use crate::tenant::Tenant;
 
 /// `push.v1.PushRequest`.
@@ -138,14 +144,25 @@ pub(crate) async fn push(
     let outcome = push_request(&ingester, &tenant, request, &mut codec).await;
     ingester.record("push", &outcome);
     match outcome {
-        Ok(_) => match codec {
-            Codec::Proto => (
-                [(CONTENT_TYPE, "application/proto")],
-                PushResponse {}.encode_to_vec(),
-            )
-                .into_response(),
-            Codec::Json => ([(CONTENT_TYPE, "application/json")], "{}").into_response(),
-        },
+        Ok(stored) => {
+            // Series refused one by one are named in headers: PushResponse has no field for them.
+            let refused = if stored.refused.is_empty() {
+                HeaderMap::new()
+            } else {
+                refused_headers(&stored.refused)
+            };
+            match codec {
+                Codec::Proto => (
+                    refused,
+                    [(CONTENT_TYPE, "application/proto")],
+                    PushResponse {}.encode_to_vec(),
+                )
+                    .into_response(),
+                Codec::Json => {
+                    (refused, [(CONTENT_TYPE, "application/json")], "{}").into_response()
+                }
+            }
+        }
         Err(error) => connect_error(error),
     }
 }
@@ -171,7 +188,7 @@ async fn push_request(
     };
     let codec = *codec;
     let config = ingester.config();
-    let body = body::read(&parts.headers, body, config).await?;
+    let body = body::read(&parts, tenant, body, config, body::Encoding::Header).await?;
     let limits = limits(config);
     let set = blocking(move || {
         let request = decode(codec, &body)?;
@@ -237,15 +254,18 @@ fn convert(
     limits: &Limits,
     now: SystemTime,
 ) -> Result<ProfileSet, IngestError> {
-    let mut profiles = Vec::new();
+    let mut out = Converted::default();
     for (i, series) in request.series.into_iter().enumerate() {
         let mut service = None;
         let mut spy = None;
+        let mut span = None;
         let mut labels = Labels::new();
         for pair in &series.labels {
             match pair.name.as_str() {
                 "service_name" => service = Some(pair.value.as_str()),
                 name if name.starts_with("__") => continue,
+                spans::SPAN_ID_LABEL => span = SpanId::from_label(&pair.value),
+                name if spans::is_span_label(name) => continue,
                 name => {
                     // Pyroscope's SDKs say `pyroscope_spy`; .NET's profiler says `spy_name`.
                     if name == "pyroscope_spy" || (name == "spy_name" && spy.is_none()) {
@@ -272,11 +292,10 @@ fn convert(
         };
         for (j, sample) in series.samples.iter().enumerate() {
             let part = || format!("series[{i}].samples[{j}].rawProfile");
-            let profile = pprof::decode(&sample.raw_profile, limits).map_err(|source| {
-                IngestError::Pprof {
-                    part: part(),
-                    source,
-                }
+            let raw = body.inflate.gunzip_part(&sample.raw_profile, &part())?;
+            let profile = pprof::decode(&raw, limits).map_err(|source| IngestError::Pprof {
+                part: part(),
+                source,
             })?;
             let mut converted =
                 pprof::to_series(&profile, &sdk_sample_types(), limits).map_err(|source| {
@@ -286,16 +305,16 @@ fn convert(
                     }
                 })?;
             normalize_sdk_series(&mut converted, meta.sample_rate);
-            let span = span(profile.time_nanos, profile.duration_nanos, now);
-            profiles.extend(to_profiles(&prefix, &meta, span, converted)?);
+            let prefix = Prefix {
+                series: &prefix,
+                span,
+                meta: &meta,
+                range: covered(profile.time_nanos, profile.duration_nanos, now),
+            };
+            to_profiles_under(&prefix, converted, &mut out)?;
         }
     }
-    Ok(ProfileSet {
-        transport: Transport::Http,
-        format: "push",
-        sent_bytes: body.sent_bytes,
-        profiles,
-    })
+    Ok(out.into_set("push", body.sent_bytes))
 }
 
 /// `service` with every character outside the app-name set replaced by `_`.
@@ -303,9 +322,9 @@ fn app_name(service: &str) -> String {
     smolder_common::series::sanitize_app_name(service)
 }
 
-/// The span a profile covers: from its `time_nanos` for `duration_nanos`, or `now` when the
+/// The time a profile covers: from its `time_nanos` for `duration_nanos`, or `now` when the
 /// profile has no time.
-fn span(time_nanos: i64, duration_nanos: i64, now: SystemTime) -> (SystemTime, SystemTime) {
+fn covered(time_nanos: i64, duration_nanos: i64, now: SystemTime) -> (SystemTime, SystemTime) {
     let Ok(start) = u64::try_from(time_nanos) else {
         return (now, now);
     };
@@ -319,6 +338,13 @@ fn span(time_nanos: i64, duration_nanos: i64, now: SystemTime) -> (SystemTime, S
 
 /// A Connect error: `{"code", "message"}` with the HTTP status Connect uses for the code.
 fn connect_error(error: IngestError) -> Response {
+    match &error {
+        IngestError::Overloaded { source } => {
+            return source.refusal(Protocol::Connect).into_response();
+        }
+        IngestError::Store { source } => return super::store_failure(source, Protocol::Connect),
+        _ => {}
+    }
     let (status, code, message) = match error.status() {
         StatusCode::PAYLOAD_TOO_LARGE => (
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -330,13 +356,12 @@ fn connect_error(error: IngestError) -> Response {
             "invalid_argument",
             error.to_string(),
         ),
-        status if status.is_server_error() => {
-            let message = match &error {
-                IngestError::Store { source } => chain(source),
-                other => other.to_string(),
-            };
-            return internal(message);
-        }
+        StatusCode::TOO_MANY_REQUESTS => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "resource_exhausted",
+            error.to_string(),
+        ),
+        status if status.is_server_error() => return internal(error.to_string()),
         _ => (
             StatusCode::BAD_REQUEST,
             "invalid_argument",
@@ -380,11 +405,11 @@ mod tests {
     #[test]
     fn span_falls_back_to_now() {
         let now = UNIX_EPOCH + Duration::from_secs(100);
-        assert_eq!(span(0, 10, now), (now, now));
-        assert_eq!(span(-5, 10, now), (now, now));
+        assert_eq!(covered(0, 10, now), (now, now));
+        assert_eq!(covered(-5, 10, now), (now, now));
         let from = UNIX_EPOCH + Duration::from_secs(50);
         assert_eq!(
-            span(50_000_000_000, 10_000_000_000, now),
+            covered(50_000_000_000, 10_000_000_000, now),
             (from, from + Duration::from_secs(10))
         );
     }

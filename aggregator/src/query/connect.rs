@@ -55,6 +55,10 @@ pub(super) enum Code {
     ResourceExhausted,
     /// The method, or the option asked for, is not served (HTTP 501).
     Unimplemented,
+    /// The query took longer than `query.timeout` (HTTP 504).
+    DeadlineExceeded,
+    /// The aggregator is busy; retry (HTTP 503).
+    Unavailable,
     /// The aggregator failed (HTTP 500).
     Internal,
 }
@@ -65,6 +69,8 @@ impl Code {
             Code::InvalidArgument => "invalid_argument",
             Code::ResourceExhausted => "resource_exhausted",
             Code::Unimplemented => "unimplemented",
+            Code::DeadlineExceeded => "deadline_exceeded",
+            Code::Unavailable => "unavailable",
             Code::Internal => "internal",
         }
     }
@@ -74,6 +80,8 @@ impl Code {
             Code::InvalidArgument => StatusCode::BAD_REQUEST,
             Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
             Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+            Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -130,6 +138,16 @@ impl From<QueryError> for ConnectError {
                     error_type,
                 }
             }
+            QueryError::Timeout { .. } => ConnectError {
+                code: Code::DeadlineExceeded,
+                message: error.to_string(),
+                error_type,
+            },
+            QueryError::Busy { .. } => ConnectError {
+                code: Code::Unavailable,
+                message: error.to_string(),
+                error_type,
+            },
             other => ConnectError::invalid(other.to_string(), error_type),
         }
     }

@@ -74,9 +74,9 @@ async fn diff(
     // Merging both sides, aligning them and laying out the diff is CPU work: all of it runs on
     // the blocking pool.
     let metrics = querier.metrics.clone();
-    let profile = blocking(&querier.store, move |store| {
-        let left_side = select_and_merge(store, &tenant, &left, left_range)?;
-        let right_side = select_and_merge(store, &tenant, &right, right_range)?;
+    let profile = blocking(querier, move |store| {
+        let left_side = select_and_merge(store, &tenant, &left, left_range, None)?;
+        let right_side = select_and_merge(store, &tenant, &right, right_range, None)?;
         metrics.merged(
             "render_diff",
             left_side.series.len() + right_side.series.len(),
@@ -120,9 +120,9 @@ async fn typed_diff(
     let right_range = params.range(("rightFrom", "rightUntil"), now, an_hour_before(now))?;
     let budget = params.node_budget(&querier.config)?;
     let max_nodes = budget.nodes;
-    let profile = blocking(&querier.store, move |store| {
-        let (l, _) = typed::merge(store, &tenant, &left_id, &left, left_range)?;
-        let (r, _) = typed::merge(store, &tenant, &right_id, &right, right_range)?;
+    let profile = blocking(querier, move |store| {
+        let (l, _) = typed::merge(store, &tenant, &left_id, &left, left_range, None)?;
+        let (r, _) = typed::merge(store, &tenant, &right_id, &right, right_range, None)?;
         let metadata = render::typed_metadata(&left_id);
         Ok(FlamebearerProfile::diff(
             &Tree::combine(&l, &r),

@@ -11,12 +11,13 @@
 //! |---|---|
 //! | `ProfileTypes` | the ids of apps with data in the range |
 //! | `LabelNames`, `LabelValues`, `Series` | over the series any matcher selects, with `service_name`, `__name__` and `__profile_type__` shown |
-//! | `SelectMergeStacktraces` | flame graph (default), tree bytes or pprof; `max_nodes`; a `stack_trace_selector` call site |
+//! | `SelectMergeStacktraces` | flame graph (default), tree bytes or pprof; `max_nodes`; a `stack_trace_selector` call site; a `span_selector` |
 //! | `SelectMergeProfile` | pprof |
 //! | `SelectSeries` | per `group_by` value set, totals per `step` (at least 10 s), `sum` or `average`, top `limit` |
 //! | `Diff` | a diff flame graph of two selections |
 //! | `GetProfileStats` | whether there is data, oldest and newest times |
-//! | `SelectMergeSpanProfile`, span, trace and profile id selectors | `unimplemented`: span data is not stored yet |
+//! | `SelectMergeSpanProfile` | the samples of the given spans: flame graph (default) or tree bytes; `max_nodes` |
+//! | trace and profile id selectors | `unimplemented`: samples are kept per span, not per trace or profile id |
 //! | `SelectHeatmap`, `AnalyzeQuery`, Go PGO, DOT | `unimplemented`, so that Grafana degrades |
 //! | `settings.v1.SettingsService/Get` | no settings |
 //!
@@ -39,11 +40,11 @@ use smolder_common::querier::{
     LabelNamesRequest, LabelNamesResponse, LabelPair, LabelValuesRequest, LabelValuesResponse,
     Labels, Point, PprofProfile, ProfileFormat, ProfileType, ProfileTypesRequest,
     ProfileTypesResponse, SelectHeatmapRequest, SelectMergeProfileRequest,
-    SelectMergeSpanProfileRequest, SelectMergeStacktracesRequest, SelectMergeStacktracesResponse,
-    SelectSeriesRequest, SelectSeriesResponse, Series, SeriesRequest, SeriesResponse,
-    TimeSeriesAggregationType, tree_bytes,
+    SelectMergeSpanProfileRequest, SelectMergeSpanProfileResponse, SelectMergeStacktracesRequest,
+    SelectMergeStacktracesResponse, SelectSeriesRequest, SelectSeriesResponse, Series,
+    SeriesRequest, SeriesResponse, TimeSeriesAggregationType, tree_bytes,
 };
-use smolder_common::{ProfileTypeId, Tree};
+use smolder_common::{ProfileTypeId, SpanId, Tree};
 
 use super::connect::{self, ConnectError};
 use super::typed::{self, LabelSelector};
@@ -89,7 +90,7 @@ async fn read<T: Send + 'static>(
     querier: &Querier,
     work: impl FnOnce(&dyn crate::store::Store) -> Result<T, QueryError> + Send + 'static,
 ) -> Result<T, ConnectError> {
-    Ok(super::blocking(&querier.store, work).await?)
+    Ok(super::blocking(querier, work).await?)
 }
 
 /// The range of a request in milliseconds: a start of 0 (or less) is the epoch, an end of 0
@@ -296,11 +297,28 @@ struct Selection {
     labels: LabelSelector,
     range: TimeRange,
     call_site: Vec<String>,
+    /// Only the samples of these spans (sorted); `None` for every sample.
+    spans: Option<Vec<SpanId>>,
+}
+
+/// The span ids of a `span_selector`, sorted and without repeats.
+fn span_ids(spans: &[String]) -> Result<Vec<SpanId>, QueryError> {
+    let mut ids = spans
+        .iter()
+        .map(|s| s.trim().parse())
+        .collect::<Result<Vec<SpanId>, _>>()
+        .map_err(|source| QueryError::InvalidSpanSelector {
+            name: "span_selector",
+            source,
+        })?;
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
 }
 
 impl Selection {
     /// Checks the parts of a selection that every `Select*` call shares, refusing the options
-    /// that need data Smolder does not keep yet.
+    /// that need data Smolder does not keep. A non-empty `spans` selects those spans' samples.
     fn new(
         id: &str,
         selector: &str,
@@ -309,9 +327,9 @@ impl Selection {
         spans: &[String],
         ids: (&[String], &[String]),
     ) -> Result<Selection, ConnectError> {
-        if !spans.is_empty() || !ids.0.is_empty() || !ids.1.is_empty() {
+        if !ids.0.is_empty() || !ids.1.is_empty() {
             return Err(ConnectError::unimplemented(
-                "span, trace and profile id selectors are not served: this aggregator does not keep span data yet",
+                "trace and profile id selectors are not served: samples are kept per span, not per trace or profile id",
             ));
         }
         if stack.is_some_and(|s| s.go_pgo.is_some()) {
@@ -326,6 +344,10 @@ impl Selection {
             call_site: stack
                 .map(|s| s.call_site.iter().map(|l| l.name.clone()).collect())
                 .unwrap_or_default(),
+            spans: match spans.is_empty() {
+                true => None,
+                false => Some(span_ids(spans)?),
+            },
         })
     }
 
@@ -335,7 +357,12 @@ impl Selection {
         store: &dyn crate::store::Store,
         tenant: &Tenant,
     ) -> Result<(Tree, Vec<SeriesInfo>), QueryError> {
-        let (tree, series) = typed::merge(store, tenant, &self.id, &self.labels, self.range)?;
+        if self.spans.as_ref().is_some_and(Vec::is_empty) {
+            return Ok((Tree::new(), Vec::new()));
+        }
+        let spans = self.spans.as_deref();
+        let (tree, series) =
+            typed::merge(store, tenant, &self.id, &self.labels, self.range, spans)?;
         if self.call_site.is_empty() {
             return Ok((tree, series));
         }
@@ -650,45 +677,79 @@ pub(super) async fn get_profile_stats(
     .await
 }
 
-/// `SelectMergeSpanProfile`: not served until span data is stored.
-///
-/// This and the other unserved methods still take the request's tenant, so that a request
-/// without one is refused here as on every route.
+/// Answers a method this aggregator does not serve: Connect's `unimplemented` with `message`,
+/// once a request of type `Req` has been read (a malformed one is refused as such).
+async fn unserved<Req>(
+    querier: Arc<Querier>,
+    endpoint: &'static str,
+    request: Request,
+    message: &'static str,
+) -> Response
+where
+    Req: Message + Default + DeserializeOwned,
+{
+    unary(querier, endpoint, request, |_, _: Req| async move {
+        Err::<SelectMergeStacktracesResponse, _>(ConnectError::unimplemented(message))
+    })
+    .await
+}
+
+/// `SelectMergeSpanProfile`: the samples of the spans of `span_selector` (none selects
+/// nothing, as in Pyroscope), as a flame graph (the default) or tree bytes.
 pub(super) async fn select_merge_span_profile(
     State(q): State<Arc<Querier>>,
-    _tenant: Tenant,
+    tenant: Tenant,
     r: Request,
 ) -> Response {
     unary(
         q,
         "select_merge_span_profile",
         r,
-        |_, _: SelectMergeSpanProfileRequest| async move {
-            Err::<SelectMergeStacktracesResponse, _>(ConnectError::unimplemented(
-                "span profiles are not served: this aggregator does not keep span data yet",
-            ))
+        |q, req: SelectMergeSpanProfileRequest| async move {
+            let mut selection = Selection::new(
+                &req.profile_type_id,
+                &req.label_selector,
+                (req.start, req.end),
+                None,
+                &[],
+                (&[], &[]),
+            )?;
+            selection.spans = Some(span_ids(&req.span_selector)?);
+            let format = ProfileFormat::try_from(req.format).unwrap_or(ProfileFormat::Unspecified);
+            if matches!(format, ProfileFormat::Dot | ProfileFormat::Pprof) {
+                return Err(ConnectError::unimplemented(
+                    "span profiles are served as a flame graph or tree bytes only",
+                ));
+            }
+            let max_nodes = max_nodes(&q.config, req.max_nodes);
+            let metrics = q.metrics.clone();
+            let response = read(&q, move |store| {
+                let (tree, series) = selection.merge(store, &tenant)?;
+                metrics.merged("select_merge_span_profile", series.len(), tree.len());
+                let mut response = SelectMergeSpanProfileResponse::default();
+                match format {
+                    ProfileFormat::Tree => response.tree = tree_bytes(&tree, max_nodes),
+                    _ => response.flamegraph = Some(FlameGraph::from_tree(&tree, max_nodes)),
+                }
+                Ok(response)
+            })
+            .await?;
+            Ok(response)
         },
     )
     .await
 }
 
 /// `SelectHeatmap`: not served (Pyroscope serves it from its v2 storage only).
+///
+/// This and the other unserved methods still take the request's tenant, so that a request
+/// without one is refused here as on every route.
 pub(super) async fn select_heatmap(
     State(q): State<Arc<Querier>>,
     _tenant: Tenant,
     r: Request,
 ) -> Response {
-    unary(
-        q,
-        "select_heatmap",
-        r,
-        |_, _: SelectHeatmapRequest| async move {
-            Err::<SelectMergeStacktracesResponse, _>(ConnectError::unimplemented(
-                "heatmaps are not served",
-            ))
-        },
-    )
-    .await
+    unserved::<SelectHeatmapRequest>(q, "select_heatmap", r, "heatmaps are not served").await
 }
 
 /// `AnalyzeQuery`: not served.
@@ -697,17 +758,7 @@ pub(super) async fn analyze_query(
     _tenant: Tenant,
     r: Request,
 ) -> Response {
-    unary(
-        q,
-        "analyze_query",
-        r,
-        |_, _: AnalyzeQueryRequest| async move {
-            Err::<SelectMergeStacktracesResponse, _>(ConnectError::unimplemented(
-                "query analysis is not served",
-            ))
-        },
-    )
-    .await
+    unserved::<AnalyzeQueryRequest>(q, "analyze_query", r, "query analysis is not served").await
 }
 
 /// `settings.v1.SettingsService/Get`: Smolder keeps no per-tenant settings.

@@ -37,7 +37,7 @@ pub(super) async fn names(
             Some(_) => Some(params.selector("query")?.app().to_owned()),
             None => None,
         };
-        let names = blocking(&querier.store, move |store| {
+        let names = blocking(&querier, move |store| {
             Ok(store.label_names(&tenant, app.as_deref(), range)?)
         })
         .await?;
@@ -62,7 +62,7 @@ pub(super) async fn values(
             Some(_) => Some(params.selector("query")?),
             None => None,
         };
-        let values = blocking(&querier.store, move |store| {
+        let values = blocking(&querier, move |store| {
             Ok(store.label_values(&tenant, &label, selector.as_ref(), range)?)
         })
         .await?;
@@ -86,7 +86,7 @@ struct App {
 pub(super) async fn apps(State(querier): State<Arc<Querier>>, tenant: Tenant) -> Response {
     let started = Instant::now();
     let result = async {
-        let apps = blocking(&querier.store, move |store| Ok(store.apps(&tenant)?)).await?;
+        let apps = blocking(&querier, move |store| Ok(store.apps(&tenant)?)).await?;
         let apps: Vec<App> = apps
             .into_iter()
             .map(|app| App {

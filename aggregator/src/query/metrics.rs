@@ -4,9 +4,8 @@
 
 use std::time::Instant;
 
-use prometheus::{HistogramVec, Registry};
-
-use crate::metrics::{histogram_vec, latency_buckets};
+use prometheus::{HistogramVec, IntGauge, Registry};
+use smolder_daemon::metrics::{gauge, histogram_vec, latency_buckets};
 
 /// The query path's metrics.
 #[derive(Clone)]
@@ -19,6 +18,11 @@ pub(crate) struct QueryMetrics {
     /// `smolder_aggregator_query_nodes_merged{endpoint}`: nodes of the trees one query merged,
     /// before `maxNodes` truncation.
     nodes_merged: HistogramVec,
+    /// `smolder_aggregator_query_running`: store reads running now (`query.max-concurrent`),
+    /// cancelled ones until they have stopped.
+    pub(crate) running: IntGauge,
+    /// `smolder_aggregator_query_queued`: queries waiting for a slot (`query.max-queued`).
+    pub(crate) queued: IntGauge,
 }
 
 impl QueryMetrics {
@@ -46,6 +50,16 @@ impl QueryMetrics {
                 "Nodes of the trees one query merged, before truncation.",
                 counts,
                 &["endpoint"],
+            ),
+            running: gauge(
+                registry,
+                "smolder_aggregator_query_running",
+                "Store reads of queries running now, cancelled ones until they have stopped.",
+            ),
+            queued: gauge(
+                registry,
+                "smolder_aggregator_query_queued",
+                "Queries waiting for a slot to read the store.",
             ),
         }
     }

@@ -16,6 +16,13 @@
 //! | `GET /labels`, `/label-names`, `/label-values`, `GET /api/apps` | `labels.rs` |
 //! | `POST /querier.v1.QuerierService/*`, `/settings.v1.SettingsService/Get` (Connect, what Grafana speaks) | `grafana.rs` (+ `connect.rs` the protocol, `typed.rs` selections by profile type id) |
 //!
+//! Every store read runs on the blocking pool under the query limits ([`blocking`]): at most
+//! `query.max-concurrent` at once (more wait, at most `query.max-queued`, past which 503 with
+//! `Retry-After`), each within `query.timeout` from its arrival (504 past it) and matching at
+//! most `query.max-series` series per read (400 past it). A read whose time is up, or whose
+//! client went away (its handler dropped), is cancelled: the store stops merging at its next
+//! series and the partial answer is dropped.
+//!
 //! (`DELETE /api/apps`, a write, is `admin`'s.) This file holds what the routes share: the
 //! parameters (`query`/`name`, `from`/`until`, `maxNodes`), [`QueryError`] and how each error
 //! answers and is counted.
@@ -33,6 +40,9 @@
 //!   negative number asks for no truncation, which means the limit. Anything else is a 400. The
 //!   JSON flame graphs always keep the budget (the default when none is asked); the `collapsed`
 //!   and `pprof` exports are whole unless the request names one.
+//! - `spanSelector` (on `/render`) is a comma-separated list of span ids, 16 hex digits each:
+//!   the flame graph then holds only the samples that ran in those spans (span profiles,
+//!   traces to profiles). A malformed id is a 400.
 
 mod connect;
 mod diff;
@@ -46,25 +56,28 @@ mod typed;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use axum::Router;
 use axum::extract::Query;
 use axum::extract::rejection::QueryRejection;
-use axum::http::HeaderValue;
 use axum::http::header::WARNING;
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use smolder_common::series;
+use smolder_common::span::BadSpanId;
 use smolder_common::{
     Aggregation, MatchOp, Matcher, ProfileMeta, Selector, SelectorError, Series, SeriesError,
-    TimeError, Tree,
+    SpanId, TimeError, Tree,
 };
+use tokio::sync::Semaphore;
 
 use crate::api_error::{ApiError, chain};
-use crate::metrics::Errors;
-use crate::store::{BUCKET, SeriesInfo, Store, StoreError, TimeRange};
+use crate::auth::{Access, Routes, Scope};
+use crate::metrics::{Errors, Refused};
+use crate::store::{BUCKET, ReadLimits, SeriesInfo, Store, StoreError, TimeRange, with_limits};
 use crate::tenant::Tenant;
 
 pub(crate) use self::metrics::QueryMetrics;
@@ -81,6 +94,20 @@ pub struct QueryConfig {
     /// The most label values `groupBy` may split a render into (each is a timeline of up to
     /// 10 240 points). Default 1000.
     pub max_groups: usize,
+    /// The most series one read of a query may match (a diff reads twice); more gets 400
+    /// naming the limit, and the read stops as soon as it is passed. 0 means no limit.
+    /// Default 100 000, the series a tenant may have active (`ingest`'s limit).
+    pub max_series: usize,
+    /// How long a query may take from its arrival, waiting for a slot included; past it the
+    /// read is cancelled and the answer is 504. Default `30s`.
+    #[serde(with = "smolder_common::timestamp::serde_duration")]
+    pub timeout: Duration,
+    /// Store reads running at once, each on a thread of the blocking pool. Default 4: two per
+    /// core of a 2-core machine, where merges are CPU-bound.
+    pub max_concurrent: usize,
+    /// Queries waiting for a slot at once; past it a query gets 503 with `Retry-After`.
+    /// Default 64.
+    pub max_queued: usize,
 }
 
 impl Default for QueryConfig {
@@ -89,16 +116,26 @@ impl Default for QueryConfig {
             max_nodes_default: 8192,
             max_nodes_limit: 1 << 20,
             max_groups: 1000,
+            max_series: 100_000,
+            timeout: Duration::from_secs(30),
+            max_concurrent: 4,
+            max_queued: 64,
         }
     }
 }
 
-/// What the query handlers share: the store they read, their config and their metrics.
+/// What the query handlers share: the store they read, their config, their metrics, and the
+/// slots of the reads running.
 pub(crate) struct Querier {
     store: Arc<dyn Store>,
     config: QueryConfig,
     metrics: QueryMetrics,
     errors: Errors,
+    refused: Refused,
+    /// One permit per read that may run at once.
+    slots: Arc<Semaphore>,
+    /// Queries waiting for a slot.
+    queued: AtomicUsize,
 }
 
 impl Querier {
@@ -108,34 +145,40 @@ impl Querier {
         config: QueryConfig,
         metrics: QueryMetrics,
         errors: Errors,
+        refused: Refused,
     ) -> Querier {
         Querier {
+            slots: Arc::new(Semaphore::new(config.max_concurrent.max(1))),
+            queued: AtomicUsize::new(0),
             store,
             config,
             metrics,
             errors,
+            refused,
         }
     }
 }
 
-/// The query routes, served by `querier`.
-pub(crate) fn routes(querier: Arc<Querier>) -> Router {
-    Router::new()
-        .route("/render", get(render::handle))
-        .route("/pyroscope/render", get(render::handle))
-        .route("/render-diff", get(diff::handle))
-        .route("/pyroscope/render-diff", get(diff::handle))
-        .route("/labels", get(labels::names))
-        .route("/label-names", get(labels::names))
-        .route("/label-values", get(labels::values))
-        .route("/api/apps", get(labels::apps))
+/// The query routes, served by `querier`, each for credentials with scope `read`.
+pub(crate) fn routes(querier: Arc<Querier>) -> Routes {
+    let read = Access::Scope(Scope::Read);
+    Routes::new()
+        .get("/render", read, render::handle)
+        .get("/pyroscope/render", read, render::handle)
+        .get("/render-diff", read, diff::handle)
+        .get("/pyroscope/render-diff", read, diff::handle)
+        .get("/labels", read, labels::names)
+        .get("/label-names", read, labels::names)
+        .get("/label-values", read, labels::values)
+        .get("/api/apps", read, labels::apps)
         .merge(connect_routes())
         .with_state(querier)
 }
 
 /// The Connect routes of the query API Grafana speaks ([`grafana`]).
-fn connect_routes() -> Router<Arc<Querier>> {
+fn connect_routes() -> Routes<Arc<Querier>> {
     const SERVICE: &str = "/querier.v1.QuerierService";
+    let read = Access::Scope(Scope::Read);
     let methods: [(&str, axum::routing::MethodRouter<Arc<Querier>>); 12] = [
         ("ProfileTypes", post(grafana::profile_types)),
         ("LabelNames", post(grafana::label_names)),
@@ -158,12 +201,13 @@ fn connect_routes() -> Router<Arc<Querier>> {
     ];
     methods
         .into_iter()
-        .fold(Router::new(), |router, (method, handler)| {
-            router.route(&format!("{SERVICE}/{method}"), handler)
+        .fold(Routes::new(), |routes, (method, handler)| {
+            routes.method(Method::POST, &format!("{SERVICE}/{method}"), read, handler)
         })
-        .route(
+        .post(
             "/settings.v1.SettingsService/Get",
-            post(grafana::get_settings),
+            read,
+            grafana::get_settings,
         )
 }
 
@@ -279,6 +323,39 @@ pub(crate) enum QueryError {
         /// The step sent.
         step: f64,
     },
+    /// A span selector (`spanSelector`, `span_selector`) holds something other than span ids.
+    #[error("invalid `{name}`: {source}")]
+    InvalidSpanSelector {
+        /// The parameter or field.
+        name: &'static str,
+        /// The first item that is not a span id.
+        source: BadSpanId,
+    },
+    /// A read matched more series than `query.max-series`.
+    #[error(
+        "the query matches more than {limit} series (query.max-series); narrow its selector or time range"
+    )]
+    TooManySeries {
+        /// The limit.
+        limit: usize,
+    },
+    /// The query took longer than `query.timeout`; its read was cancelled.
+    #[error(
+        "the query took longer than {} s (query.timeout) and was stopped; narrow its selector or time range",
+        limit.as_secs_f64()
+    )]
+    Timeout {
+        /// The limit.
+        limit: Duration,
+    },
+    /// `query.max-queued` queries are waiting for a slot already.
+    #[error(
+        "the aggregator is busy: {queued} queries are waiting (query.max-queued); retry shortly"
+    )]
+    Busy {
+        /// The limit.
+        queued: usize,
+    },
     /// The store failed; logged once where the response is built.
     #[error("reading the store failed")]
     Store(#[from] StoreError),
@@ -308,16 +385,25 @@ impl QueryError {
             QueryError::Incompatible { .. } => "incompatible_diff",
             QueryError::InvalidProfileType { .. } => "invalid_profile_type",
             QueryError::InvalidStep { .. } => "invalid_step",
+            QueryError::InvalidSpanSelector { .. } => "invalid_span_selector",
+            QueryError::TooManySeries { .. } => "too_many_series",
+            QueryError::Timeout { .. } => "timeout",
+            QueryError::Busy { .. } => "busy",
             QueryError::Store(_) => "store",
             QueryError::Panicked => "panicked",
         }
     }
 
-    /// The answer: 500 for our own failures, 400 for the rest.
+    /// The answer: 500 for our own failures, 504 past the timeout, 503 when busy, 400 for
+    /// the rest.
     fn into_api_error(self) -> ApiError {
         match self {
             QueryError::Store(source) => ApiError::internal(chain(&source)),
             QueryError::Panicked => ApiError::internal(&self),
+            QueryError::Timeout { .. } => {
+                ApiError::new(StatusCode::GATEWAY_TIMEOUT, self.to_string())
+            }
+            QueryError::Busy { .. } => ApiError::unavailable(self.to_string(), BUSY_RETRY),
             other => ApiError::bad_request(other.to_string()),
         }
     }
@@ -430,6 +516,18 @@ impl Params {
 
     /// The node budget of `maxNodes` or `max-nodes`, or the configured default, with how it was
     /// chosen: asked for or not, and capped or not.
+    /// `spanSelector`: the span ids, sorted; `None` when absent or empty.
+    fn spans(&self) -> Result<Option<Vec<SpanId>>, QueryError> {
+        let Some(text) = self.get("spanSelector") else {
+            return Ok(None);
+        };
+        let spans = SpanId::parse_list(text).map_err(|source| QueryError::InvalidSpanSelector {
+            name: "spanSelector",
+            source,
+        })?;
+        Ok((!spans.is_empty()).then_some(spans))
+    }
+
     fn node_budget(&self, config: &QueryConfig) -> Result<NodeBudget, QueryError> {
         let given = ["maxNodes", "max-nodes"]
             .into_iter()
@@ -526,15 +624,114 @@ fn label_name(name: &'static str, value: &str) -> Result<String, QueryError> {
     }
 }
 
-/// Runs a store read on the blocking pool.
+/// How long a query refused for a full queue is asked to wait.
+const BUSY_RETRY: Duration = Duration::from_secs(1);
+
+/// Runs a store read on the blocking pool under the query limits: it waits for one of
+/// `query.max-concurrent` slots (refused past `query.max-queued` waiting), must be done within
+/// `query.timeout` of the call, and matches at most `query.max-series` series. A read past its
+/// time, or whose caller dropped this future (the client went away), is cancelled: the store
+/// stops at its next series, and what it had merged is dropped. The slot is held until the
+/// read has stopped, so that a cancelled read still counts while it winds down.
+///
+/// # Errors
+///
+/// What `read` answers; [`QueryError::Busy`], [`QueryError::Timeout`],
+/// [`QueryError::TooManySeries`], or [`QueryError::Panicked`].
+///
+/// # Cancel safety
+///
+/// Dropping it cancels the read (counted as `cancelled`).
 async fn blocking<T: Send + 'static>(
-    store: &Arc<dyn Store>,
+    querier: &Querier,
     read: impl FnOnce(&dyn Store) -> Result<T, QueryError> + Send + 'static,
 ) -> Result<T, QueryError> {
-    let store = Arc::clone(store);
-    tokio::task::spawn_blocking(move || read(store.as_ref()))
-        .await
-        .map_err(|_| QueryError::Panicked)?
+    let config = &querier.config;
+    let deadline = tokio::time::Instant::now() + config.timeout;
+    let limits = ReadLimits::new(config.max_series);
+    let mut watch = Watch {
+        limits: limits.clone(),
+        refused: &querier.refused,
+        done: false,
+    };
+    let slot = {
+        let waiting = querier.queued.fetch_add(1, Ordering::AcqRel);
+        let _queued = Queued(&querier.queued, &querier.metrics);
+        querier.metrics.queued.inc();
+        if waiting >= config.max_queued {
+            watch.done = true;
+            querier.refused.inc("query", "busy");
+            return Err(QueryError::Busy {
+                queued: config.max_queued,
+            });
+        }
+        let acquire = Arc::clone(&querier.slots).acquire_owned();
+        match tokio::time::timeout_at(deadline, acquire).await {
+            Ok(slot) => slot.expect("the query slots are never closed"),
+            Err(_) => {
+                watch.done = true;
+                querier.refused.inc("query", "timeout");
+                return Err(QueryError::Timeout {
+                    limit: config.timeout,
+                });
+            }
+        }
+    };
+    let store = Arc::clone(&querier.store);
+    let running = querier.metrics.running.clone();
+    let task_limits = limits.clone();
+    let task = tokio::task::spawn_blocking(move || {
+        running.inc();
+        let answer = with_limits(&task_limits, || read(store.as_ref()));
+        running.dec();
+        drop(slot);
+        answer
+    });
+    let outcome = tokio::time::timeout_at(deadline, task).await;
+    watch.done = true;
+    match outcome {
+        Err(_) => {
+            limits.cancel();
+            querier.refused.inc("query", "timeout");
+            Err(QueryError::Timeout {
+                limit: config.timeout,
+            })
+        }
+        Ok(Err(_)) => Err(QueryError::Panicked),
+        Ok(Ok(_)) if limits.exceeded() => {
+            querier.refused.inc("query", "series");
+            Err(QueryError::TooManySeries {
+                limit: config.max_series,
+            })
+        }
+        Ok(Ok(answer)) => answer,
+    }
+}
+
+/// Cancels a read whose future is dropped before it is done: its client went away.
+struct Watch<'q> {
+    limits: ReadLimits,
+    refused: &'q Refused,
+    done: bool,
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.limits.cancel();
+            self.refused.inc("query", "cancelled");
+        }
+    }
+}
+
+/// One query waiting for a slot, counted until it has one or gives up.
+struct Queued<'q>(&'q AtomicUsize, &'q QueryMetrics);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.1.queued.dec();
+    }
 }
 
 /// The metadata of a query that matched nothing: empty, as Pyroscope's empty answer.
@@ -558,30 +755,47 @@ struct Selected {
     series: Vec<SeriesInfo>,
 }
 
-/// Selects and merges the series `selector` matches over `range`, in 10 s buckets. Blocking.
-///
-/// Pyroscope divides by the number of writes when the (last) series is `average`; here the
-/// `average` series are merged and divided apart from the `sum` ones, so that mixing the two
-/// (which Pyroscope does not reconcile) still gives each its meaning.
+/// Selects and merges the series `selector` matches over `range`, in 10 s buckets: every
+/// sample, or with `spans` only those of these spans. Blocking.
 fn select_and_merge(
     store: &dyn Store,
     tenant: &Tenant,
     selector: &Selector,
     range: TimeRange,
+    spans: Option<&[SpanId]>,
 ) -> Result<Selected, QueryError> {
-    let merged = store.merge(tenant, selector, range, BUCKET)?;
-    let series = merged.series;
+    let (tree, series) = merge_trees(store, tenant, selector, range, spans)?;
     let meta = series
         .iter()
         .max_by_key(|info| info.last_seen)
         .map(|info| info.meta.clone());
+    Ok(Selected { tree, meta, series })
+}
+
+/// The merged tree of the series `selector` matches over `range` (of every sample, or with
+/// `spans` of those spans' samples), and the series merged. Blocking.
+///
+/// Pyroscope divides by the number of writes when the (last) series is `average`; here the
+/// `average` series are merged and divided apart from the `sum` ones, so that mixing the two
+/// (which Pyroscope does not reconcile) still gives each its meaning.
+fn merge_trees(
+    store: &dyn Store,
+    tenant: &Tenant,
+    selector: &Selector,
+    range: TimeRange,
+    spans: Option<&[SpanId]>,
+) -> Result<(Tree, Vec<SeriesInfo>), QueryError> {
+    let merged = match spans {
+        None => store.merge(tenant, selector, range, BUCKET)?,
+        Some(spans) => store.merge_spans(tenant, selector, range, spans)?,
+    };
     let mut tree = merged.sum.tree;
     let mut average = merged.average;
     if average.writes > 1 {
         average.tree.scale(1, average.writes);
     }
     tree.merge(&average.tree);
-    Ok(Selected { tree, meta, series })
+    Ok((tree, merged.series))
 }
 
 #[cfg(test)]

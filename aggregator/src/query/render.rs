@@ -9,6 +9,7 @@
 //! | `format` | `json` (default), `collapsed` (folded text download), `pprof` (gzipped pprof download) |
 //! | `maxNodes`, `max-nodes` | node budget: of the JSON flame graph (default `query.max-nodes-default`), and of the `collapsed` and `pprof` exports when given (whole otherwise); above `query.max-nodes-limit` it is capped, with a `Warning` header (see the module docs of `query`) |
 //! | `groupBy` | a label name: `groups` gets one timeline per value of it |
+//! | `spanSelector` | span ids, 16 hex digits each, comma-separated: the flame graph (and exports) of the samples that ran in those spans only (span profiles, as a trace's "profiles for this span" link opens them); the timeline still shows the whole selection, the activity the spans ran in |
 //!
 //! The JSON is Pyroscope v0.37's: `version`, `flamebearer`, `metadata` (`format`, `spyName`,
 //! `sampleRate`, `units`, `name` = `"<app> <RFC 3339 start>"`, `appName`, `startTime`,
@@ -29,7 +30,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use smolder_common::flamebearer::{FlamebearerProfile, Metadata, Timeline};
-use smolder_common::{ProfileTypeId, Selector};
+use smolder_common::{ProfileTypeId, Selector, SpanId};
 
 use super::typed::{self, LabelSelector};
 use super::{
@@ -78,6 +79,8 @@ struct Request {
     format: Format,
     budget: NodeBudget,
     group_by: Option<String>,
+    /// Only the samples of these spans (`spanSelector`).
+    spans: Option<Vec<SpanId>>,
 }
 
 impl Request {
@@ -100,6 +103,7 @@ impl Request {
                 .get("groupBy")
                 .map(|value| label_name("groupBy", value))
                 .transpose()?,
+            spans: params.spans()?,
         })
     }
 }
@@ -136,9 +140,10 @@ async fn render(
     let response = match format {
         // Exports of up to a million nodes are CPU work: they are built on the blocking pool.
         Format::Collapsed => {
-            let (selector, range) = (request.selector, request.range);
-            blocking(&querier.store, move |store| {
-                let mut selected = select_and_merge(store, &tenant, &selector, range)?;
+            let (selector, range, spans) = (request.selector, request.range, request.spans);
+            blocking(querier, move |store| {
+                let mut selected =
+                    select_and_merge(store, &tenant, &selector, range, spans.as_deref())?;
                 metrics.merged("render", selected.series.len(), selected.tree.len());
                 if let Some(nodes) = export_nodes {
                     selected.tree = selected.tree.truncate(nodes);
@@ -148,9 +153,10 @@ async fn render(
             .await?
         }
         Format::Pprof => {
-            let (selector, range) = (request.selector, request.range);
-            blocking(&querier.store, move |store| {
-                let mut selected = select_and_merge(store, &tenant, &selector, range)?;
+            let (selector, range, spans) = (request.selector, request.range, request.spans);
+            blocking(querier, move |store| {
+                let mut selected =
+                    select_and_merge(store, &tenant, &selector, range, spans.as_deref())?;
                 metrics.merged("render", selected.series.len(), selected.tree.len());
                 if let Some(nodes) = export_nodes {
                     selected.tree = selected.tree.truncate(nodes);
@@ -223,6 +229,7 @@ async fn typed_json(
     let (id, labels) = typed_query("query", query)?;
     let now = SystemTime::now();
     let range = params.range(("from", "until"), now, an_hour_before(now))?;
+    let spans = params.spans()?;
     match params.get("format") {
         None | Some("json") => {}
         Some(other) => {
@@ -235,8 +242,8 @@ async fn typed_json(
     let budget = params.node_budget(&querier.config)?;
     let max_nodes = budget.nodes;
     let metrics = querier.metrics.clone();
-    let profile = blocking(&querier.store, move |store| {
-        let (tree, series) = typed::merge(store, &tenant, &id, &labels, range)?;
+    let profile = blocking(querier, move |store| {
+        let (tree, series) = typed::merge(store, &tenant, &id, &labels, range, spans.as_deref())?;
         metrics.merged("render", series.len(), tree.len());
         let step = timeline::step_for_range(range);
         let mut samples: Vec<u64> = Vec::new();
@@ -282,6 +289,7 @@ async fn json(
         range,
         budget,
         group_by,
+        spans,
         ..
     } = request;
     let max_nodes = budget.nodes;
@@ -290,13 +298,13 @@ async fn json(
     let metrics = querier.metrics.clone();
     // Merging, grouping and laying out up to a million nodes is CPU work: all of it runs on the
     // blocking pool, never on the runtime's workers.
-    let profile = blocking(&querier.store, move |store| {
+    let profile = blocking(querier, move |store| {
         // Too many groups is refused from the series list, before any tree is merged.
         if let Some(label) = group_by.as_deref() {
             let series = store.series(&tenant, &selector, range)?;
             timeline::check_groups(&series, label, max_groups)?;
         }
-        let selected = select_and_merge(store, &tenant, &selector, range)?;
+        let selected = select_and_merge(store, &tenant, &selector, range, spans.as_deref())?;
         metrics.merged("render", selected.series.len(), selected.tree.len());
         let step = timeline::step_for_range(range);
         let (timeline, groups) =

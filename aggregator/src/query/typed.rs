@@ -12,10 +12,10 @@
 use std::collections::BTreeMap;
 
 use smolder_common::profile_type::ValueScale;
-use smolder_common::{MatchOp, Matcher, ProfileTypeId, Selector, Tree};
+use smolder_common::{MatchOp, Matcher, ProfileTypeId, Selector, SpanId, Tree};
 
-use super::QueryError;
-use crate::store::{BUCKET, SeriesInfo, Store, TimeRange};
+use super::{QueryError, merge_trees};
+use crate::store::{SeriesInfo, Store, TimeRange};
 use crate::tenant::Tenant;
 
 /// The label that names a series' application in Pyroscope's API.
@@ -249,24 +249,6 @@ fn exactly(base: &Selector, info: &SeriesInfo, all: &[SeriesInfo]) -> Result<Sel
     Selector::new(base.app(), matchers).map_err(invalid)
 }
 
-/// The merged tree of the series `selector` matches over `range`, `average` series averaged
-/// over their writes.
-fn merged(
-    store: &dyn Store,
-    tenant: &Tenant,
-    selector: &Selector,
-    range: TimeRange,
-) -> Result<Tree, QueryError> {
-    let merged = store.merge(tenant, selector, range, BUCKET)?;
-    let mut tree = merged.sum.tree;
-    let mut average = merged.average;
-    if average.writes > 1 {
-        average.tree.scale(1, average.writes);
-    }
-    tree.merge(&average.tree);
-    Ok(tree)
-}
-
 /// The series of one app's part, grouped by the scale their values take.
 fn by_scale(series: Vec<SeriesInfo>) -> BTreeMap<(u64, u64), Vec<SeriesInfo>> {
     let mut groups: BTreeMap<(u64, u64), Vec<SeriesInfo>> = BTreeMap::new();
@@ -280,9 +262,10 @@ fn by_scale(series: Vec<SeriesInfo>) -> BTreeMap<(u64, u64), Vec<SeriesInfo>> {
     groups
 }
 
-/// The merged tree of the selection over `range` in the id's units, and the series merged.
-/// Series of one app that share a scale are merged by one store read; an app whose series
-/// have different sample rates is read a series at a time. Blocking.
+/// The merged tree of the selection over `range` in the id's units, and the series merged:
+/// of every sample, or with `spans` of those spans' samples only (and only the series that
+/// had any). Series of one app that share a scale are merged by one store read; an app whose
+/// series have different sample rates is read a series at a time. Blocking.
 ///
 /// # Errors
 ///
@@ -293,6 +276,7 @@ pub(super) fn merge(
     id: &ProfileTypeId,
     labels: &LabelSelector,
     range: TimeRange,
+    spans: Option<&[SpanId]>,
 ) -> Result<(Tree, Vec<SeriesInfo>), QueryError> {
     let mut out = Tree::new();
     let mut merged_series = Vec::new();
@@ -301,22 +285,31 @@ pub(super) fn merge(
         let groups = by_scale(all.clone());
         let single = groups.len() == 1;
         for ((numerator, denominator), infos) in groups {
-            let mut tree = if single {
-                merged(store, tenant, &part.selector, range)?
+            let (mut tree, series) = if single {
+                merge_trees(store, tenant, &part.selector, range, spans)?
             } else {
                 let mut tree = Tree::new();
+                let mut series = Vec::new();
                 for info in &infos {
                     let exact = exactly(&part.selector, info, &all)?;
-                    tree.merge(&merged(store, tenant, &exact, range)?);
+                    let (one, merged) = merge_trees(store, tenant, &exact, range, spans)?;
+                    tree.merge(&one);
+                    series.extend(merged);
                 }
-                tree
+                (tree, series)
             };
             if numerator != denominator {
                 tree.scale(numerator, denominator);
             }
             out.merge(&tree);
+            // Of span profiles, only the series that had the spans.
+            if spans.is_some() {
+                merged_series.extend(series);
+            }
         }
-        merged_series.extend(all);
+        if spans.is_none() {
+            merged_series.extend(all);
+        }
     }
     Ok((out, merged_series))
 }

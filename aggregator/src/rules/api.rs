@@ -16,33 +16,37 @@
 //! and deleted by that tenant only; the config file's rules are every tenant's.
 
 use axum::Json;
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde::Deserialize;
 use smolder_common::rules::RuleSpec;
 
 use std::sync::Arc;
 
 use super::{Rules, RulesError};
-use crate::api_error::ApiError;
+use crate::api_error::{self, ApiError};
+use crate::auth::{Access, Routes, Scope};
+use crate::store::StoreError;
 use crate::tenant::Tenant;
 
 /// The largest rule body accepted: a rule is a name, a selector and a regex.
 const MAX_RULE_BYTES: usize = 64 << 10;
 
-/// The rules' routes, answered from `rules`.
-pub(crate) fn routes(rules: Arc<Rules>) -> Router {
-    Router::new()
-        .route("/exported-metrics", get(exported_metrics))
-        .route("/api/recording-rules", get(list).post(create))
-        .route(
-            "/api/recording-rules/{name}",
-            axum::routing::put(update).delete(delete),
-        )
+/// When a client may try again a change the bucket did not take (object-storage mode).
+const STORE_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The rules' routes, answered from `rules`: reading for credentials with scope `read`,
+/// changing for those with `admin`.
+pub(crate) fn routes(rules: Arc<Rules>) -> Routes {
+    let (read, admin) = (Access::Scope(Scope::Read), Access::Scope(Scope::Admin));
+    Routes::new()
+        .get("/exported-metrics", read, exported_metrics)
+        .get("/api/recording-rules", read, list)
+        .post("/api/recording-rules", admin, create)
+        .put("/api/recording-rules/{name}", admin, update)
+        .delete("/api/recording-rules/{name}", admin, delete)
         .layer(DefaultBodyLimit::max(MAX_RULE_BYTES))
         .with_state(rules)
 }
@@ -93,6 +97,14 @@ impl From<RulesError> for ApiError {
             RulesError::NotFound { .. } => ApiError::not_found(err.to_string()),
             RulesError::Exists { .. } | RulesError::Provisioned { .. } => {
                 ApiError::conflict(err.to_string())
+            }
+            // Object-storage mode: the bucket did not take the change; nothing changed.
+            RulesError::Store(StoreError::Unavailable { .. }) => {
+                tracing::warn!(error = %api_error::chain(&err), "rule change refused: the store is unavailable");
+                ApiError::unavailable(
+                    "the store is unavailable (its object store does not answer); the rule was not changed, retry later",
+                    STORE_RETRY_AFTER,
+                )
             }
             RulesError::Stored { .. }
             | RulesError::Store(_)

@@ -3,8 +3,9 @@
 //! `smolder_aggregator_dropped_increments_total{stage="rules"}`.
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
+use smolder_daemon::metrics::{counter, counter_vec, gauge, histogram};
 
-use crate::metrics::{Dropped, counter, counter_vec, gauge, histogram};
+use crate::metrics::Dropped;
 
 /// The rules' metrics.
 #[derive(Clone)]
@@ -29,6 +30,9 @@ pub(crate) struct RulesMetrics {
     pub(crate) remote_write_samples: IntCounter,
     /// `smolder_aggregator_rules_remote_write_duration_seconds`: one push.
     pub(crate) remote_write_duration: Histogram,
+    /// `smolder_aggregator_rules_reloads_total`: a tenant's rules replaced by those changed
+    /// through other aggregators on the bucket (object-storage mode).
+    pub(crate) reloads: IntCounter,
 }
 
 impl RulesMetrics {
@@ -75,6 +79,11 @@ impl RulesMetrics {
                 "smolder_aggregator_rules_remote_write_duration_seconds",
                 "Time of one remote-write push.",
                 latency,
+            ),
+            reloads: counter(
+                registry,
+                "smolder_aggregator_rules_reloads_total",
+                "A tenant's rules replaced by those changed through other aggregators on the bucket.",
             ),
         }
     }

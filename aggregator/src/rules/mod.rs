@@ -11,12 +11,15 @@
 //! Rules come from two places: the config file's `metrics-export-rules` map (Pyroscope's format,
 //! *provisioned*: listed by the API, never changed by it) and the recording-rules API
 //! (`/api/recording-rules`, [`api`]), whose rules are kept in the store (through its writer,
-//! like every write) and loaded at start. A rule applies to data ingested after it is created;
-//! changing a rule restarts its counter.
+//! like every write; in object-storage mode in the bucket, shared by every aggregator on it)
+//! and loaded at start. A rule applies to data ingested after it is created; changing a rule
+//! restarts its counter. In object-storage mode [`Rules::follow`] brings in force what other
+//! aggregators changed, as the store's poll of the bucket finds it.
 //!
 //! Owns: the current [`RuleSet`] and its [`Counters`], in memory (counters start at zero with
-//! the process, like any Prometheus counter), and the remote-write task. Depends on `store`
-//! (the stored rules) and `metrics`, `api_error` and `tenant`; nothing of ingest or query.
+//! the process, like any Prometheus counter), the remote-write task and the follower. Depends
+//! on `store` (the stored rules) and `metrics`, `api_error` and `tenant`; nothing of ingest or
+//! query.
 
 mod api;
 mod metrics;
@@ -29,6 +32,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use smolder_common::Profile;
 use smolder_common::rules::{Counters, Increments, Rule, RuleError, RuleSet, RuleSpec};
+use smolder_daemon::Heartbeat;
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::store::{Store, StoreError};
@@ -237,7 +242,7 @@ impl Rules {
             with_rules.push(Tenant::anonymous());
         }
         for tenant in with_rules {
-            let set = Self::load_tenant(&provisioned, store.as_ref(), &tenant)?;
+            let set = Self::load_tenant(&provisioned, store.as_ref(), &tenant, None)?;
             let rules = TenantRules::new(set);
             loaded += rules.current().len();
             series += rules.counters().series();
@@ -260,11 +265,13 @@ impl Rules {
         })
     }
 
-    /// The provisioned rules and `tenant`'s stored ones, as one set.
+    /// The provisioned rules and `tenant`'s stored ones, as one set; a stored rule that
+    /// `current` holds as it is stored keeps its `Rule` (and so its counters).
     fn load_tenant(
         provisioned: &RuleSet,
         store: &dyn Store,
         tenant: &Tenant,
+        current: Option<&RuleSet>,
     ) -> Result<RuleSet, RulesError> {
         let mut rules: Vec<Arc<Rule>> = provisioned.rules().to_vec();
         for (name, json) in store.rules(tenant)? {
@@ -279,6 +286,13 @@ impl Rules {
                 warn!(rule = %name, %tenant, "stored rule shadowed by a provisioned rule of the same name");
                 continue;
             }
+            if let Some(kept) = current
+                .and_then(|set| set.get(&name))
+                .filter(|rule| *rule.spec() == spec)
+            {
+                rules.push(Arc::clone(kept));
+                continue;
+            }
             let rule = Rule::new(name.clone(), spec).map_err(|err| RulesError::Stored {
                 name,
                 reason: err.to_string(),
@@ -286,6 +300,68 @@ impl Rules {
             rules.push(Arc::new(rule));
         }
         Ok(RuleSet::new(rules)?)
+    }
+
+    /// Object-storage mode: brings every tenant's stored rules in force whenever `changes`
+    /// says another aggregator changed them, for as long as the server runs, beating `beat`
+    /// while it waits. A rule that did not change keeps its counters.
+    pub(crate) async fn follow(
+        self: Arc<Self>,
+        mut changes: watch::Receiver<u64>,
+        beat: Heartbeat,
+    ) {
+        while beat.beating(changes.changed()).await.is_ok() {
+            self.reload().await;
+            beat.beat();
+        }
+    }
+
+    /// Makes every tenant's rules in force those the store has.
+    async fn reload(&self) {
+        let mut tenants: Vec<Tenant> = self
+            .tenants
+            .read()
+            .expect("tenants lock: taken only to find or add a tenant")
+            .keys()
+            .cloned()
+            .collect();
+        match self.store.rule_tenants() {
+            Ok(stored) => tenants.extend(stored),
+            Err(err) => {
+                warn!(error = %err, "reading the stored rules failed; they stay as they were");
+                return;
+            }
+        }
+        tenants.sort();
+        tenants.dedup();
+        for tenant in tenants {
+            let rules = self.tenant(&tenant);
+            let _change = rules.changes.lock().await;
+            let current = rules.current();
+            let set = match Self::load_tenant(
+                &self.provisioned,
+                self.store.as_ref(),
+                &tenant,
+                Some(&current),
+            ) {
+                Ok(set) => set,
+                Err(err) => {
+                    warn!(%tenant, error = %err, "the stored rules of a tenant cannot be brought in force; its rules stay as they were");
+                    continue;
+                }
+            };
+            let same = set.rules().len() == current.rules().len()
+                && set
+                    .rules()
+                    .iter()
+                    .zip(current.rules())
+                    .all(|(a, b)| Arc::ptr_eq(a, b));
+            if !same {
+                info!(%tenant, rules = set.len(), "rules changed through another aggregator are in force");
+                self.install(&rules, set);
+                self.metrics.reloads.inc();
+            }
+        }
     }
 
     /// `tenant`'s rules, made from the provisioned ones at its first use.
@@ -495,6 +571,12 @@ impl Rules {
             });
         }
         if current.get(name).is_none() {
+            // In a bucket, a rule made through another aggregator since the last poll is not
+            // in force here yet, but the store has it: deleted there, it never comes.
+            if self.store.delete_rule(tenant, name).await? {
+                info!(rule = name, %tenant, "rule deleted (made elsewhere, not yet in force here)");
+                return Ok(());
+            }
             return Err(RulesError::NotFound {
                 name: name.to_owned(),
             });

@@ -1,7 +1,8 @@
 //! The store: where profiles live, behind one interface, [`Store`].
 //!
-//! Input: [`Profile`]s from ingest, app deletions from admin, recording rules from rules; each
-//! write answered once durable. Output: series, merged trees, timelines, label listings, apps
+//! Input: [`Profile`]s from ingest (with the trees of the spans their samples ran in), app
+//! deletions from admin, recording rules from rules; each write answered once durable. Output:
+//! series, merged trees (of whole series, or of given spans), timelines, label listings, apps
 //! and stored rules for query and rules. Callers: `ingest`, `query`, `rules` and `admin`, which
 //! hold an `Arc<dyn Store>` and nothing else of this module's internals; `app`, which opens the
 //! backend, starts its maintenance and closes it.
@@ -9,15 +10,17 @@
 //! # The interface
 //!
 //! [`Store`] is a trait object, shaped by what the stages ask, not by how a backend stores it.
-//! Its backend is the block store ([`BlockStore`], `blocks/`): a head (sled) for recent writes
-//! and immutable blocks (`smolder-block`) in a local directory or, with issue 18, a bucket.
+//! Its backend is the block store ([`BlockStore`], `blocks/`): a head for recent writes and
+//! immutable blocks (`smolder-block`) in a local directory or in an S3 bucket that several
+//! aggregators share.
 //!
 //! - Every call names a [`Tenant`]; the store keeps each tenant's data apart (its own head
 //!   ranges and blocks).
 //! - **Writes** ([`Store::write`], [`Store::delete_app`], [`Store::put_rule`],
 //!   [`Store::delete_rule`]) return an [`Ack`]: a `'static` future that queues the write when
 //!   first polled and resolves once it is durable (fsynced locally; in the bucket, for a store
-//!   whose truth is object storage). Writes are applied in order by one writer; an agent batch's
+//!   whose truth is object storage, where recording rules are shared by every aggregator on
+//!   it and [`Store::rule_changes`] says when another changed them). Writes are applied in order by one writer; an agent batch's
 //!   write carries its [`BatchMarker`], (agent id, sequence), and is stored at most once.
 //! - **Reads** are synchronous and run on the caller's thread: the stages call them on tokio's
 //!   blocking pool, where a merge of a million nodes belongs anyway. They take a [`Selector`],
@@ -35,14 +38,17 @@
 //! - `plan.rs` — the pure planning: buckets, head ranges and cuts, compaction, downsampling,
 //!   retention, timelines.
 //! - `blocks/` — the block store, [`BlockStore`]: head, blocks, writer, compaction, migration
-//!   of a v0.1 data directory.
+//!   of a v0.1 data directory, and its object-storage mode.
 //! - `check.rs` — `smolder-aggregator check`: every block verified.
 //! - `disk.rs` — the data directory: its lock and its filesystem's free space.
+//! - `limits.rs` — a read's limits (cancellation, series per read), set by the caller around
+//!   the read and checked by the read loops.
 //! - `metrics.rs` — `smolder_aggregator_store_*`.
 
 mod blocks;
 mod check;
 mod disk;
+mod limits;
 mod metrics;
 mod plan;
 
@@ -53,14 +59,15 @@ use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use smolder_common::{Profile, ProfileMeta, Selector, Series, Tree};
+use smolder_common::{Profile, ProfileMeta, Selector, Series, SpanId, SpanTrees, Tree};
 
 use crate::tenant::Tenant;
 
 pub(crate) use self::blocks::BlockStore;
-pub use self::blocks::{LocalConfig, ObjectStoreConfig};
+pub use self::blocks::{LocalConfig, ObjectStoreConfig, S3Config};
 pub use self::check::CheckReport;
 pub(crate) use self::check::check;
+pub(crate) use self::limits::{ReadLimits, with_limits};
 pub(crate) use self::metrics::StoreMetrics;
 pub(crate) use self::plan::BUCKET;
 
@@ -80,6 +87,11 @@ pub struct StoreConfig {
     /// Memory for decoded block data kept between queries (each series' shape and tree table
     /// per block), in bytes. Default 256 MiB.
     pub cache_bytes: u64,
+    /// Memory the head may hold (writes not yet in blocks, estimated), in bytes. A head range
+    /// is cut into a block once it closes (about 17 min); past this, the largest open ranges
+    /// are cut early, their writes so far making blocks of their own, so that the head, and
+    /// what a restart replays, stay bounded under any load. Default 512 MiB.
+    pub head_max_bytes: u64,
     /// How often compaction runs: closed ranges' blocks merged (about 17 min → 2.8 h → 28 h)
     /// and old data downsampled. Default `1m`.
     #[serde(with = "smolder_common::timestamp::serde_duration")]
@@ -90,7 +102,15 @@ pub struct StoreConfig {
     /// Data older than this keeps only 1000 s resolution. Default `0s`: never.
     #[serde(with = "smolder_common::timestamp::serde_duration")]
     pub downsample_to_1000s_after: Duration,
-    /// Where blocks are kept: `type: local` (a directory, by default `<data-dir>/blocks`).
+    /// The most span trees one series keeps per 10 s bucket (span profiles, from samples
+    /// labelled `span_id`); spans past it are dropped from the span index, the largest kept,
+    /// their samples still in the series' profile, and counted in
+    /// `smolder_aggregator_dropped_spans_total`. 0 keeps no span profiles. Default 1000: every
+    /// sample of a process using one CPU at 100 Hz in a span of its own.
+    pub max_spans_per_bucket: usize,
+    /// Where blocks are kept: `type: local` (a directory, by default `<data-dir>/blocks`), or
+    /// `type: s3` (a bucket several aggregators may share; ARCHITECTURE.md, "Object storage and
+    /// several aggregators").
     pub object_store: ObjectStoreConfig,
 }
 
@@ -101,11 +121,34 @@ impl Default for StoreConfig {
             retention_interval: Duration::from_secs(60),
             max_disk_bytes: 0,
             cache_bytes: 256 << 20,
+            head_max_bytes: 512 << 20,
             compaction_interval: Duration::from_secs(60),
             downsample_to_100s_after: Duration::ZERO,
             downsample_to_1000s_after: Duration::ZERO,
+            max_spans_per_bucket: 1000,
             object_store: ObjectStoreConfig::default(),
         }
+    }
+}
+
+impl StoreConfig {
+    /// The smallest `head-max-bytes`: below it every cut pass would cut the open ranges, making
+    /// blocks of a few writes each.
+    const MIN_HEAD_BYTES: u64 = 16 << 20;
+
+    /// Checks the values the store cannot work with.
+    ///
+    /// # Errors
+    ///
+    /// `store.head-max-bytes` below 16 MiB, named.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.head_max_bytes >= Self::MIN_HEAD_BYTES,
+            "store.head-max-bytes is {}; it must be at least {} (16 MiB): below it every cut pass would cut the open head ranges into blocks of a few writes",
+            self.head_max_bytes,
+            Self::MIN_HEAD_BYTES
+        );
+        Ok(())
     }
 }
 
@@ -160,6 +203,26 @@ pub(crate) enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Object-storage mode: the write's segment could not be put in the bucket (unreachable,
+    /// refusing, timing out); nothing of it was acknowledged, and the same write may succeed
+    /// once the bucket answers again.
+    #[error("the object store is unavailable; the write was not stored, retry later: {reason}")]
+    Unavailable {
+        /// What the bucket said.
+        reason: String,
+    },
+    /// The head holds more than twice `store.head-max-bytes`: writes arrive faster than cuts
+    /// move them into blocks. Nothing of the write was stored; the same write may succeed once
+    /// the cuts catch up (retryable, as [`StoreError::Unavailable`]).
+    #[error(
+        "the store is busy: its head holds {head_bytes} bytes, over {limit} (twice store.head-max-bytes), while cuts catch up; the write was not stored, retry later"
+    )]
+    Busy {
+        /// What the head holds.
+        head_bytes: u64,
+        /// What it may hold before writes are refused.
+        limit: u64,
+    },
     /// The store has been closed; nothing more is accepted.
     #[error("the store is closed")]
     Closed,
@@ -178,11 +241,16 @@ pub(crate) enum StoreError {
 /// unacknowledged.
 pub(crate) type Ack<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'static>>;
 
+/// The span trees of a write's profiles that have any: each with its profile's index in the
+/// write. Span ids are never series labels; these trees are kept beside the profiles.
+pub(crate) type ProfileSpans = Vec<(usize, SpanTrees)>;
+
 /// The store's interface towards ingest, query, rules and admin. See the module docs for its
 /// shape; [`BlockStore`] implements it.
 pub(crate) trait Store: Send + Sync {
-    /// Adds `profiles` to `tenant`'s data, all or nothing. With a `marker` (an agent's batch),
-    /// the write is skipped when that marker is stored already, and otherwise stored with the
+    /// Adds `profiles` to `tenant`'s data, all or nothing, with the span trees of those in
+    /// `spans` (each a part of its profile's tree). With a `marker` (an agent's batch), the
+    /// write is skipped when that marker is stored already, and otherwise stored with the
     /// profiles in the same atomic write, so that a batch sent again (after a lost ack, a
     /// `kill -9`, a restart) is never counted twice; a duplicate's answer waits for the
     /// durability of its first copy.
@@ -190,16 +258,20 @@ pub(crate) trait Store: Send + Sync {
     /// # Errors
     ///
     /// [`StoreError::Closed`] after the store closed; [`StoreError::Engine`] or
-    /// [`StoreError::Flush`] when the write or its flush failed, in which case nothing of it was
-    /// acknowledged.
+    /// [`StoreError::Flush`] when the write or its flush failed, [`StoreError::Unavailable`]
+    /// when (object-storage mode) its segment could not be uploaded, in which cases nothing of
+    /// it was acknowledged.
     fn write(
         &self,
         tenant: &Tenant,
         profiles: Vec<Profile>,
+        spans: ProfileSpans,
         marker: Option<BatchMarker>,
     ) -> Ack<Written>;
 
-    /// Deletes every series of app `app` and all their data; answers how many series went.
+    /// Deletes app `app` as of now: its data stamped before the deletion's horizon (now rounded
+    /// up to 10 s), stored anywhere or arriving later, on every aggregator of the store; answers
+    /// how many series lost data here (0: nothing was stored, no such app).
     ///
     /// # Errors
     ///
@@ -246,6 +318,21 @@ pub(crate) trait Store: Send + Sync {
         selector: &Selector,
         range: TimeRange,
         resolution: u64,
+    ) -> Result<Merged, StoreError>;
+
+    /// The samples of spans `spans` (sorted) in the series `selector` matches, merged over
+    /// `range` widened to whole 10 s buckets, as [`Store::merge`] answers; `series` lists
+    /// the series that had any of them.
+    ///
+    /// # Errors
+    ///
+    /// When the engine fails.
+    fn merge_spans(
+        &self,
+        tenant: &Tenant,
+        selector: &Selector,
+        range: TimeRange,
+        spans: &[SpanId],
     ) -> Result<Merged, StoreError>;
 
     /// The totals of the series `selector` matches over `range`, summed per `step` seconds
@@ -311,6 +398,11 @@ pub(crate) trait Store: Send + Sync {
     ///
     /// When the engine fails or a record is corrupt.
     fn rule_tenants(&self) -> Result<Vec<Tenant>, StoreError>;
+
+    /// Where other aggregators may change the stored rules (object-storage mode), a receiver
+    /// whose value changes whenever [`Store::rules`] answers differently for a change not made
+    /// through this store; `None` where only this store changes them.
+    fn rule_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>>;
 }
 
 /// Identifies one agent batch, so that the store keeps each at most once (QUIC ingest).

@@ -1,12 +1,14 @@
 //! README.md and OPERATIONS.md against the binaries: every `sh` block runs against a real
 //! aggregator and agent on port 0 (or is skipped for a stated reason), every `yaml` block is a
-//! config one of the daemons reads, and every key `print-default-config` prints is shown in one.
+//! config one of the daemons reads, every key `print-default-config` prints is shown in one, every
+//! key the daemons read prints or is hidden for a stated reason, and the glossary is in order.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use smolder_common::pprof::{self, EncodeOptions};
+use smolder_test_support::config_keys;
 use smolder_test_support::net::{LOOPBACK_ANY_PORT, silent_udp};
 
 use crate::util::{Aggregator, tree};
@@ -50,6 +52,10 @@ const NOT_RUN: &[(&str, &str)] = &[
         "`record` samples the host for 10 s as root; agent/tests/agent/ebpf.rs runs it",
     ),
     (
+        "agent/benches/offcpu/bench.sh",
+        "a benchmark, as root, of a release build; BENCHMARKS.md covers it",
+    ),
+    (
         "flamegraph.pl",
         "not installed; it reads what `record` prints",
     ),
@@ -58,8 +64,65 @@ const NOT_RUN: &[(&str, &str)] = &[
 /// Programs the examples may run here.
 const RUN: &[&str] = &["curl", "printf", "jq", "smolder-aggregator"];
 
-/// Keys of `print-default-config` that no example shows, and why: none.
-const HIDDEN: &[(&str, &str)] = &[];
+/// Keys `print-default-config` does not print, by daemon, and why. An entry hides the key it
+/// names and every key under it (`scrape-configs` hides `scrape-configs.job-name`).
+const HIDDEN: &[(&str, &str, &str)] = &[
+    (
+        "aggregator",
+        "auth.credentials",
+        "a list of credentials, empty by default (it prints as []); README.md's Authentication shows an entry",
+    ),
+    (
+        "aggregator",
+        "ingest.quic.max-concurrent-streams",
+        "the old name of ingest.quic.max-batches-in-flight, still read (deprecated)",
+    ),
+    (
+        "aggregator",
+        "ingest.quic.tenant-tokens",
+        "a map of tenant id to its agents' tokens, empty by default (it prints as {}); OPERATIONS.md shows an entry",
+    ),
+    (
+        "aggregator",
+        "metrics-export-rules",
+        "a map of rule name to rule, empty by default (it prints as {}); README.md shows a rule's keys",
+    ),
+    (
+        "aggregator",
+        "rules.remote-write-labels",
+        "a map of label name to value, empty by default (it prints as {}); README.md shows an entry",
+    ),
+    (
+        "agent",
+        "ebpf.counts-map-entries",
+        "deprecated and ignored (samples leave the kernel through a ring buffer); read, with a warning, so that old files load",
+    ),
+    (
+        "agent",
+        "ebpf.stack-map-entries",
+        "deprecated and ignored (the agent walks user stacks itself); read, with a warning, so that old files load",
+    ),
+    (
+        "agent",
+        "ebpf.relabel-configs",
+        "a list of Prometheus relabel_configs rules, empty by default (it prints as []); README.md shows a rule's keys",
+    ),
+    (
+        "agent",
+        "metrics-export-rules",
+        "a map of rule name to rule, empty by default (it prints as {}); README.md shows a rule's keys",
+    ),
+    (
+        "agent",
+        "scrape-configs",
+        "a list of jobs, empty by default (it prints as []): Pyroscope's scrape config, each key also in Prometheus' snake_case; README.md's pull mode shows a job",
+    ),
+    (
+        "agent",
+        "ship.max-in-flight",
+        "the old name of ship.max-batches-in-flight, still read (deprecated)",
+    ),
+];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -294,7 +357,6 @@ fn every_yaml_example_is_a_config_and_every_key_is_shown() {
             }
         }
     }
-    let hidden: BTreeSet<&str> = HIDDEN.iter().map(|(key, _)| *key).collect();
     for (daemon, defaults, shown) in [
         (
             "aggregator",
@@ -309,12 +371,80 @@ fn every_yaml_example_is_a_config_and_every_key_is_shown() {
     ] {
         let missing: Vec<String> = default_keys(&defaults)
             .into_iter()
-            .filter(|key| !shown.contains(key) && !hidden.contains(key.as_str()))
+            .filter(|key| !shown.contains(key))
             .collect();
         assert!(
             missing.is_empty(),
-            "the {daemon}'s keys {missing:?} are in no example of README.md or OPERATIONS.md \
-             (nor in HIDDEN with a reason)"
+            "the {daemon}'s keys {missing:?} are in no example of README.md or OPERATIONS.md"
+        );
+    }
+}
+
+/// The HIDDEN entries of `daemon` that hide `key`.
+fn hiding(daemon: &str, key: &str) -> Vec<&'static str> {
+    HIDDEN
+        .iter()
+        .filter(|(d, hidden, _)| {
+            *d == daemon && (key == *hidden || key.starts_with(&format!("{hidden}.")))
+        })
+        .map(|(_, hidden, _)| *hidden)
+        .collect()
+}
+
+#[test]
+fn every_config_key_prints_or_is_hidden_for_a_reason() {
+    for (daemon, defaults, keys) in [
+        (
+            "aggregator",
+            smolder_daemon::default_yaml::<smolder_aggregator::config::Config>(),
+            config_keys::keys::<smolder_aggregator::config::Config>(),
+        ),
+        (
+            "agent",
+            smolder_daemon::default_yaml::<smolder_agent::config::Config>(),
+            config_keys::keys::<smolder_agent::config::Config>(),
+        ),
+    ] {
+        let printed = default_keys(&defaults);
+        // The walk finds what prints: a broken walk would make every key hidden.
+        assert!(
+            printed.iter().filter(|key| keys.contains(*key)).count() > 20,
+            "the {daemon}'s keys found: {keys:?}"
+        );
+        let mut unexplained = Vec::new();
+        for key in &keys {
+            let hidden = hiding(daemon, key);
+            // A value the walk cannot look into (an internally tagged enum, such as
+            // `store.object-store`) prints as a section: its keys are checked above as printed.
+            let prints = printed.contains(key)
+                || printed
+                    .iter()
+                    .any(|printed| printed.starts_with(&format!("{key}.")));
+            if prints {
+                assert!(
+                    hidden.is_empty(),
+                    "the {daemon}'s key {key} prints, yet HIDDEN hides it ({hidden:?})"
+                );
+            } else if hidden.is_empty() {
+                unexplained.push(key.clone());
+            }
+        }
+        assert!(
+            unexplained.is_empty(),
+            "the {daemon}'s keys {unexplained:?} do not print in print-default-config; print \
+             them, or add them to HIDDEN with a reason"
+        );
+    }
+    for (daemon, hidden, reason) in HIDDEN {
+        assert!(!reason.is_empty(), "HIDDEN's {hidden} has no reason");
+        let keys = match *daemon {
+            "aggregator" => config_keys::keys::<smolder_aggregator::config::Config>(),
+            "agent" => config_keys::keys::<smolder_agent::config::Config>(),
+            other => panic!("HIDDEN names daemon {other:?}"),
+        };
+        assert!(
+            keys.iter().any(|key| hiding(daemon, key).contains(hidden)),
+            "HIDDEN's {hidden} is no key of the {daemon}"
         );
     }
 }
@@ -383,4 +513,94 @@ fn architecture_names_paths_that_exist_and_lists_every_crate() {
         .collect();
     expected.insert("fuzz".to_owned());
     assert_eq!(listed, expected, "ARCHITECTURE.md's workspace listing");
+}
+
+#[test]
+fn the_glossary_is_in_alphabetical_order() {
+    let glossary = std::fs::read_to_string(repo().join("GLOSSARY.md")).unwrap();
+    let terms: Vec<String> = glossary
+        .lines()
+        .filter_map(|line| line.strip_prefix("- **"))
+        .filter_map(|rest| rest.split_once("**"))
+        .map(|(term, _)| term.to_lowercase())
+        .collect();
+    assert!(terms.len() > 100, "{} terms found", terms.len());
+    for pair in terms.windows(2) {
+        assert!(
+            pair[0] <= pair[1],
+            "GLOSSARY.md: {:?} comes before {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+#[test]
+fn architecture_lists_every_call_of_the_store_interface() {
+    let source = std::fs::read_to_string(repo().join("aggregator/src/store/mod.rs")).unwrap();
+    let calls: BTreeSet<String> = source
+        .split_once("trait Store")
+        .expect("the Store trait")
+        .1
+        .lines()
+        .take_while(|line| *line != "}")
+        .filter_map(|line| line.trim_start().strip_prefix("fn "))
+        .map(|rest| rest.split(['(', '<']).next().unwrap().to_owned())
+        .collect();
+    assert!(calls.len() >= 10, "{calls:?}");
+    let doc = std::fs::read_to_string(repo().join("ARCHITECTURE.md")).unwrap();
+    let listed: BTreeSet<String> = doc
+        .lines()
+        .skip_while(|line| !line.starts_with("| call | what |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .flat_map(|row| {
+            let call = row.split('|').nth(1).unwrap_or_default();
+            call.split('`')
+                .skip(1)
+                .step_by(2)
+                .filter_map(|code| code.split_once('(').map(|(name, _)| name.to_owned()))
+                // Calls only, not the types they answer with (`Ack<()>`).
+                .filter(|name| name.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        listed, calls,
+        "ARCHITECTURE.md's table of the store's interface against store::Store"
+    );
+}
+
+#[test]
+fn architecture_lists_every_module_of_both_daemons() {
+    let doc = std::fs::read_to_string(repo().join("ARCHITECTURE.md")).unwrap();
+    for krate in ["agent", "aggregator"] {
+        let root = format!("{krate}/src/");
+        // The listing's top level: names indented by two spaces (several on a line, comma
+        // separated, before the description).
+        let listed: BTreeSet<String> = doc
+            .lines()
+            .skip_while(|line| *line != root)
+            .skip(1)
+            .take_while(|line| !line.starts_with("```"))
+            .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+            .flat_map(|line| {
+                line.split_whitespace()
+                    .map(|word| word.trim_end_matches(','))
+                    .take_while(|word| word.ends_with(".rs") || word.ends_with('/'))
+                    .map(|word| word.trim_end_matches('/').to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let existing: BTreeSet<String> = std::fs::read_dir(repo().join(&root))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|name| !["lib.rs", "main.rs"].contains(&name.as_str()))
+            .collect();
+        let listed: BTreeSet<String> = listed
+            .into_iter()
+            .filter(|name| !["lib.rs", "main.rs"].contains(&name.as_str()))
+            .collect();
+        assert_eq!(listed, existing, "ARCHITECTURE.md's listing of {root}");
+    }
 }

@@ -4,7 +4,6 @@
 //! with Smolder's own message types, and by clients that are not Smolder's (connect-python and
 //! Google's protobuf runtime over `tests/clients/querier.proto`, compiled by grpcio-tools).
 
-use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prost::Message;
@@ -13,7 +12,7 @@ use serde_json::{Value, json};
 use smolder_common::pprof;
 use smolder_common::querier::*;
 
-use crate::util::{Aggregator, gzip};
+use crate::util::{Aggregator, gzip, python};
 
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
 
@@ -365,11 +364,18 @@ async fn errors_have_connects_shape() {
             "query analysis",
         ),
         (
-            "SelectMergeSpanProfile",
-            json!({"profileTypeID": CPU, "spanSelector": ["9a517183f26a089d"]}),
+            "SelectMergeStacktraces",
+            json!({"profileTypeID": CPU, "traceIdSelector": ["4bf92f3577b34da6a3ce929d0e0e4736"]}),
             StatusCode::NOT_IMPLEMENTED,
             "unimplemented",
-            "span",
+            "trace",
+        ),
+        (
+            "SelectMergeSpanProfile",
+            json!({"profileTypeID": CPU, "spanSelector": ["9a517183f26a089"]}),
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+            "span_selector",
         ),
         (
             "LabelNames",
@@ -483,25 +489,11 @@ async fn pyroscope_render_diff_reads_v1_queries() {
 /// Runs the Connect client written by others (`tests/clients/querier_connect.py`) against `agg`
 /// over `start..end` ms; its report, one object per mode (proto, proto-gzip, json, json-gzip).
 async fn connect_python(agg: &Aggregator, start: i64, end: i64) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/querier_connect.py");
-    let url = agg.url("");
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .arg(script)
-            .arg(url)
-            .arg(start.to_string())
-            .arg(end.to_string())
-            .output()
-            .expect("python3 runs (scripts/test installs grpcio-tools and connect-python)")
-    })
+    python(
+        "querier_connect.py",
+        vec![agg.url(""), start.to_string(), end.to_string()],
+    )
     .await
-    .expect("joined");
-    assert!(
-        output.status.success(),
-        "the client failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("the client prints json")
 }
 
 /// `/render` of `query` over `at - 60 .. at + 60` with `extra` parameters, as JSON.
@@ -737,11 +729,336 @@ async fn connect_clients_not_ours_read_what_render_reads() {
         rendered["leftTicks"].as_i64().expect("left") * ns
     );
 
-    // Span profiles are answered `unimplemented` until span data is stored (issue 19).
+    // A span nothing ran in has an empty profile (`spans.rs` tests spans that did run).
     let span = &answers["SelectMergeSpanProfile"];
-    assert_eq!(span["code"], "unimplemented", "{span}");
-    assert!(
-        span["message"].as_str().expect("message").contains("span"),
-        "{span}"
-    );
+    assert_eq!(span["total"], 0, "{span}");
+}
+
+/// `/render`'s collapsed export of `query` (with `extra` parameters) over `at - 60 .. at + 60`
+/// as stack → value in nanoseconds at 100 Hz.
+async fn collapsed_ns(
+    agg: &Aggregator,
+    query: &str,
+    at: u64,
+    extra: &[(&str, &str)],
+) -> std::collections::BTreeMap<String, i64> {
+    let text = agg
+        .http
+        .get(agg.url("/render"))
+        .query(&[
+            ("query", query),
+            ("from", &(at - 60).to_string()),
+            ("until", &(at + 60).to_string()),
+            ("format", "collapsed"),
+        ])
+        .query(extra)
+        .send()
+        .await
+        .expect("render")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .map(|line| {
+            let (stack, count) = line.rsplit_once(' ').expect("stack and count");
+            (
+                stack.to_owned(),
+                count.parse::<i64>().expect("a count") * 10_000_000,
+            )
+        })
+        .collect()
+}
+
+/// Pyroscope's tree bytes (`pkg/model/tree.go`), read independently of Smolder's writer: per
+/// node depth first, a varint name length, the name, a varint self value and a varint child
+/// count; folded into stack → self value.
+fn read_tree_bytes(bytes: &[u8]) -> std::collections::BTreeMap<String, i64> {
+    fn varint(bytes: &[u8], at: &mut usize) -> u64 {
+        let mut value = 0;
+        for shift in (0..64).step_by(7) {
+            let byte = bytes[*at];
+            *at += 1;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        value
+    }
+    let mut out = std::collections::BTreeMap::new();
+    let mut at = 0;
+    // (path to the node, children still to read below it)
+    let mut open: Vec<(Vec<String>, u64)> = Vec::new();
+    while at < bytes.len() {
+        let len = varint(bytes, &mut at) as usize;
+        let name = String::from_utf8(bytes[at..at + len].to_vec()).expect("utf-8");
+        at += len;
+        let value = varint(bytes, &mut at) as i64;
+        let children = varint(bytes, &mut at);
+        while open.last().is_some_and(|(_, left)| *left == 0) {
+            open.pop();
+        }
+        let mut path = match open.last_mut() {
+            Some((path, left)) => {
+                *left -= 1;
+                path.clone()
+            }
+            None => Vec::new(),
+        };
+        if !open.is_empty() {
+            path.push(name);
+        }
+        if value > 0 {
+            *out.entry(path.join(";")).or_insert(0) += value;
+        }
+        open.push((path, children));
+    }
+    out
+}
+
+/// `SelectMergeStacktraces` in its TREE and PPROF formats, whole and truncated: the stacks of
+/// `/render`'s collapsed export of the same data, in nanoseconds.
+#[tokio::test]
+async fn select_merge_stacktraces_tree_and_pprof_formats_match_render() {
+    let agg = Aggregator::start().await;
+    let at = base();
+    ingest(
+        &agg,
+        "checkout.cpu{region=eu}",
+        at,
+        "main;work;parse 30\nmain;work;render 7\nmain;idle 10\nmain;gc 1\n",
+        "100",
+    )
+    .await;
+    ingest(
+        &agg,
+        "checkout.cpu{region=us}",
+        at + 10,
+        "main;work;parse 4\n",
+        "100",
+    )
+    .await;
+    let (start, end) = ((at as i64 - 60) * 1000, (at as i64 + 60) * 1000);
+    let request = |format: ProfileFormat, max_nodes: Option<i64>| SelectMergeStacktracesRequest {
+        profile_type_id: CPU.into(),
+        label_selector: r#"{service_name="checkout"}"#.into(),
+        start,
+        end,
+        max_nodes,
+        format: format as i32,
+        ..Default::default()
+    };
+    for (max_nodes, extra) in [(None, vec![]), (Some(3), vec![("maxNodes", "3")])] {
+        let expected = collapsed_ns(&agg, "checkout.cpu{}", at, &extra).await;
+        assert_eq!(
+            expected.values().sum::<i64>(),
+            520_000_000,
+            "52 samples at 100 Hz"
+        );
+        let answer: SelectMergeStacktracesResponse = call(
+            &agg,
+            "SelectMergeStacktraces",
+            &request(ProfileFormat::Tree, max_nodes),
+        )
+        .await;
+        assert!(answer.flamegraph.is_none() && answer.pprof.is_none());
+        assert_eq!(
+            read_tree_bytes(&answer.tree),
+            expected,
+            "tree, {max_nodes:?}"
+        );
+
+        let answer: SelectMergeStacktracesResponse = call(
+            &agg,
+            "SelectMergeStacktraces",
+            &request(ProfileFormat::Pprof, max_nodes),
+        )
+        .await;
+        let profile = answer
+            .pprof
+            .and_then(|p| p.profile)
+            .expect("a pprof profile");
+        let strings: Vec<String> = profile
+            .string_table
+            .iter()
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect();
+        let names: std::collections::HashMap<u64, &str> = profile
+            .function
+            .iter()
+            .map(|f| (f.id, strings[f.name as usize].as_str()))
+            .collect();
+        let locations: std::collections::HashMap<u64, Vec<&str>> = profile
+            .location
+            .iter()
+            .map(|l| {
+                (
+                    l.id,
+                    l.line
+                        .iter()
+                        .rev()
+                        .map(|line| names[&line.function_id])
+                        .collect(),
+                )
+            })
+            .collect();
+        let mut folded = std::collections::BTreeMap::new();
+        for sample in &profile.sample {
+            let stack: Vec<&str> = sample
+                .location_id
+                .iter()
+                .rev()
+                .flat_map(|id| locations[id].iter().copied())
+                .collect();
+            *folded.entry(stack.join(";")).or_insert(0) += sample.value[0];
+        }
+        assert_eq!(folded, expected, "pprof, {max_nodes:?}");
+        let sample_type = &profile.sample_type[0];
+        assert_eq!(
+            (
+                strings[sample_type.r#type as usize].as_str(),
+                strings[sample_type.unit as usize].as_str()
+            ),
+            ("cpu", "nanoseconds")
+        );
+        assert_eq!(profile.period, 10_000_000);
+    }
+    agg.stop().await;
+}
+
+/// `SelectSeries` with `aggregation=AVERAGE` (per step, the mean of the series with data
+/// there) and with `limit` (the groups of the largest totals): point for point against each
+/// series' `/render` timeline.
+#[tokio::test]
+async fn select_series_average_and_limit_match_render() {
+    let agg = Aggregator::start().await;
+    let at = base();
+    for (region, offset, body) in [
+        ("eu", 0, "main;work 30\n"),
+        ("eu", 10, "main;work 12\n"),
+        ("us", 0, "main;work 6\n"),
+        ("ap", 0, "main;work 3\n"),
+        ("ap", 10, "main;work 1\n"),
+    ] {
+        let name = format!("checkout.cpu{{region={region}}}");
+        ingest(&agg, &name, at + offset, body, "100").await;
+    }
+    let (start, end) = ((at as i64 - 60) * 1000, (at as i64 + 60) * 1000);
+    // Each region's points from its /render timeline, in ns: step start (ms) → value.
+    let mut by_region = std::collections::BTreeMap::new();
+    for region in ["ap", "eu", "us"] {
+        let rendered = render(
+            &agg,
+            &format!("checkout.cpu{{region=\"{region}\"}}"),
+            at,
+            &[],
+        )
+        .await;
+        let ns = 1_000_000_000 / rendered["metadata"]["sampleRate"].as_i64().expect("rate");
+        let timeline = &rendered["timeline"];
+        let first = timeline["startTime"].as_i64().expect("start");
+        let step = timeline["durationDelta"].as_i64().expect("step");
+        let points: std::collections::BTreeMap<i64, f64> = timeline["samples"]
+            .as_array()
+            .expect("samples")
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.as_i64() != Some(0))
+            .map(|(i, v)| {
+                (
+                    (first + i as i64 * step) * 1000,
+                    (v.as_i64().expect("n") * ns) as f64,
+                )
+            })
+            .collect();
+        by_region.insert(region, points);
+    }
+    let select = |group_by: Vec<String>, aggregation: Option<TimeSeriesAggregationType>, limit| {
+        SelectSeriesRequest {
+            profile_type_id: CPU.into(),
+            label_selector: r#"{service_name="checkout"}"#.into(),
+            start,
+            end,
+            group_by,
+            step: 10.0,
+            aggregation: aggregation.map(|a| a as i32),
+            limit,
+            ..Default::default()
+        }
+    };
+
+    // One group: per step, the mean over the series with data there.
+    let answer: SelectSeriesResponse = call(
+        &agg,
+        "SelectSeries",
+        &select(vec![], Some(TimeSeriesAggregationType::Average), None),
+    )
+    .await;
+    assert_eq!(answer.series.len(), 1);
+    let mut expected: std::collections::BTreeMap<i64, Vec<f64>> = Default::default();
+    for points in by_region.values() {
+        for (&t, &v) in points {
+            expected.entry(t).or_default().push(v);
+        }
+    }
+    let expected: Vec<(i64, f64)> = expected
+        .into_iter()
+        .map(|(t, values)| (t, values.iter().sum::<f64>() / values.len() as f64))
+        .collect();
+    let got: Vec<(i64, f64)> = answer.series[0]
+        .points
+        .iter()
+        .map(|p| (p.timestamp, p.value))
+        .collect();
+    assert_eq!(got, expected);
+    let ms = |t: u64| (t * 1000) as i64;
+    assert_eq!(got, [(ms(at), 13e7), (ms(at + 10), 6.5e7)]);
+    // The sum of the same: the totals.
+    let answer: SelectSeriesResponse =
+        call(&agg, "SelectSeries", &select(vec![], None, None)).await;
+    let sums: Vec<(i64, f64)> = answer.series[0]
+        .points
+        .iter()
+        .map(|p| (p.timestamp, p.value))
+        .collect();
+    assert_eq!(sums, [(ms(at), 39e7), (ms(at + 10), 13e7)]);
+
+    // Per region, the two of the largest totals: eu (42 samples) and us (6), not ap (4).
+    let answer: SelectSeriesResponse = call(
+        &agg,
+        "SelectSeries",
+        &select(vec!["region".into()], None, Some(2)),
+    )
+    .await;
+    let got: Vec<(String, Vec<(i64, f64)>)> = answer
+        .series
+        .iter()
+        .map(|s| {
+            (
+                s.labels[0].value.clone(),
+                s.points.iter().map(|p| (p.timestamp, p.value)).collect(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, Vec<(i64, f64)>)> = ["eu", "us"]
+        .into_iter()
+        .map(|r| {
+            (
+                r.to_owned(),
+                by_region[r].iter().map(|(t, v)| (*t, *v)).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(got, expected);
+    // Without a limit, every region; a limit of 0 is no limit.
+    for limit in [None, Some(0)] {
+        let answer: SelectSeriesResponse = call(
+            &agg,
+            "SelectSeries",
+            &select(vec!["region".into()], None, limit),
+        )
+        .await;
+        assert_eq!(answer.series.len(), 3, "{limit:?}");
+    }
+    agg.stop().await;
 }

@@ -11,6 +11,9 @@ use smolder_test_support::prometheus::Metrics;
 
 use crate::util::{Aggregator, gzip, tree, wire};
 
+/// Every client mistake answered with the right 4xx, a message naming it, and nothing stored.
+mod refusals;
+
 /// Metric `name` of `/metrics`, summed over its samples with `labels`; a missing one fails
 /// the test.
 async fn metric(agg: &Aggregator, name: &str, labels: &[(&str, &str)]) -> f64 {
@@ -276,24 +279,6 @@ async fn go_sdk_form_subtracts_prev_profile_and_reads_sample_type_config() {
     agg.stop().await;
 }
 
-fn push_request(labels: &[(&str, &str)], profile: Vec<u8>) -> wire::PushRequest {
-    wire::PushRequest {
-        series: vec![wire::RawProfileSeries {
-            labels: labels
-                .iter()
-                .map(|(name, value)| wire::LabelPair {
-                    name: (*name).to_owned(),
-                    value: (*value).to_owned(),
-                })
-                .collect(),
-            samples: vec![wire::RawSample {
-                raw_profile: profile,
-                id: "5f0c7c4e-4a3b-4f0e-9d1a-2b8c6d7e8f90".to_owned(),
-            }],
-        }],
-    }
-}
-
 async fn push(
     agg: &Aggregator,
     headers: &[(&str, &str)],
@@ -324,7 +309,7 @@ async fn connect_push_binary_and_json() {
         ("pyroscope_spy", "gospy"),
         ("__delta__", "false"),
     ];
-    let request = push_request(&labels, cpu_pprof(&[("main;pay", 4)], 100, true));
+    let request = wire::push_request(&labels, cpu_pprof(&[("main;pay", 4)], 100, true));
     let (status, text) = push(
         &agg,
         &[("content-type", "application/proto")],
@@ -371,522 +356,121 @@ async fn connect_push_binary_and_json() {
     agg.stop().await;
 }
 
-/// One bad request: what is sent, and what must come back.
-struct Bad {
-    what: &'static str,
-    path: &'static str,
-    query: Vec<(&'static str, &'static str)>,
-    headers: Vec<(&'static str, &'static str)>,
-    body: Vec<u8>,
-    status: StatusCode,
-    says: &'static str,
-}
-
-fn bad(
-    what: &'static str,
-    query: &[(&'static str, &'static str)],
-    body: impl Into<Vec<u8>>,
-    status: StatusCode,
-    says: &'static str,
-) -> Bad {
-    Bad {
-        what,
-        path: "/ingest",
-        query: query.to_vec(),
-        headers: Vec::new(),
-        body: body.into(),
-        status,
-        says,
-    }
-}
-
-impl Bad {
-    fn header(mut self, name: &'static str, value: &'static str) -> Bad {
-        self.headers.push((name, value));
-        self
-    }
-
-    fn push(mut self) -> Bad {
-        self.path = "/push.v1.PusherService/Push";
-        self
-    }
-}
-
 #[tokio::test]
-async fn bad_input_is_a_4xx_naming_the_problem_and_stores_nothing() {
+async fn a_request_stores_its_good_series_and_names_the_refused_ones() {
     let mut config = Config::default();
-    config.ingest.max_body_bytes = 4096;
-    config.ingest.max_decompressed_bytes = 64 << 10;
+    config.ingest.max_series_per_request = 2;
+    config.ingest.max_label_bytes = 64;
+    config.ingest.max_active_series_per_tenant = 4;
     let agg = Aggregator::with_config(config).await;
-
-    const BAD_REQUEST: StatusCode = StatusCode::BAD_REQUEST;
-    const UNPROCESSABLE: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;
-    const TOO_LARGE: StatusCode = StatusCode::PAYLOAD_TOO_LARGE;
-    const UNSUPPORTED: StatusCode = StatusCode::UNSUPPORTED_MEDIA_TYPE;
-    let name = ("name", "shop.cpu");
-    let pprof_format = ("format", "pprof");
-    let form_type = "multipart/form-data; boundary=b0undary";
-    let mut truncated = cpu_pprof(&[("main;work", 3)], 100, false);
-    truncated.truncate(truncated.len() / 2);
-    let truncated: &'static [u8] = truncated.leak();
-    let good: &'static [u8] = cpu_pprof(&[("main;work", 3)], 100, true).leak();
-    let bomb = gzip(&vec![b'a'; 1 << 20]);
-    let pprof_bomb = gzip(&vec![0u8; 1 << 20]);
-    let push_json = |labels: &str, raw: &str| {
-        format!(r#"{{"series":[{{"labels":{labels},"samples":[{{"rawProfile":"{raw}"}}]}}]}}"#)
+    // A push of three series: one good, one with a label past 64 bytes, one past the two a
+    // request may make.
+    let long = "v".repeat(65);
+    let series = |service: &str, version: &str| {
+        let labels = [
+            ("__name__", "process_cpu"),
+            ("service_name", service),
+            ("version", version),
+        ];
+        wire::push_request(&labels, cpu_pprof(&[("main;pay", 4)], 100, false))
+            .series
+            .remove(0)
     };
-    let good_b64 = STANDARD.encode(good);
-    let truncated_b64 = STANDARD.encode(truncated);
-    let service = r#"[{"name":"service_name","value":"shop"}]"#;
-
-    let cases = vec![
-        bad(
-            "missing name",
-            &[],
-            "a;b 1",
-            BAD_REQUEST,
-            "missing required query parameter name",
-        ),
-        bad(
-            "empty name",
-            &[("name", "")],
-            "a;b 1",
-            BAD_REQUEST,
-            "missing required query parameter name",
-        ),
-        bad(
-            "bad app name",
-            &[("name", "shop cpu{")],
-            "a;b 1",
-            BAD_REQUEST,
-            "invalid name",
-        ),
-        bad(
-            "bad label name",
-            &[("name", "shop.cpu{a-b=1}")],
-            "a;b 1",
-            BAD_REQUEST,
-            "invalid name",
-        ),
-        bad(
-            "duplicate label",
-            &[("name", "shop.cpu{a=1,a=2}")],
-            "a;b 1",
-            BAD_REQUEST,
-            "invalid name",
-        ),
-        bad(
-            "bad from",
-            &[name, ("from", "yesterday")],
-            "a;b 1",
-            BAD_REQUEST,
-            "invalid from",
-        ),
-        bad(
-            "bad until",
-            &[name, ("until", "now-5")],
-            "a;b 1",
-            BAD_REQUEST,
-            "invalid until",
-        ),
-        bad(
-            "until before from",
-            &[name, ("from", "now"), ("until", "now-1h")],
-            "a;b 1",
-            BAD_REQUEST,
-            "is before from",
-        ),
-        bad(
-            "too many labels",
-            &[(
-                "name",
-                Box::leak(
-                    format!(
-                        "app.cpu{{{}}}",
-                        (0..31)
-                            .map(|i| format!("l{i}=v"))
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    )
-                    .into_boxed_str(),
-                ),
-            )],
-            "a;b 1",
-            UNPROCESSABLE,
-            "more than ingest.max-labels-per-series (30)",
-        ),
-        bad(
-            "label value too long",
-            &[(
-                "name",
-                Box::leak(format!("app.cpu{{k={}}}", "v".repeat(2000)).into_boxed_str()),
-            )],
-            "a;b 1",
-            UNPROCESSABLE,
-            "longer than ingest.max-label-bytes (1024)",
-        ),
-        bad(
-            "profile from the future",
-            &[name, ("from", "now+1h"), ("until", "now+1h")],
-            "a;b 1",
-            BAD_REQUEST,
-            "more than 600 s after the aggregator's clock",
-        ),
-        bad(
-            "profile older than the retention",
-            &[name, ("from", "now-60d"), ("until", "now-60d")],
-            "a;b 1",
-            BAD_REQUEST,
-            "older than the retention (store.retention",
-        ),
-        bad(
-            "zero sampleRate",
-            &[name, ("sampleRate", "0")],
-            "a;b 1",
-            BAD_REQUEST,
-            "invalid sampleRate",
-        ),
-        bad(
-            "text sampleRate",
-            &[name, ("sampleRate", "fast")],
-            "a;b 1",
-            BAD_REQUEST,
-            "invalid sampleRate",
-        ),
-        bad(
-            "negative sampleRate",
-            &[name, ("sampleRate", "-100")],
-            "a;b 1",
-            BAD_REQUEST,
-            "invalid sampleRate",
-        ),
-        bad(
-            "bad aggregationType",
-            &[name, ("aggregationType", "max")],
-            "a;b 1",
-            BAD_REQUEST,
-            "invalid aggregationType",
-        ),
-        bad(
-            "unknown format",
-            &[name, ("format", "groups")],
-            "a;b 1",
-            BAD_REQUEST,
-            "unknown format \"groups\"; supported formats: folded, lines, pprof",
-        ),
-        bad(
-            "jfr that is not a recording",
-            &[name, ("format", "jfr")],
-            "a;b 1",
-            UNPROCESSABLE,
-            "invalid jfr body: not a JFR recording: no FLR magic at offset 0",
-        ),
-        bad(
-            "trie",
-            &[name, ("format", "trie")],
-            "a;b 1",
-            BAD_REQUEST,
-            "format trie is not supported",
-        ),
-        bad(
-            "speedscope",
-            &[name, ("format", "speedscope")],
-            "{}",
-            BAD_REQUEST,
-            "format speedscope is not supported",
-        ),
-        bad(
-            "body over cap",
-            &[name],
-            vec![b'x'; 5000],
-            TOO_LARGE,
-            "limit of 4096 bytes (ingest.max-body-bytes)",
-        ),
-        bad(
-            "gzip bomb",
-            &[name],
-            bomb,
-            TOO_LARGE,
-            "limit of 65536 bytes (ingest.max-decompressed-bytes)",
-        )
-        .header("content-encoding", "gzip"),
-        bad(
-            "bad gzip",
-            &[name],
-            "a;b 1\n",
-            BAD_REQUEST,
-            "invalid gzip body",
-        )
-        .header("content-encoding", "gzip"),
-        bad(
-            "truncated gzip",
-            &[name],
-            gzip(b"a;b 1\n")[..15].to_vec(),
-            BAD_REQUEST,
-            "invalid gzip body",
-        )
-        .header("content-encoding", "gzip"),
-        bad(
-            "unknown encoding",
-            &[name],
-            "a;b 1\n",
-            UNSUPPORTED,
-            "unsupported Content-Encoding \"br\"",
-        )
-        .header("content-encoding", "br"),
-        bad(
-            "folded line without count",
-            &[name],
-            "a;b 1\nmain;work\n",
-            UNPROCESSABLE,
-            "line 2: no count",
-        ),
-        bad(
-            "negative count",
-            &[name],
-            "a;b -5\n",
-            UNPROCESSABLE,
-            "line 1: count \"-5\" is negative",
-        ),
-        bad(
-            "count not a number",
-            &[name],
-            "a;b 1\na;c 1x\n",
-            UNPROCESSABLE,
-            "line 2: count \"1x\"",
-        ),
-        bad(
-            "lines not utf-8",
-            &[name, ("format", "lines")],
-            b"a;\xff\n".to_vec(),
-            UNPROCESSABLE,
-            "line 1: invalid UTF-8",
-        ),
-        bad(
-            "truncated pprof",
-            &[name, pprof_format],
-            truncated,
-            UNPROCESSABLE,
-            "invalid pprof body: invalid pprof protobuf",
-        ),
-        bad(
-            "folded text as pprof",
-            &[name, pprof_format],
-            "a;b 1\n",
-            UNPROCESSABLE,
-            "invalid pprof body",
-        ),
-        bad(
-            "pprof gzip bomb",
-            &[name, pprof_format],
-            pprof_bomb,
-            TOO_LARGE,
-            "larger than the limit of 65536 bytes",
-        ),
-        bad(
-            "multipart without boundary",
-            &[name],
-            form("b0undary", &[("profile", good)]),
-            UNPROCESSABLE,
-            "invalid multipart form",
-        )
-        .header("content-type", "multipart/form-data"),
-        bad(
-            "multipart cut short",
-            &[name],
-            form("b0undary", &[("profile", good)])[..40].to_vec(),
-            UNPROCESSABLE,
-            "invalid multipart form",
-        )
-        .header("content-type", form_type),
-        bad(
-            "multipart without profile",
-            &[name],
-            form("b0undary", &[("prev_profile", good)]),
-            UNPROCESSABLE,
-            "no profile field (fields sent: prev_profile)",
-        )
-        .header("content-type", form_type),
-        bad(
-            "bad sample_type_config",
-            &[name],
-            form(
-                "b0undary",
-                &[("profile", good), ("sample_type_config", b"{not json")],
-            ),
-            UNPROCESSABLE,
-            "invalid sample_type_config field",
-        )
-        .header("content-type", form_type),
-        bad(
-            "unknown aggregation in sample_type_config",
-            &[name],
-            form(
-                "b0undary",
-                &[
-                    ("profile", good),
-                    (
-                        "sample_type_config",
-                        br#"{"samples":{"aggregation":"max"}}"#,
-                    ),
-                ],
-            ),
-            UNPROCESSABLE,
-            "unknown aggregation \"max\"",
-        )
-        .header("content-type", form_type),
-        bad(
-            "truncated prev_profile",
-            &[name],
-            form(
-                "b0undary",
-                &[("profile", good), ("prev_profile", truncated)],
-            ),
-            UNPROCESSABLE,
-            "invalid prev_profile field",
-        )
-        .header("content-type", form_type),
-        bad(
-            "push with text/plain",
-            &[],
-            "{}",
-            UNSUPPORTED,
-            "unsupported Content-Type \"text/plain\"",
-        )
-        .push()
-        .header("content-type", "text/plain"),
-        bad(
-            "push without content type",
-            &[],
-            "{}",
-            UNSUPPORTED,
-            "unsupported Content-Type",
-        )
-        .push(),
-        bad(
-            "push bad json",
-            &[],
-            "{\"series\": [",
-            BAD_REQUEST,
-            "invalid push request",
-        )
-        .push()
-        .header("content-type", "application/json"),
-        bad(
-            "push bad base64",
-            &[],
-            push_json(service, "%%%"),
-            BAD_REQUEST,
-            "series[0].samples[0].rawProfile is not base64",
-        )
-        .push()
-        .header("content-type", "application/json"),
-        bad(
-            "push without service_name",
-            &[],
-            push_json(r#"[{"name":"__name__","value":"process_cpu"}]"#, &good_b64),
-            BAD_REQUEST,
-            "series 0 has no service_name label",
-        )
-        .push()
-        .header("content-type", "application/json"),
-        bad(
-            "push truncated profile",
-            &[],
-            push_json(service, &truncated_b64),
-            BAD_REQUEST,
-            "invalid series[0].samples[0].rawProfile",
-        )
-        .push()
-        .header("content-type", "application/json"),
-        bad(
-            "push bad proto",
-            &[],
-            vec![0x0a, 0x05, 0x01],
-            BAD_REQUEST,
-            "invalid push request",
-        )
-        .push()
-        .header("content-type", "application/proto"),
-        bad(
-            "push over cap",
-            &[],
-            vec![b'x'; 5000],
-            TOO_LARGE,
-            "ingest.max-body-bytes",
-        )
-        .push()
-        .header("content-type", "application/proto"),
-    ];
-    assert!(cases.len() >= 20);
-
-    for case in &cases {
-        let mut request = agg
-            .http
-            .post(agg.url(case.path))
-            .query(&case.query)
-            .body(case.body.clone());
-        for (name, value) in &case.headers {
-            request = request.header(*name, *value);
-        }
-        let response = request.send().await.expect("request");
-        let status = response.status();
-        let text = response.text().await.expect("response text");
-        assert_eq!(status, case.status, "{}: {text}", case.what);
-        // Connect errors carry the message in JSON; `/ingest` answers plain text.
-        let message = if case.path == "/ingest" {
-            text
-        } else {
-            let json: serde_json::Value = serde_json::from_str(&text)
-                .unwrap_or_else(|err| panic!("{}: not a Connect error ({err}): {text}", case.what));
-            assert!(json["code"].is_string(), "{}: {json}", case.what);
-            json["message"].as_str().unwrap_or_default().to_owned()
-        };
-        assert!(
-            message.contains(case.says),
-            "{}: expected the answer to say {:?}, got {message:?}",
-            case.what,
-            case.says
-        );
-    }
-
-    assert_eq!(stored(&agg).await, 0.0, "nothing is stored");
-    // Its series appear with the first profile stored; the tests above read them by name.
-    assert_eq!(
-        Metrics::scrape(&agg.url("/metrics"))
-            .await
-            .find("smolder_aggregator_ingest_profiles_total", &[]),
-        None
-    );
-    assert_eq!(
-        metric(&agg, "smolder_aggregator_errors_total", &[]).await,
-        cases.len() as f64,
-        "every rejection is counted"
-    );
-    assert_eq!(
-        metric(
-            &agg,
-            "smolder_aggregator_errors_total",
-            &[("error_type", "body_too_large"), ("stage", "ingest")]
-        )
-        .await,
-        4.0
-    );
-    let labels = agg
+    let request = wire::PushRequest {
+        series: vec![
+            series("good", "1"),
+            series("long", &long),
+            series("over", "1"),
+        ],
+    };
+    let response = agg
         .http
-        .get(agg.url("/label-values"))
-        .query(&[("label", "__name__")])
+        .post(agg.url("/push.v1.PusherService/Push"))
+        .header("connect-protocol-version", "1")
+        .header("content-type", "application/proto")
+        .body(request.encode_to_vec())
         .send()
         .await
-        .expect("GET /label-values")
-        .text()
-        .await
-        .expect("label values");
-    assert_eq!(labels.trim(), "[]", "no app was created");
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let headers = response.headers().clone();
+    assert_eq!(headers["smolder-refused-series"], "2");
+    let warnings: Vec<&str> = headers
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].contains("(label_too_long)")
+            && warnings[0].contains("longer than ingest.max-label-bytes (64)"),
+        "{warnings:?}"
+    );
+    assert!(warnings[1].contains("(too_many_series)"), "{warnings:?}");
+    assert_eq!(agg.collapsed("good.cpu{}").await, "main;pay 4");
+    assert_eq!(agg.collapsed("long.cpu{}").await, "");
+    assert_eq!(agg.collapsed("over.cpu{}").await, "");
 
-    // The aggregator is still healthy after all that.
-    let (status, _) = post(&agg, &[name], &[], "a;b 1\n").await;
+    // A pprof of three sample types makes three series, one past the two a request may make:
+    // the answer's body names it.
+    let mut profile = pprof::encode(
+        &tree(&[("main;alloc", 64)]),
+        &EncodeOptions::new("alloc_space", "bytes"),
+    );
+    for (kind, unit) in [("alloc_objects", "count"), ("inuse_space", "bytes")] {
+        let at = profile.string_table.len() as i64;
+        profile.string_table.push(kind.as_bytes().to_vec());
+        profile.string_table.push(unit.as_bytes().to_vec());
+        profile.sample_type.push(pprof::proto::ValueType {
+            r#type: at,
+            unit: at + 1,
+        });
+        for sample in &mut profile.sample {
+            let first = sample.value[0];
+            sample.value.push(first);
+        }
+    }
+    let (status, text) = post(
+        &agg,
+        &[("name", "heap"), ("format", "pprof")],
+        &[],
+        profile.encode_to_vec(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(
+        text.starts_with("stored all but 1 series; refused:\nseries 2 (too_many_series): "),
+        "{text}"
+    );
+    assert!(text.contains("ingest.max-series-per-request (2)"), "{text}");
+
+    // /ingest: new series until the tenant has four active, then 429; an active one still goes
+    // in.
+    let (status, text) = post(&agg, &[("name", "d.cpu")], &[], "main;x 1").await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, ""));
+    let (status, text) = post(&agg, &[("name", "g.cpu")], &[], "main;x 1").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{text}");
+    assert!(
+        text.contains("has 4 active series, its limit (ingest.max-active-series-per-tenant)"),
+        "{text}"
+    );
+    let (status, _) = post(&agg, &[("name", "d.cpu")], &[], "main;x 1").await;
     assert_eq!(status, StatusCode::OK);
+
+    let dropped = |reason: &'static str| {
+        let agg = &agg;
+        async move {
+            metric(
+                agg,
+                "smolder_aggregator_dropped_series_total",
+                &[("stage", "ingest"), ("reason", reason)],
+            )
+            .await
+        }
+    };
+    assert_eq!(dropped("label_too_long").await, 1.0);
+    assert_eq!(dropped("too_many_series").await, 2.0);
+    assert_eq!(dropped("tenant_series_limit").await, 1.0);
     agg.stop().await;
 }
 

@@ -24,7 +24,7 @@ fn spawn(data_dir: &Path) -> Process {
     Process::spawn(command)
 }
 
-async fn wait_ready(http: &reqwest::Client, addr: SocketAddr) {
+pub(crate) async fn wait_ready(http: &reqwest::Client, addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if let Ok(response) = http.get(format!("http://{addr}/healthz")).send().await
@@ -114,12 +114,22 @@ async fn a_second_aggregator_on_the_same_directory_fails_clearly() {
 
 /// An aggregator on `data_dir` with `store` YAML under `store:` and `env` set, both listeners
 /// on port 0, logging the store's info lines (the test pauses among them).
-fn spawn_store(data_dir: &Path, store: &str, env: &[(&str, &str)]) -> Process {
+pub(crate) fn spawn_store(data_dir: &Path, store: &str, env: &[(&str, &str)]) -> Process {
+    spawn_config(data_dir, "", store, env)
+}
+
+/// [`spawn_store`] with `quic` YAML lines under `ingest.quic:` beside its listener.
+pub(crate) fn spawn_config(
+    data_dir: &Path,
+    quic: &str,
+    store: &str,
+    env: &[(&str, &str)],
+) -> Process {
     let config = data_dir.with_extension("yaml");
     std::fs::write(
         &config,
         format!(
-            "http:\n  listen: 127.0.0.1:0\ningest:\n  quic:\n    listen: 127.0.0.1:0\nstore:\n{store}"
+            "http:\n  listen: 127.0.0.1:0\ningest:\n  quic:\n    listen: 127.0.0.1:0\n{quic}store:\n{store}"
         ),
     )
     .unwrap();

@@ -1,10 +1,11 @@
 //! QUIC ingest against hostile and mistaken clients: a hand-made QUIC client for what a real
-//! agent never sends, real agents for credentials.
+//! agent never sends, real agents for credentials and for the names the development
+//! certificate carries.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use quinn::crypto::rustls::QuicClientConfig;
 use rustls::RootCertStore;
@@ -14,7 +15,8 @@ use smolder_agent::app as agent_app;
 use smolder_aggregator::config::Config;
 use smolder_common::wire::frame::{self, HEADER_LEN};
 use smolder_common::wire::{
-    ALPN, Ack, BatchMessage, FrameHeader, FrameKind, FrameLimits, Hello, Reject,
+    ALPN, Ack, BatchLimits, BatchMessage, FrameHeader, FrameKind, FrameLimits, Hello, Reject,
+    Welcome,
 };
 
 use smolder_test_support::prometheus::Metrics;
@@ -52,7 +54,14 @@ pub(crate) async fn connect(
     };
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).unwrap()));
-    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    // On loopback for an aggregator on this host; any address for one in a network namespace,
+    // which a socket bound to loopback cannot reach.
+    let local = if addr.ip().is_loopback() {
+        "127.0.0.1:0"
+    } else {
+        "0.0.0.0:0"
+    };
+    let endpoint = quinn::Endpoint::client(local.parse().unwrap()).unwrap();
     endpoint
         .connect_with(config, addr, "localhost")
         .unwrap()
@@ -69,7 +78,7 @@ pub(crate) async fn exchange(conn: &quinn::Connection, bytes: &[u8]) -> Vec<u8> 
     recv.read_to_end(1 << 20).await.unwrap_or_default()
 }
 
-fn hello(token: &str) -> Vec<u8> {
+pub(crate) fn hello(token: &str) -> Vec<u8> {
     frame::encode(
         FrameKind::Hello,
         &Hello {
@@ -88,7 +97,7 @@ pub(crate) fn kind(answer: &[u8]) -> FrameKind {
         .kind
 }
 
-fn reject(answer: &[u8]) -> Reject {
+pub(crate) fn reject(answer: &[u8]) -> Reject {
     frame::decode(answer, FrameKind::Reject, FrameLimits::CONTROL)
         .unwrap_or_else(|err| panic!("expected a reject: {err}"))
 }
@@ -111,7 +120,7 @@ fn batch(sequence: u64, stack: &str, value: u64) -> BatchMessage {
 }
 
 /// A frame with an arbitrary header.
-fn framed(kind: FrameKind, compressed: u32, uncompressed: u32, body: &[u8]) -> Vec<u8> {
+pub(crate) fn framed(kind: FrameKind, compressed: u32, uncompressed: u32, body: &[u8]) -> Vec<u8> {
     let mut bytes = Vec::from(frame::MAGIC);
     bytes.extend_from_slice(&[smolder_common::wire::PROTOCOL_VERSION, kind as u8, 0, 0]);
     bytes.extend_from_slice(&compressed.to_le_bytes());
@@ -502,4 +511,212 @@ async fn batches_over_the_rate_limit_are_refused_as_retryable() {
     let bytes = frame::encode(FrameKind::Batch, &batch(6, "main;paced", 1));
     assert_eq!(ack(&exchange(&conn, &bytes).await).sequence, 6, "refilled");
     aggregator.stop().await;
+}
+
+/// A batch of `profiles` from the raw client, over the last 10 s.
+fn batch_of(sequence: u64, profiles: &[smolder_common::Profile]) -> BatchMessage {
+    let now = SystemTime::now();
+    BatchMessage::from_profiles(
+        "raw-client",
+        sequence,
+        now - Duration::from_secs(10),
+        now + Duration::from_millis(1),
+        profiles,
+    )
+}
+
+/// A raw client's connection, said hello to, and the welcome it got.
+async fn welcomed(aggregator: &Aggregator) -> (quinn::Connection, Welcome) {
+    let ca = aggregator.dir().join("tls/ca.pem");
+    let token = std::fs::read_to_string(aggregator.dir().join("tls/agent-token")).unwrap();
+    let conn = connect(aggregator.quic_addr(), &ca, None).await.unwrap();
+    let answer = exchange(&conn, &hello(token.trim())).await;
+    let welcome = frame::decode(&answer, FrameKind::Welcome, FrameLimits::CONTROL).unwrap();
+    (conn, welcome)
+}
+
+#[tokio::test]
+async fn the_welcome_announces_the_limits_and_the_clock() {
+    let mut config = Config::default();
+    config.ingest.max_series_per_request = 77;
+    config.ingest.max_labels_per_series = 5;
+    config.ingest.max_label_bytes = 100;
+    config.ingest.quic.max_batch_bytes = 1 << 20;
+    let aggregator = Aggregator::with_config(config).await;
+    let before = SystemTime::now();
+    let (_conn, welcome) = welcomed(&aggregator).await;
+    let after = SystemTime::now();
+    assert_eq!(
+        BatchLimits::from_welcome(&welcome),
+        BatchLimits {
+            max_batch_bytes: 1 << 20,
+            max_series: 77,
+            max_labels: 5,
+            max_label_bytes: 100,
+        }
+    );
+    assert_eq!(welcome.max_clock_skew_seconds, 600);
+    let clock = UNIX_EPOCH + Duration::from_nanos(welcome.clock_unix_nanos as u64);
+    assert!(before <= clock && clock <= after, "{clock:?}");
+    aggregator.stop().await;
+}
+
+#[tokio::test]
+async fn bad_series_are_refused_one_by_one_and_the_ack_names_them() {
+    let mut config = Config::default();
+    config.ingest.max_label_bytes = 16;
+    config.ingest.max_series_per_request = 5;
+    let aggregator = Aggregator::with_config(config).await;
+    let (conn, _) = welcomed(&aggregator).await;
+    let at = SystemTime::now();
+    let long = format!("refused.cpu{{k={}}}", "v".repeat(17));
+    let mut message = batch_of(
+        1,
+        &[
+            profile("kept.cpu{n=0}", "main;a", 1, at),
+            profile(&long, "main;b", 2, at),
+            profile("kept.cpu{n=2}", "main;c", 4, at),
+            profile("broken.cpu", "main;d", 8, at),
+            profile("kept.cpu{n=4}", "main;e", 16, at),
+            profile("over.cpu", "main;f", 32, at),
+        ],
+    );
+    message.series[3].tree = b"T\x01\xff\xff\xff".to_vec();
+    let answer = exchange(&conn, &frame::encode(FrameKind::Batch, &message)).await;
+    let first = ack(&answer);
+    let refused: Vec<(u32, &str)> = first
+        .refused
+        .iter()
+        .map(|r| (r.index, r.reason.as_str()))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            (1, "label_too_long"),
+            (3, "invalid"),
+            (5, "too_many_series")
+        ],
+        "{first:?}"
+    );
+    assert!(
+        first.refused[0]
+            .message
+            .contains("longer than ingest.max-label-bytes (16)"),
+        "{:?}",
+        first.refused[0]
+    );
+    assert!(
+        first.refused[1].message.contains("invalid tree"),
+        "{first:?}"
+    );
+    let base = aggregator.url("");
+    assert_eq!(ticks(&aggregator.http, &base, "kept.cpu").await, 21);
+    for app in ["refused.cpu", "broken.cpu", "over.cpu"] {
+        assert_eq!(ticks(&aggregator.http, &base, app).await, 0, "{app}");
+    }
+    // Sent again, it is a duplicate: nothing more stored, the same series named.
+    let again = ack(&exchange(&conn, &frame::encode(FrameKind::Batch, &message)).await);
+    assert!(again.duplicate);
+    assert_eq!(again.refused.len(), 3);
+    assert_eq!(ticks(&aggregator.http, &base, "kept.cpu").await, 21);
+
+    // Every series refused: a reject that names them, and nothing stored.
+    let mut all_bad = batch_of(2, &[profile(&long, "main;x", 1, at)]);
+    all_bad.series.push(all_bad.series[0].clone());
+    let reject = reject(&exchange(&conn, &frame::encode(FrameKind::Batch, &all_bad)).await);
+    assert!(!reject.retryable);
+    assert_eq!(reject.code, "refused");
+    assert_eq!(reject.refused.len(), 2, "{reject:?}");
+    assert!(
+        reject.reason.starts_with("all 2 series were refused"),
+        "{}",
+        reject.reason
+    );
+
+    let metrics = Metrics::scrape(&aggregator.url("/metrics")).await;
+    let dropped = |reason: &str| {
+        metrics.value(
+            "smolder_aggregator_dropped_series_total",
+            &[("stage", "ingest"), ("reason", reason)],
+        )
+    };
+    assert_eq!(dropped("label_too_long"), 3.0, "{metrics:?}");
+    assert_eq!(dropped("invalid"), 1.0);
+    assert_eq!(dropped("too_many_series"), 1.0);
+    aggregator.stop().await;
+}
+
+#[tokio::test]
+async fn a_batch_from_the_future_waits_at_the_agent() {
+    let aggregator = Aggregator::start().await;
+    let (conn, _) = welcomed(&aggregator).await;
+    let ahead = SystemTime::now() + Duration::from_secs(3_600);
+    let message = BatchMessage::from_profiles(
+        "raw-client",
+        1,
+        ahead - Duration::from_secs(10),
+        ahead,
+        &[profile("ahead.cpu", "main", 1, ahead)],
+    );
+    let reject = reject(&exchange(&conn, &frame::encode(FrameKind::Batch, &message)).await);
+    assert!(reject.retryable, "{reject:?}");
+    assert_eq!(reject.code, "clock_skew");
+    assert!(
+        reject
+            .reason
+            .contains("more than 600 s after the aggregator's clock"),
+        "{}",
+        reject.reason
+    );
+    let metrics = Metrics::scrape(&aggregator.url("/metrics")).await;
+    assert_eq!(
+        metrics.value(
+            "smolder_aggregator_ingest_clock_skew_rejects_total",
+            &[("transport", "quic")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        ticks(&aggregator.http, &aggregator.url(""), "ahead.cpu").await,
+        0
+    );
+    aggregator.stop().await;
+}
+
+/// The development certificate names the host's addresses, found on its interfaces: an
+/// aggregator in a network namespace listening on every address is verified by an agent that
+/// dials the namespace's address, with no `ship.server-name`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_development_certificate_names_the_hosts_addresses() {
+    let netns = smolder_test_support::netns::Netns::create();
+    let root = tempfile::tempdir().unwrap();
+    let mut aggregator = crate::util::AggregatorProcess::new(root.path().join("data"));
+    aggregator.http = SocketAddr::from((netns.inside, 0));
+    aggregator.quic = SocketAddr::from(([0, 0, 0, 0], 0));
+    aggregator.wrapper = netns.exec();
+    aggregator.start(false);
+    aggregator.wait_ready(&reqwest::Client::new()).await;
+    let dialed = SocketAddr::from((netns.inside, aggregator.quic.port()));
+    let mut config = agent_config(dialed, &aggregator.data);
+    config.ship.server_name = String::new();
+    let agent = agent_app::start_in(config, &root.path().join("agent"))
+        .await
+        .unwrap();
+    agent
+        .submitter()
+        .submit(profile("named.cpu", "main", 1, SystemTime::now()))
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "a batch acknowledged through the namespace's address",
+        || async {
+            agent_metrics(&agent)
+                .await
+                .value("smolder_agent_ship_batches_acked_total", &[])
+                >= 1.0
+        },
+    )
+    .await;
+    agent.stop().await.unwrap();
 }

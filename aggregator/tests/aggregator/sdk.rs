@@ -16,7 +16,7 @@ fn now() -> Duration {
         .expect("after 1970")
 }
 
-fn push_body(labels: &[(&str, &str)], raw_profile: Vec<u8>) -> Vec<u8> {
+pub(crate) fn push_body(labels: &[(&str, &str)], raw_profile: Vec<u8>) -> Vec<u8> {
     wire::PushRequest {
         series: vec![wire::RawProfileSeries {
             labels: labels
@@ -38,7 +38,7 @@ fn push_body(labels: &[(&str, &str)], raw_profile: Vec<u8>) -> Vec<u8> {
 /// A CPU profile as pyroscope-rs encodes it (`src/encode/pprof.rs`): one sample type
 /// `cpu`/`nanoseconds`, period `1e9 / rate` ns, each value `count × period`, `time_nanos` and
 /// `duration_nanos` of the 10 s window.
-fn pyroscope_rs_cpu(stacks: &[(&str, u64)], rate: u32) -> Vec<u8> {
+pub(crate) fn pyroscope_rs_cpu(stacks: &[(&str, u64)], rate: u32) -> Vec<u8> {
     let period = 1_000_000_000 / i64::from(rate);
     let scaled: Vec<(&str, u64)> = stacks
         .iter()

@@ -66,7 +66,11 @@ async fn ingest(agg: &Aggregator, tenant: Option<&str>, team: &str, frame: &str,
     assert_eq!(response.status(), StatusCode::OK, "ingest as {tenant:?}");
 }
 
-/// The Connect push of one pprof CPU profile of `main;<frame>` for service `shop`.
+/// The span both tenants' pushes ran in: one span id, two tenants' span profiles.
+const SPAN: &str = "00f067aa0ba902b7";
+
+/// The Connect push of one pprof CPU profile of `main;<frame>` for service `shop`, in span
+/// [`SPAN`].
 async fn push(agg: &Aggregator, tenant: &str, team: &str, frame: &str) {
     let profile = pprof::encode(
         &tree(&[(&format!("main;{frame}"), 4)]),
@@ -78,22 +82,9 @@ async fn push(agg: &Aggregator, tenant: &str, team: &str, frame: &str) {
         ("service_name", "shop"),
         ("team", team),
         ("via", "push"),
+        ("span_id", SPAN),
     ];
-    let request = wire::PushRequest {
-        series: vec![wire::RawProfileSeries {
-            labels: labels
-                .iter()
-                .map(|(name, value)| wire::LabelPair {
-                    name: (*name).to_owned(),
-                    value: (*value).to_owned(),
-                })
-                .collect(),
-            samples: vec![wire::RawSample {
-                raw_profile: profile,
-                id: "9b2c1d4e-0f3a-4b5c-8d6e-7f8091a2b3c4".to_owned(),
-            }],
-        }],
-    };
+    let request = wire::push_request(&labels, profile);
     let response = post(agg, Some(tenant), "/push.v1.PusherService/Push")
         .header("content-type", "application/proto")
         .header("connect-protocol-version", "1")
@@ -433,6 +424,28 @@ async fn two_tenants_see_only_their_own_data_through_every_api() {
         assert!(names.contains(&format!("{team}_quic")), "{names:?}");
         let other = if team == "a" { "b_" } else { "a_" };
         assert!(!names.iter().any(|n| n.starts_with(other)), "{names:?}");
+
+        // The same span id in both tenants: each sees its own span's samples only.
+        let span: SelectMergeSpanProfileResponse = call(
+            &agg,
+            &tenant,
+            "SelectMergeSpanProfile",
+            &SelectMergeSpanProfileRequest {
+                profile_type_id: CPU.to_owned(),
+                label_selector: "{service_name=\"shop\"}".to_owned(),
+                span_selector: vec![SPAN.to_owned()],
+                start,
+                end,
+                ..Default::default()
+            },
+        )
+        .await;
+        let names = span.flamegraph.expect("a flame graph").names;
+        assert_eq!(
+            names,
+            ["total", "main", &format!("{team}_push")],
+            "{tenant}"
+        );
 
         let values: LabelValuesResponse = call(
             &agg,

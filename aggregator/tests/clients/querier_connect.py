@@ -5,14 +5,18 @@ protobuf runtime and connect-python's Connect client, over binary protobuf and J
 without gzip.
 
 Usage: querier_connect.py <base url> <start ms> <end ms>
+       querier_connect.py <base url> <start ms> <end ms> spans <label selector> <span id>...
 
 Makes the calls of Grafana's Pyroscope datasource against data the test pushed: ProfileTypes
 (its health check), LabelNames and LabelValues with matchers, Series, SelectSeries with a step
 and group_by, SelectMergeStacktraces with max_nodes, SelectMergeProfile, Diff, and
-SelectMergeSpanProfile. Prints one JSON object: for each mode (proto, proto-gzip, json,
-json-gzip) the answers, reduced to plain values (a flame graph's names and levels, a pprof
-profile's folded stacks) so that the test can compare them with /render of the same data; a
-call that fails is reported as its Connect code and message.
+SelectMergeSpanProfile. With `spans`, the calls of a trace's "profiles for this span" link
+instead: SelectMergeSpanProfile of the span ids given (as a flame graph and as tree bytes) and
+SelectMergeStacktraces with the same span_selector, of CPU profiles matching the selector.
+Prints one JSON object: for each mode (proto, proto-gzip, json, json-gzip) the answers,
+reduced to plain values (a flame graph's names and levels, a pprof profile's or tree's folded
+stacks) so that the test can compare them with /render of the same data; a call that fails is
+reported as its Connect code and message.
 """
 
 import json
@@ -87,6 +91,69 @@ def folded(profile):
     }
 
 
+def tree_bytes(data):
+    """Pyroscope's tree bytes (pkg/model/tree.go) as folded stacks and their self values: per
+    node depth first, a varint name length, the name, a varint self value, a varint child
+    count."""
+    def varint(at):
+        value, shift = 0, 0
+        while True:
+            byte = data[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value, at
+
+    stacks, at, open_nodes = {}, 0, []
+    while at < len(data):
+        length, at = varint(at)
+        name = data[at:at + length].decode()
+        at += length
+        value, at = varint(at)
+        children, at = varint(at)
+        while open_nodes and open_nodes[-1][1] == 0:
+            open_nodes.pop()
+        if open_nodes:
+            open_nodes[-1][1] -= 1
+            path = open_nodes[-1][0] + [name]
+        else:
+            path = []
+        if value:
+            key = ";".join(path)
+            stacks[key] = stacks.get(key, 0) + value
+        open_nodes.append([path, children])
+    return dict(sorted(stacks.items()))
+
+
+def span_calls(pb, client, start, end, selector, spans):
+    """The calls a trace's "profiles for this span" link makes."""
+    from connectrpc.errors import ConnectError
+
+    out = {}
+
+    def record(name, call):
+        try:
+            out[name] = call()
+        except ConnectError as error:
+            out[name] = {"code": error.code.value, "message": error.message}
+
+    def span_profile(fmt):
+        return client.select_merge_span_profile(pb.SelectMergeSpanProfileRequest(
+            profile_typeID=CPU, label_selector=selector, span_selector=spans,
+            start=start, end=end, format=fmt))
+
+    record("SelectMergeSpanProfile", lambda: flamegraph(
+        span_profile(pb.PROFILE_FORMAT_FLAMEGRAPH).flamegraph))
+    record("SelectMergeSpanProfile tree", lambda: tree_bytes(
+        span_profile(pb.PROFILE_FORMAT_TREE).tree))
+    record("SelectMergeStacktraces span_selector", lambda: flamegraph(
+        client.select_merge_stacktraces(pb.SelectMergeStacktracesRequest(
+            profile_typeID=CPU, label_selector=selector, span_selector=spans,
+            start=start, end=end, format=pb.PROFILE_FORMAT_FLAMEGRAPH)).flamegraph))
+    return out
+
+
 def calls(pb, client, start, end):
     """Grafana's calls, in the order its datasource makes them."""
     from connectrpc.errors import ConnectError
@@ -146,6 +213,7 @@ def calls(pb, client, start, end):
 
 def main():
     base, start, end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    spans = sys.argv[4:5] == ["spans"]
     pb, connect = compile_proto()
     from connectrpc.compression.gzip import GzipCompression
 
@@ -162,7 +230,10 @@ def main():
             send_compression=GzipCompression() if gzip else None,
             timeout_ms=30_000,
         ) as client:
-            report[mode] = calls(pb, client, start, end)
+            if spans:
+                report[mode] = span_calls(pb, client, start, end, sys.argv[5], sys.argv[6:])
+            else:
+                report[mode] = calls(pb, client, start, end)
     json.dump(report, sys.stdout)
 
 

@@ -4,7 +4,7 @@
 //
 //   node e2e/bench.mjs [rounds]
 
-import { ago, launchBrowser, startAggregator } from "./harness.mjs";
+import { ago, launchBrowser, signIn, startAggregator } from "./harness.mjs";
 
 const rounds = Number(process.argv[2] ?? 30);
 
@@ -46,6 +46,7 @@ function stats(values) {
 const aggregator = await startAggregator();
 const browser = await launchBrowser({ width: 1920, height: 1080 });
 try {
+  await signIn(browser.context, aggregator);
   const at = ago(300);
   await aggregator.ingest("bench_wide.cpu", at, wideProfile(), { sampleRate: "100" });
   await aggregator.ingest("bench_deep.cpu", at, deepProfile(), { sampleRate: "100" });

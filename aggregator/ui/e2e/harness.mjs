@@ -1,7 +1,9 @@
 // The end-to-end harness: a real aggregator process on a loopback port it chose, with its own data
-// directory, seeded through /ingest, and Debian's Chromium driven by playwright-core.
+// directory and a credential configured (so that the page must sign in, as in production),
+// seeded through /ingest, and Debian's Chromium driven by playwright-core.
 
 import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { createInterface } from "node:readline";
@@ -60,16 +62,41 @@ function listening(child, listener) {
 
 /**
  * A running aggregator.
- * @typedef {{ url: string, stop: () => Promise<void>, ingest: (name: string, at: number, body: string, extra?: Record<string, string>) => Promise<void> }} Aggregator
+ * @typedef {{
+ *   url: string,
+ *   token: string,
+ *   stop: () => Promise<void>,
+ *   fetch: (path: string, init?: RequestInit) => Promise<Response>,
+ *   ingest: (name: string, at: number, body: string, extra?: Record<string, string>) => Promise<void>,
+ * }} Aggregator
  */
 
-/** Starts the aggregator binary on a fresh data directory, on port 0, and waits for /healthz. */
+/**
+ * Starts the aggregator binary on a fresh data directory, on port 0, with one admin credential
+ * (its token is `token`), and waits for /healthz.
+ */
 export async function startAggregator() {
   const dir = mkdtempSync(join(tmpdir(), "smolder-ui-e2e-"));
   const config = join(dir, "config.yaml");
+  const token = randomBytes(24).toString("hex");
   // Both listeners on port 0: a second aggregator in the same run (the empty-state scenario),
   // or a Smolder running on this host, would otherwise collide on the default ports.
-  writeFileSync(config, "http:\n  listen: 127.0.0.1:0\ningest:\n  quic:\n    listen: 127.0.0.1:0\n");
+  writeFileSync(
+    config,
+    [
+      "http:",
+      "  listen: 127.0.0.1:0",
+      "ingest:",
+      "  quic:",
+      "    listen: 127.0.0.1:0",
+      "auth:",
+      "  credentials:",
+      "    - name: e2e admin",
+      `      token: ${token}`,
+      "      scopes: [admin]",
+      "",
+    ].join("\n"),
+  );
   const child = spawn(
     aggregatorBin,
     ["--data-dir", join(dir, "data"), "--config", config, "--log-format", "json", "--log-level", "warn,smolder_daemon=info"],
@@ -94,18 +121,35 @@ export async function startAggregator() {
   /** @type {Aggregator} */
   const aggregator = {
     url,
+    token,
     async stop() {
       child.kill("SIGTERM");
       await exited;
       rmSync(dir, { recursive: true, force: true });
     },
+    fetch(path, init = {}) {
+      const headers = new Headers(init.headers);
+      headers.set("authorization", `Bearer ${token}`);
+      return fetch(`${url}${path}`, { ...init, headers });
+    },
     async ingest(name, at, body, extra = {}) {
       const params = new URLSearchParams({ name, from: String(at), until: String(at + 10), ...extra });
-      const response = await fetch(`${url}/ingest?${params}`, { method: "POST", body });
+      const response = await aggregator.fetch(`/ingest?${params}`, { method: "POST", body });
       if (!response.ok) throw new Error(`ingest ${name}: ${response.status} ${await response.text()}`);
     },
   };
   return aggregator;
+}
+
+/**
+ * Signs a browser context in to `aggregator` the way the page does (`POST login` with its token),
+ * so that the context's pages on it are served. The scenarios that test the form itself use it.
+ * @param {import("playwright-core").BrowserContext} context
+ * @param {Aggregator} aggregator
+ */
+export async function signIn(context, aggregator) {
+  const response = await context.request.post(`${aggregator.url}/login`, { data: { token: aggregator.token } });
+  if (!response.ok()) throw new Error(`signing in: ${response.status()} ${await response.text()}`);
 }
 
 /** A 10 s-aligned unix time `secondsAgo` before now. */

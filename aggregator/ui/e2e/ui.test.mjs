@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { createServer, request as httpRequest } from "node:http";
 import { after, before, describe, test } from "node:test";
-import { ago, launchBrowser, screenshot, startAggregator } from "./harness.mjs";
+import { ago, launchBrowser, screenshot, signIn, startAggregator } from "./harness.mjs";
 
 /** Row height of the flame graph (src/flamegraph.ts). */
 const ROW = 18;
@@ -43,6 +43,15 @@ before(async () => {
   await aggregator.ingest("shop.alloc_space{env=prod}", T1, "main;alloc.buffer 4194304", { units: "bytes" });
   await aggregator.ingest("worker.cpu{env=prod}", T2, "main;worker.run;zstd.compress 500", { sampleRate: "100" });
   browser = await launchBrowser();
+  // The aggregator has credentials: the page signs in once, through its form, and every page of
+  // the browser after it is served.
+  const page = await browser.context.newPage();
+  await page.goto(`${aggregator.url}/`);
+  await page.getByTestId("sign-in").waitFor();
+  await page.getByTestId("sign-in-token").fill(aggregator.token);
+  await page.getByTestId("sign-in-submit").click();
+  await page.getByTestId("user").waitFor();
+  await page.close();
 });
 
 after(async () => {
@@ -139,6 +148,7 @@ describe("web UI", () => {
   test("an empty aggregator says how to send it profiles", async () => {
     const empty = await startAggregator();
     try {
+      await signIn(browser.context, empty);
       const page = await browser.context.newPage();
       await page.goto(`${empty.url}/`);
       await page.getByTestId("no-data").waitFor();
@@ -495,17 +505,65 @@ describe("web UI", () => {
       req.pipe(forward);
     });
     await new Promise((ok) => proxy.listen(0, "127.0.0.1", () => ok(undefined)));
+    // A browser of its own, not signed in: it signs in through the proxy, and its session cookie
+    // must then work under the prefix.
+    const fresh = await launchBrowser();
     try {
-      const page = await browser.context.newPage();
+      const page = await fresh.context.newPage();
+      const errors = [];
+      page.on("pageerror", (err) => errors.push(err));
       const { port } = /** @type {import("node:net").AddressInfo} */ (proxy.address());
       await page.goto(`http://127.0.0.1:${port}/smolder/?query=${encodeURIComponent("shop.cpu{}")}&from=${FROM}&until=${UNTIL}`);
+      await page.getByTestId("sign-in-token").fill(aggregator.token);
+      await page.getByTestId("sign-in-submit").click();
       await page.getByTestId("flamegraph").locator("canvas").waitFor();
+      const cookies = await fresh.context.cookies();
+      assert.deepEqual(
+        cookies.map((c) => [c.path, c.httpOnly, c.sameSite]),
+        [["/smolder", true, "Strict"]],
+        "the session cookie is scoped to the prefix",
+      );
       assert.equal((await frameAt(page, "flamegraph", 0.42, 4)).name, "json.Marshal");
       await clickFrame(page, "flamegraph", 0.5, 3);
       await page.waitForURL((url) => url.pathname === "/smolder/" && url.searchParams.has("focus"));
-      await done(page);
+      assert.deepEqual(errors, [], "uncaught errors in the page");
     } finally {
+      await fresh.close();
       proxy.close();
+    }
+  });
+
+  test("signing in: a wrong token is refused in words, the right one opens the page, signing out ends it", async () => {
+    const fresh = await launchBrowser();
+    try {
+      const page = await fresh.context.newPage();
+      const errors = [];
+      page.on("pageerror", (err) => errors.push(err));
+      await page.goto(`${aggregator.url}${single()}`);
+      await page.getByTestId("sign-in").waitFor();
+      await screenshot(page, "00-sign-in");
+      await page.getByTestId("sign-in-token").fill("not-the-token");
+      await page.getByTestId("sign-in-submit").click();
+      const error = page.getByTestId("sign-in-error");
+      await error.waitFor();
+      assert.match(await error.innerText(), /401 from \/login: unknown credentials/);
+      await page.getByTestId("sign-in-token").fill(aggregator.token);
+      await page.getByTestId("sign-in-submit").click();
+      await page.getByTestId("flamegraph").locator("canvas").waitFor();
+      assert.match(await page.getByTestId("user").innerText(), /Signed in as\s+e2e admin/);
+      // A change made without the page's CSRF token is refused, even with the session cookie.
+      const forged = await page.request.post(`${aggregator.url}/api/recording-rules`, {
+        data: { name: "forged_total", expr: "shop.cpu{}" },
+      });
+      assert.equal(forged.status(), 403);
+      assert.match(await forged.text(), /CSRF token/);
+      await page.getByTestId("sign-out").click();
+      await page.getByTestId("sign-in").waitFor();
+      const after = await page.request.get(`${aggregator.url}/api/apps`);
+      assert.equal(after.status(), 401, "the session is gone");
+      assert.deepEqual(errors, [], "uncaught errors in the page");
+    } finally {
+      await fresh.close();
     }
   });
 
@@ -526,7 +584,7 @@ describe("web UI", () => {
   });
 
   test("a recording rule created from a flame-graph frame is listed and exported", async () => {
-    const probe = await fetch(`${aggregator.url}/api/recording-rules`);
+    const probe = await aggregator.fetch("/api/recording-rules");
     assert.equal(probe.status, 200, `GET /api/recording-rules: ${probe.status} ${await probe.text()}`);
     const page = await open(single());
     page.on("dialog", (dialog) => dialog.accept());
@@ -548,7 +606,7 @@ describe("web UI", () => {
     await aggregator.ingest("shop.cpu{env=prod,region=eu}", ago(30), "main;http.serve;checkout.handler;json.Marshal 250", {
       sampleRate: "100",
     });
-    const exported = await (await fetch(`${aggregator.url}/exported-metrics`)).text();
+    const exported = await (await aggregator.fetch("/exported-metrics")).text();
     assert.match(exported, /^shop_json_marshal_cpu\{env="prod"\} 2\.5$/m);
     // A duplicate name is refused in words.
     await page.getByTestId("rule-name").fill("shop_json_marshal_cpu");
@@ -565,6 +623,7 @@ describe("web UI", () => {
     // Their own aggregator: a service with the agent's three eBPF types, in the agent's units.
     const agg = await startAggregator();
     try {
+      await signIn(browser.context, agg);
       const at = ago(300);
       await agg.ingest("db.cpu{env=prod}", at, "main;db.query 100", { sampleRate: "100" });
       await agg.ingest("db.off_cpu{env=prod}", at, "main;db.lock;futex_wait 1500000000\nmain;db.poll 500000000", {
@@ -612,6 +671,7 @@ describe("web UI", () => {
   test("a deep graph draws only the rows on screen and follows the scroll", async () => {
     const deep = await startAggregator();
     try {
+      await signIn(browser.context, deep);
       // 300 frames deep: 5.4k px of graph in an 800 px window.
       const frames = ["main"];
       for (let d = 0; d < 300; d++) frames.push(`deep.f${d}`);
@@ -654,6 +714,66 @@ describe("web UI", () => {
       await page.close();
     } finally {
       await deep.stop();
+    }
+  });
+
+  test("a span link opens the span's profile, and the whole profile is a click away", async () => {
+    const traced = await startAggregator();
+    try {
+      await signIn(browser.context, traced);
+      const at = ago(300);
+      const cart = "00f067aa0ba902b7";
+      const search = "5a561accaab40cf2";
+      // Uploads of single spans, as the SDKs of Pyroscope's per-span era sent them: the span id
+      // in the name's labels goes to the span index, not to a label.
+      await traced.ingest(`api.cpu{span_id=${cart}}`, at, "main;http.serve;cart.handler;db.Query 300", { sampleRate: "100" });
+      await traced.ingest(`api.cpu{span_id=${search}}`, at, "main;http.serve;search.handler;index.Scan 100", { sampleRate: "100" });
+      await traced.ingest("api.cpu", at, "main;gc 100", { sampleRate: "100" });
+      const range = `from=${at - 60}&until=${at + 60}`;
+      const page = await browser.context.newPage();
+      const errors = [];
+      page.on("pageerror", (err) => errors.push(err));
+      // The link a trace's span carries.
+      await page.goto(`${traced.url}/?query=${encodeURIComponent("api.cpu{}")}&${range}&spanSelector=${cart}`);
+      const banner = page.getByTestId("span-banner");
+      await banner.waitFor();
+      assert.match(await banner.innerText(), /Span profile: only the samples that ran in span/);
+      assert.deepEqual(await banner.getByTestId("span-id").allInnerTexts(), [cart]);
+      await page.getByTestId("flamegraph").locator("canvas").waitFor();
+      await expectRootTotal(page, /\b300 total/);
+      assert.equal((await frameAt(page, "flamegraph", 0.5, 3)).name, "cart.handler");
+      const names = await tableNames(page);
+      assert.ok(names.includes("db.Query") && !names.includes("index.Scan") && !names.includes("gc"), names.join(","));
+      // Exports hold the span's samples only.
+      const link = new URL(await page.getByTestId("export-collapsed").getAttribute("href"), traced.url);
+      assert.equal(link.searchParams.get("spanSelector"), cart);
+      const collapsed = await page.request.get(link.toString());
+      assert.equal((await collapsed.text()).trim(), "main;http.serve;cart.handler;db.Query 300");
+      // The timeline is the whole service's, the context the span ran in.
+      await page.getByTestId("timeline").locator("path").first().waitFor();
+      await screenshot(page, "20-span-profile");
+      // The whole profile, one click away.
+      await page.getByTestId("span-whole").click();
+      await page.waitForURL((url) => !url.searchParams.has("spanSelector"));
+      await expectRootTotal(page, /\b500 total/);
+      await page.getByTestId("span-banner").waitFor({ state: "detached" });
+      const all = await tableNames(page);
+      assert.ok(all.includes("index.Scan") && all.includes("gc"), all.join(","));
+      // Two spans at once, and a span with no samples says so.
+      await page.goto(`${traced.url}/?query=${encodeURIComponent("api.cpu{}")}&${range}&spanSelector=${cart},${search}`);
+      await page.getByTestId("span-banner").waitFor();
+      assert.match(await page.getByTestId("span-banner").innerText(), /ran in 2 spans/);
+      await expectRootTotal(page, /\b400 total/);
+      await page.goto(`${traced.url}/?query=${encodeURIComponent("api.cpu{}")}&${range}&spanSelector=0000000000000001`);
+      await page.getByTestId("no-samples").waitFor();
+      assert.match(await page.getByTestId("no-samples").innerText(), /No samples of this span/);
+      // No span label reached the series.
+      const labels = await (await traced.fetch(`/labels?query=${encodeURIComponent("api.cpu{}")}`)).json();
+      assert.ok(!labels.includes("span_id"), labels.join(","));
+      assert.deepEqual(errors, [], "uncaught errors in the page");
+      await page.close();
+    } finally {
+      await traced.stop();
     }
   });
 });

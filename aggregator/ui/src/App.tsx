@@ -1,8 +1,8 @@
-// The shell: navigation between the views, the list of apps every view picks from, and the
-// default selection when the URL names none.
+// The shell: signing in when the aggregator asks for it, navigation between the views, the list
+// of apps every view picks from, and the default selection when the URL names none.
 
 import { useEffect, useState } from "preact/hooks";
-import { type App as AppInfo, api } from "./api";
+import { type App as AppInfo, type Session, UNAUTHENTICATED, api } from "./api";
 import { ErrorBox, NoData } from "./components/controls";
 import { useLoad } from "./hooks";
 import { buildSelector, splitApp } from "./query";
@@ -10,6 +10,7 @@ import { type Params, href, navigate, useUrl } from "./url";
 import { Compare } from "./views/Compare";
 import { Explore } from "./views/Explore";
 import { Rules } from "./views/Rules";
+import { SignIn } from "./views/SignIn";
 import { Single } from "./views/Single";
 
 type ViewId = "single" | "compare" | "diff" | "explore" | "rules";
@@ -39,6 +40,45 @@ function carried(params: Params, to: ViewId): Record<string, string | undefined>
 }
 
 export function App() {
+  const [session, setSession] = useState<Session | null>(null);
+  const [sessionError, setSessionError] = useState<unknown>(null);
+  const [ended, setEnded] = useState(false);
+
+  useEffect(() => {
+    api.session().then(setSession, setSessionError);
+    // A 401 anywhere means the sign-in is gone (expired, or its credential removed): ask again.
+    const recheck = () =>
+      api.session().then((s) => {
+        if (!s.authenticated) setEnded(true);
+        setSession(s);
+      }, setSessionError);
+    window.addEventListener(UNAUTHENTICATED, recheck);
+    return () => window.removeEventListener(UNAUTHENTICATED, recheck);
+  }, []);
+
+  if (sessionError !== null) return <ErrorBox error={sessionError} />;
+  if (session === null) return <p class="muted">loading…</p>;
+  if (!session.authenticated)
+    return (
+      <SignIn
+        why={ended ? "Your sign-in has ended; sign in again." : undefined}
+        onSignedIn={(s) => {
+          setEnded(false);
+          setSession(s);
+        }}
+      />
+    );
+  return (
+    <Shell
+      session={session}
+      onSignedOut={() => {
+        api.logout().then(() => api.session().then(setSession, setSessionError), setSessionError);
+      }}
+    />
+  );
+}
+
+function Shell(props: { session: Session; onSignedOut: () => void }) {
   const params = useUrl();
   const [refresh, setRefresh] = useState(0);
   const apps = useLoad(JSON.stringify([refresh]), () => api.apps());
@@ -114,6 +154,14 @@ export function App() {
         <button type="button" class="refresh" onClick={() => setRefresh((r) => r + 1)} title="Reload from the aggregator" data-testid="refresh">
           Refresh
         </button>
+        {props.session.via === "session" && (
+          <span class="user" data-testid="user">
+            Signed in as <strong>{props.session.name}</strong>
+            <button type="button" onClick={props.onSignedOut} data-testid="sign-out">
+              Sign out
+            </button>
+          </span>
+        )}
       </header>
       <main>{body}</main>
     </>

@@ -3,9 +3,9 @@
 
 use smolder_block::{
     BlockBuilder, BlockError, Contribution, Fetched, Footer, Index, Limits, Marker, Names, Section,
-    SeriesChunk, Tail, VERSION, verify,
+    SeriesChunk, SpanChunk, SpanIndex, Tail, VERSION, verify,
 };
-use smolder_common::{ProfileMeta, Series, Tree};
+use smolder_common::{ProfileMeta, Series, SpanId, SpanTrees, Tree};
 
 use crate::util::START;
 
@@ -16,16 +16,22 @@ fn block() -> Vec<u8> {
             let mut tree = Tree::new();
             tree.insert_names(["main", "handler", "work"], bucket + 1);
             tree.insert_names(["main", "gc"], 2);
+            let mut spans = SpanTrees::new();
+            let span = SpanId::from_bytes([0xab, 0, 0, 0, 0, 0, i as u8, bucket as u8 + 1]);
+            spans
+                .tree_mut(span.unwrap())
+                .insert_names(["main", "handler", "work"], bucket + 1);
             let marker = Marker {
                 agent_id: format!("host-{i}"),
                 sequence: bucket,
             };
             builder
-                .add(
+                .add_with_spans(
                     &Series::parse(name).unwrap(),
                     &ProfileMeta::default(),
                     START + bucket * 370,
                     &tree,
+                    &spans,
                     Contribution::batch(marker, 1),
                 )
                 .unwrap();
@@ -40,8 +46,9 @@ fn footer(block: &[u8]) -> Footer {
     Footer::decode(&tail, &fetched).unwrap()
 }
 
-/// Reads everything through the ranged reader; errors are fine, panics are not.
-fn read_all(block: &[u8]) -> Result<u64, BlockError> {
+/// Reads everything through the ranged reader, trees and spans; errors are fine, panics are
+/// not. The total of the trees and of the spans.
+fn read_all(block: &[u8]) -> Result<(u64, u64), BlockError> {
     let limits = Limits::default();
     let fetched = Fetched::whole(block);
     let tail = Tail::decode(block.len() as u64, &fetched)?;
@@ -55,13 +62,33 @@ fn read_all(block: &[u8]) -> Result<u64, BlockError> {
         chunk.read_range(START, START + 1_000, &fetched, &names, &mut tree)?;
         total += tree.total();
     }
-    Ok(total)
+    let spans = SpanIndex::decode(&footer, &index, &fetched, &limits)?;
+    let mut span_total = 0;
+    for series in spans.series() {
+        let chunk = SpanChunk::decode(&index, &spans, series, &fetched, &limits)?;
+        let every: Vec<SpanId> = (0..chunk.entries().len())
+            .map(|e| chunk.read_entry(e, &fetched))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .map(|(span, _)| span)
+            .collect();
+        let mut every = every;
+        every.sort();
+        let mut tree = Tree::new();
+        chunk.read_range(START, START + 1_000, &every, &fetched, &names, &mut tree)?;
+        span_total += tree.total();
+    }
+    Ok((total, span_total))
 }
 
 #[test]
 fn every_truncation_is_an_error() {
     let block = block();
-    assert_eq!(read_all(&block).unwrap(), 2 * (1 + 2 + 3 + 3 * 2));
+    assert_eq!(
+        read_all(&block).unwrap(),
+        (2 * (1 + 2 + 3 + 3 * 2), 2 * (1 + 2 + 3))
+    );
     for len in 0..block.len() {
         assert!(
             verify(&block[..len], &Limits::default()).is_err(),
@@ -92,7 +119,11 @@ fn every_flipped_byte_is_an_error() {
 fn a_flipped_byte_names_its_section() {
     let block = block();
     let sections = footer(&block).sections();
-    assert_eq!(sections.len(), 6);
+    assert_eq!(
+        sections.len(),
+        8,
+        "six required sections, spans and the span index"
+    );
     for (section, range) in sections {
         let mut bad = block.clone();
         bad[(range.start + range.end) as usize / 2] ^= 0x10;
@@ -117,6 +148,30 @@ fn a_flipped_byte_names_its_section() {
             }
         ),
         "{err}"
+    );
+    // A damaged span entry names itself, and the trees still read.
+    let spans = footer(&block)
+        .sections()
+        .into_iter()
+        .find(|(section, _)| *section == Section::Spans)
+        .unwrap()
+        .1;
+    let mut bad = block.clone();
+    bad[spans.end as usize - 2] ^= 0x10;
+    let err = read_all(&bad).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BlockError::Checksum {
+                section: Section::SpanEntry { series: 1, .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string().split(':').next(),
+        Some("span entry 2 of series 1")
     );
     // And the head and the directory.
     let mut bad = block.clone();
@@ -219,8 +274,9 @@ fn newer_formats_are_refused_by_version_or_section() {
         verify(&required, &Limits::default()).unwrap_err(),
         BlockError::UnknownRequiredSection { kind: 99 }
     );
-    // An optional section, such as issue 19's span ids, is skipped by this version.
-    let optional = with_section(&block, smolder_block::SPANS_KIND, false, b"span ids");
+    // An optional section of a newer format is skipped, as readers that predate the spans
+    // sections (kinds 16 and 17) skip those.
+    let optional = with_section(&block, 30, false, b"newer data");
     verify(&optional, &Limits::default()).unwrap();
     assert_eq!(read_all(&optional).unwrap(), read_all(&block).unwrap());
     assert!(
@@ -228,8 +284,8 @@ fn newer_formats_are_refused_by_version_or_section() {
             .sections()
             .iter()
             .any(
-                |(section, range)| *section == Section::Optional { kind: 16 }
-                    && range.end - range.start == 8
+                |(section, range)| *section == Section::Optional { kind: 30 }
+                    && range.end - range.start == 10
             )
     );
 }

@@ -4,7 +4,120 @@ use proptest::prelude::*;
 use smolder_block::{BlockBuilder, Fetched, Footer, Index, Limits, Tail, verify};
 use smolder_common::{ProfileMeta, Series, Tree};
 
-use crate::util::{START, batches, build, expected, expected_range, read};
+use crate::util::{
+    Batch, Mode, START, batches, bucket, build, expected, expected_range, frame, read, series,
+    span_of,
+};
+
+/// A caller's own shape of one series' trees, as the aggregator's head keeps one: nodes
+/// numbered in the order stacks first reach them, not the block's order.
+#[derive(Default)]
+struct HeadShape {
+    parents: Vec<u32>,
+    names: Vec<String>,
+    children: std::collections::HashMap<(u32, String), u32>,
+}
+
+impl HeadShape {
+    /// The node at the end of `stack`, added as needed.
+    fn node(&mut self, stack: &[u8]) -> u32 {
+        if self.parents.is_empty() {
+            self.parents.push(0);
+            self.names.push(String::new());
+        }
+        let mut at = 0;
+        for &f in stack {
+            let name = frame(f);
+            let next = self.parents.len() as u32;
+            at = *self.children.entry((at, name.clone())).or_insert_with(|| {
+                self.parents.push(at);
+                self.names.push(name);
+                next
+            });
+        }
+        at
+    }
+
+    /// `stacks` (those `wanted` keeps, by index) as self values over its nodes, summed.
+    fn values(
+        &mut self,
+        stacks: &[(Vec<u8>, u64)],
+        wanted: impl Fn(usize) -> bool,
+    ) -> Vec<(u32, u64)> {
+        let mut values: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+        for (index, (stack, value)) in stacks.iter().enumerate() {
+            if wanted(index) {
+                *values.entry(self.node(stack)).or_default() += value;
+            }
+        }
+        values.into_iter().collect()
+    }
+}
+
+impl smolder_block::ShapeSource for HeadShape {
+    fn parent(&self, node: u32) -> u32 {
+        self.parents[node as usize]
+    }
+
+    fn name(&self, node: u32) -> &str {
+        &self.names[node as usize]
+    }
+}
+
+/// [`build`], with every tree and span tree given to [`BlockBuilder::add_values`] as values over
+/// a shape per series.
+fn build_from_values(batches: &[Batch]) -> Vec<u8> {
+    let mut builder = BlockBuilder::new("anonymous", START, 1_000, 10).expect("valid levels");
+    let mut shapes: std::collections::BTreeMap<usize, (HeadShape, smolder_block::NodeMap)> =
+        std::collections::BTreeMap::new();
+    for batch in batches {
+        if batch.mode != Mode::Unmarked {
+            builder.add_marker(batch.marker());
+        }
+        for (&(s, b), stacks) in &batch.trees {
+            let (shape, map) = shapes.entry(s).or_default();
+            let values = shape.values(stacks, |_| true);
+            let mut spans: std::collections::BTreeMap<smolder_common::SpanId, ()> =
+                std::collections::BTreeMap::new();
+            for index in 0..stacks.len() {
+                if let Some(span) = span_of(batch.sequence, index) {
+                    spans.insert(span, ());
+                }
+            }
+            let spans: Vec<_> = spans
+                .into_keys()
+                .map(|span| {
+                    let values =
+                        shape.values(stacks, |index| span_of(batch.sequence, index) == Some(span));
+                    (span, values)
+                })
+                .collect();
+            let copies = if batch.mode == Mode::Twice { 2 } else { 1 };
+            for _ in 0..copies {
+                let contribution = match batch.mode {
+                    Mode::Separable | Mode::Twice => {
+                        smolder_block::Contribution::batch(batch.marker(), 1)
+                    }
+                    Mode::Merged => smolder_block::Contribution::merged(vec![batch.marker()], 1),
+                    Mode::Unmarked => smolder_block::Contribution::merged(Vec::new(), 1),
+                };
+                builder
+                    .add_values(
+                        &series(s),
+                        &ProfileMeta::default(),
+                        bucket(b),
+                        shape,
+                        map,
+                        &values,
+                        &spans,
+                        contribution,
+                    )
+                    .expect("bucket inside the block");
+            }
+        }
+    }
+    builder.finish().expect("no batch summed twice").0
+}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
@@ -30,6 +143,14 @@ proptest! {
                 );
             }
         }
+    }
+
+    /// The aggregator's head gives its writes as values over its own shape of each series:
+    /// the same block, to the byte, as the trees themselves.
+    #[test]
+    fn trees_given_as_values_over_a_shape_make_the_same_block(batches in batches(100, 8)) {
+        let all: Vec<_> = batches.iter().collect();
+        prop_assert_eq!(build_from_values(&batches), build(&all, START, 1_000));
     }
 
     #[test]

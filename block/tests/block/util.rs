@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use smolder_block::{
-    BlockBuilder, Contribution, Fetched, Footer, Index, Limits, Marker, Names, SeriesChunk, Tail,
+    BlockBuilder, Contribution, Fetched, Footer, Index, Limits, Marker, Names, SeriesChunk,
+    SpanChunk, SpanIndex, Tail,
 };
-use smolder_common::{ProfileMeta, Selector, Series, Tree};
+use smolder_common::{ProfileMeta, Selector, Series, SpanId, SpanTrees, Tree};
 
 /// Start of every test block: a multiple of 10,000 s.
 pub(crate) const START: u64 = 1_700_000_000 / 10_000 * 10_000;
@@ -55,7 +56,7 @@ impl Batch {
 }
 
 /// A frame name: short ones and a long one, so that name order and id order differ.
-fn frame(index: u8) -> String {
+pub(crate) fn frame(index: u8) -> String {
     match index % 4 {
         0 => format!("runtime.f{index}"),
         1 => format!("github.com/acme/svc/handler.(*Server).Serve{index}"),
@@ -109,7 +110,34 @@ pub(crate) fn bucket(index: u64) -> u64 {
     START + index * 10
 }
 
-/// Adds the trees of `batch` that fall in the builder's `[start, end)`.
+/// The span the `index`th stack of a batch of `sequence` ran in: one of four, shared across
+/// batches, or none.
+pub(crate) fn span_of(sequence: u64, index: usize) -> Option<SpanId> {
+    let id = (index % 3) as u64 + (sequence % 2) * 2;
+    (index % 3 != 2).then(|| SpanId::from_bytes((id + 1).to_be_bytes()).expect("not zero"))
+}
+
+/// Every span [`span_of`] gives.
+pub(crate) fn all_spans() -> Vec<SpanId> {
+    (1..=4u64)
+        .map(|id| SpanId::from_bytes(id.to_be_bytes()).expect("not zero"))
+        .collect()
+}
+
+/// The span trees of a batch's tree of `stacks`.
+pub(crate) fn span_trees(sequence: u64, stacks: &[(Vec<u8>, u64)]) -> SpanTrees {
+    let mut spans = SpanTrees::new();
+    for (index, (stack, value)) in stacks.iter().enumerate() {
+        if let Some(span) = span_of(sequence, index) {
+            spans
+                .tree_mut(span)
+                .insert_names(stack.iter().map(|&f| frame(f)), *value);
+        }
+    }
+    spans
+}
+
+/// Adds the trees of `batch` that fall in the builder's `[start, end)`, with their spans.
 pub(crate) fn add(builder: &mut BlockBuilder, batch: &Batch, start: u64, end: u64) {
     let meta = ProfileMeta::default();
     for (&(s, b), stacks) in &batch.trees {
@@ -118,6 +146,7 @@ pub(crate) fn add(builder: &mut BlockBuilder, batch: &Batch, start: u64, end: u6
             continue;
         }
         let tree = tree(stacks);
+        let spans = span_trees(batch.sequence, stacks);
         let copies = if batch.mode == Mode::Twice { 2 } else { 1 };
         for _ in 0..copies {
             let contribution = match batch.mode {
@@ -126,7 +155,7 @@ pub(crate) fn add(builder: &mut BlockBuilder, batch: &Batch, start: u64, end: u6
                 Mode::Unmarked => Contribution::merged(Vec::new(), 1),
             };
             builder
-                .add(&series(s), &meta, at, &tree, contribution)
+                .add_with_spans(&series(s), &meta, at, &tree, &spans, contribution)
                 .expect("bucket inside the block");
         }
     }
@@ -142,6 +171,67 @@ pub(crate) fn build(batches: &[&Batch], start: u64, span: u64) -> Vec<u8> {
         add(&mut builder, batch, start, start + span);
     }
     builder.finish().expect("no batch summed twice").0
+}
+
+/// The reference: each batch's spans once, per (series, bucket index) and span.
+pub(crate) fn expected_spans(batches: &[Batch]) -> BTreeMap<(usize, u64), SpanTrees> {
+    let mut sums: BTreeMap<(usize, u64), SpanTrees> = BTreeMap::new();
+    for batch in batches {
+        for (&key, stacks) in &batch.trees {
+            sums.entry(key)
+                .or_default()
+                .merge(&span_trees(batch.sequence, stacks));
+        }
+    }
+    sums
+}
+
+/// The reference tree of `wanted` spans of series `s` over `[from, until)`, widened to whole
+/// buckets of `finest`.
+pub(crate) fn expected_span_range(
+    sums: &BTreeMap<(usize, u64), SpanTrees>,
+    s: usize,
+    (from, until): (u64, u64),
+    finest: u64,
+    wanted: &[SpanId],
+) -> Tree {
+    let (from, until) = (from / finest * finest, until.div_ceil(finest) * finest);
+    let mut out = Tree::new();
+    for (&(series, b), spans) in sums {
+        if series == s && (from..until).contains(&bucket(b)) {
+            out.merge(&spans.select(wanted));
+        }
+    }
+    out
+}
+
+/// The `wanted` spans (sorted) of series `s` over `[from, until)`, as the reader reads them
+/// from a whole block.
+pub(crate) fn read_spans(
+    block: &[u8],
+    s: usize,
+    (from, until): (u64, u64),
+    wanted: &[SpanId],
+) -> Tree {
+    let fetched = Fetched::whole(block);
+    let limits = Limits::default();
+    let tail = Tail::decode(block.len() as u64, &fetched).expect("tail");
+    let footer = Footer::decode(&tail, &fetched).expect("footer");
+    let index = Index::decode(&footer, &fetched, &limits).expect("index");
+    let names = Names::decode(&footer, &fetched, &limits).expect("names");
+    let spans = SpanIndex::decode(&footer, &index, &fetched, &limits).expect("span index");
+    let mut tree = Tree::new();
+    for position in spans.series() {
+        if index.series()[position].series != series(s) {
+            continue;
+        }
+        let chunk =
+            SpanChunk::decode(&index, &spans, position, &fetched, &limits).expect("span chunk");
+        chunk
+            .read_range(from, until, wanted, &fetched, &names, &mut tree)
+            .expect("span entries");
+    }
+    tree
 }
 
 /// The reference: each batch's trees once, per (series, bucket index).

@@ -11,7 +11,8 @@ use super::proto::{
     Sample, Value,
 };
 use super::{Limits, OtlpError};
-use crate::pprof::SampleTypes;
+use crate::pprof::{SampleTypes, address_frame};
+use crate::series::{is_label_name, sanitize_app_name, sanitize_label_name};
 use crate::span::{SpanId, SpanTrees};
 use crate::tree::FrameId;
 use crate::{Aggregation, Labels, Profile, ProfileMeta, Series, Tree};
@@ -277,17 +278,10 @@ fn per_second(unit: &str) -> Option<u64> {
     }
 }
 
-/// A suffix or unit made of app-name characters other than the dot (`[A-Za-z0-9_-]`).
+/// A suffix or unit made of app-name characters other than the dot (`[A-Za-z0-9_-]`), so that
+/// it stays one part of `<service>.<suffix>`.
 fn suffix_text(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    sanitize_app_name(text).replace('.', "_")
 }
 
 fn kind(
@@ -470,23 +464,10 @@ fn label_name(key: &str) -> Option<Cow<'_, str>> {
     {
         return None;
     }
-    if key
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-    {
+    if is_label_name(key) {
         return Some(Cow::Borrowed(key));
     }
-    Some(Cow::Owned(
-        key.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect(),
-    ))
+    Some(Cow::Owned(sanitize_label_name(key)))
 }
 
 /// The samples of one series being gathered: its tree, built from the resolver's frames.
@@ -591,20 +572,7 @@ fn convert_profile(
     for ((service, sample_labels), mut group) in groups {
         let mut labels = base.clone();
         labels.extend(sample_labels);
-        let app = format!(
-            "{}.{}",
-            service
-                .chars()
-                .map(
-                    |c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                        c
-                    } else {
-                        '_'
-                    }
-                )
-                .collect::<String>(),
-            kind.suffix
-        );
+        let app = format!("{}.{}", sanitize_app_name(&service), kind.suffix);
         let labels = Labels::from_pairs(labels).map_err(|source| OtlpError::Series {
             name: app.clone(),
             source,
@@ -786,15 +754,11 @@ impl<'d> Resolver<'d> {
             let file = string(d, mapping.filename_strindex, || {
                 format!("mapping_table[{m}].filename_strindex")
             })?;
-            let base = file.rsplit(['/', '\\']).next().unwrap_or_default();
-            if !base.is_empty() {
-                let offset = location
-                    .address
-                    .wrapping_sub(mapping.memory_start)
-                    .wrapping_add(mapping.file_offset);
-                return Ok(format!("{base}+0x{offset:x}"));
-            }
+            return Ok(address_frame(
+                location.address,
+                Some((file, mapping.memory_start, mapping.file_offset)),
+            ));
         }
-        Ok(format!("0x{:x}", location.address))
+        Ok(address_frame(location.address, None))
     }
 }

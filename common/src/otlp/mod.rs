@@ -41,7 +41,9 @@ pub mod proto;
 mod scan;
 
 pub use convert::{Converted, convert};
-pub use proto::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
+pub use proto::{
+    ExportProfilesPartialSuccess, ExportProfilesServiceRequest, ExportProfilesServiceResponse,
+};
 
 use crate::series::SeriesError;
 

@@ -32,7 +32,8 @@ pub struct ExportProfilesServiceRequest {
 #[derive(Clone, PartialEq, Eq, prost::Message, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ExportProfilesServiceResponse {
-    /// Set when some profiles were rejected; Smolder rejects whole requests instead.
+    /// Set when some profiles were rejected (Smolder refuses profiles over its limits one by
+    /// one and stores the others).
     #[prost(message, optional, tag = "1")]
     #[serde(alias = "partial_success", skip_serializing_if = "Option::is_none")]
     pub partial_success: Option<ExportProfilesPartialSuccess>,

@@ -17,6 +17,7 @@ use std::mem::size_of;
 
 use super::proto;
 use super::{Limits, OtlpError};
+use crate::varint;
 
 /// The deepest nesting of messages accepted: the profiles messages need 5 levels; attribute
 /// values (lists of lists) get the rest.
@@ -375,7 +376,8 @@ pub(super) fn scan(bytes: &[u8], limits: &Limits) -> Result<Scan, OtlpError> {
         let schema = current.schema;
         let end = current.end;
         let key_at = pos;
-        let (key, n) = varint(&bytes[pos..end]).ok_or(malformed(pos, "truncated field key"))?;
+        let (key, n) =
+            varint::get(&bytes[pos..end]).ok_or(malformed(pos, "truncated field key"))?;
         pos += n;
         let number = u32::try_from(key >> 3).map_err(|_| malformed(key_at, "field number"))?;
         let wire_type = (key & 7) as u8;
@@ -415,7 +417,8 @@ pub(super) fn scan(bytes: &[u8], limits: &Limits) -> Result<Scan, OtlpError> {
         };
         match wire_type {
             0 => {
-                let (_, n) = varint(&bytes[pos..end]).ok_or(malformed(pos, "truncated varint"))?;
+                let (_, n) =
+                    varint::get(&bytes[pos..end]).ok_or(malformed(pos, "truncated varint"))?;
                 pos += n;
             }
             1 => {
@@ -432,7 +435,7 @@ pub(super) fn scan(bytes: &[u8], limits: &Limits) -> Result<Scan, OtlpError> {
             }
             2 => {
                 let (len, n) =
-                    varint(&bytes[pos..end]).ok_or(malformed(pos, "truncated length"))?;
+                    varint::get(&bytes[pos..end]).ok_or(malformed(pos, "truncated length"))?;
                 pos += n;
                 let len = usize::try_from(len)
                     .ok()
@@ -522,16 +525,4 @@ fn wire_type_name(wire_type: u8) -> &'static str {
         5 => "fixed32",
         _ => "group",
     }
-}
-
-/// A protobuf varint and its length, or `None` if `bytes` ends first or it is too long.
-fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
-    let mut value = 0u64;
-    for (i, &byte) in bytes.iter().enumerate().take(10) {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((value, i + 1));
-        }
-    }
-    None
 }

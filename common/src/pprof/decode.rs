@@ -9,6 +9,10 @@
 //! its nodes. Each location is resolved to frames once and each frame is interned once per label
 //! set, so the per-sample cost is array lookups and one tree walk, whatever the number of sample
 //! types.
+//!
+//! Samples labelled with a span (`span_id`, see [`crate::span`]) are also added to that span's
+//! tree of their series ([`ProfileSeries::spans`]); the span labels (`span_id`, `span_name`,
+//! `trace_id`) never become series labels.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -19,7 +23,9 @@ use prost::Message;
 use super::proto::{Location, Profile, Sample};
 use super::{Limits, PprofError, SampleTypeConfig, SampleTypes};
 use crate::profile::Aggregation;
+use crate::span::{self, SpanId, SpanTrees};
 use crate::tree::{FrameId, NodeId, Tree};
+use crate::varint;
 
 type RandomState = foldhash::fast::RandomState;
 
@@ -45,10 +51,12 @@ pub struct ProfileSeries {
     /// `seconds`). `None` for other types, and when the profile has no period or the rate
     /// would be below 1 Hz.
     pub sample_rate: Option<u32>,
-    /// The samples' string labels, sorted by key.
+    /// The samples' string labels, sorted by key; never the span labels.
     pub labels: Vec<(String, String)>,
     /// The stacks and their values.
     pub tree: Tree,
+    /// The samples of `tree` that carried a `span_id` label, per span.
+    pub spans: SpanTrees,
 }
 
 /// Reads `body`, gzipped or not, and converts it: [`decode`] then [`to_series`].
@@ -128,18 +136,18 @@ fn check_counts(bytes: &[u8], limits: &Limits) -> Result<(), PprofError> {
     let mut pos = 0;
     let (mut samples, mut entries) = (0usize, 0usize);
     while pos < bytes.len() {
-        let Some((key, n)) = varint(&bytes[pos..]) else {
+        let Some((key, n)) = varint::get(&bytes[pos..]) else {
             break;
         };
         pos += n;
         match key & 7 {
-            0 => match varint(&bytes[pos..]) {
+            0 => match varint::get(&bytes[pos..]) {
                 Some((_, n)) => pos += n,
                 None => break,
             },
             1 => pos = pos.saturating_add(8),
             2 => {
-                let Some((len, n)) = varint(&bytes[pos..]) else {
+                let Some((len, n)) = varint::get(&bytes[pos..]) else {
                     break;
                 };
                 let len = usize::try_from(len).unwrap_or(usize::MAX);
@@ -167,18 +175,6 @@ fn check_counts(bytes: &[u8], limits: &Limits) -> Result<(), PprofError> {
         });
     }
     Ok(())
-}
-
-/// A protobuf varint and its length, or `None` if `bytes` ends first or it is too long.
-fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
-    let mut value = 0u64;
-    for (i, &byte) in bytes.iter().enumerate().take(10) {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((value, i + 1));
-        }
-    }
-    None
 }
 
 /// Converts `profile` into one series per converted sample type and distinct set of string
@@ -231,12 +227,13 @@ pub fn to_series(
     let sets = &stacks.labels.sets;
     let mut order: Vec<usize> = (0..sets.len()).collect();
     order.sort_unstable_by(|&a, &b| sets[a].cmp(&sets[b]));
-    let mut trees = trees;
+    let (mut trees, mut spans) = trees;
     let mut out = Vec::new();
     for (k, selected) in selected.iter().enumerate() {
         for &set in &order {
             if let Some(tree) = trees[set * n + k].take() {
-                out.push(selected.series(&sets[set], tree, sample_rate));
+                let spans = std::mem::take(&mut spans[set * n + k]);
+                out.push(selected.series(&sets[set], tree, spans, sample_rate));
             }
         }
     }
@@ -257,6 +254,7 @@ impl Selected<'_, '_> {
         &self,
         labels: &[(String, String)],
         tree: Tree,
+        spans: SpanTrees,
         sample_rate: Option<u32>,
     ) -> ProfileSeries {
         let config = self.config;
@@ -276,6 +274,7 @@ impl Selected<'_, '_> {
             sample_rate: if config.sampled { sample_rate } else { None },
             labels: labels.to_vec(),
             tree,
+            spans,
         }
     }
 }
@@ -403,6 +402,10 @@ struct LabelSets {
     /// label sets, so most samples stop here without touching a string.
     raw: HashMap<Vec<(i64, i64)>, usize, RandomState>,
     buf: Vec<(i64, i64)>,
+    /// String index → whether it is a span label's key ([`span::is_span_label`]).
+    span_keys: HashMap<i64, bool, RandomState>,
+    /// String index of a `span_id` value → the span it names.
+    span_ids: HashMap<i64, Option<SpanId>, RandomState>,
 }
 
 impl LabelSets {
@@ -412,28 +415,48 @@ impl LabelSets {
             ids: HashMap::default(),
             raw: HashMap::default(),
             buf: Vec::new(),
+            span_keys: HashMap::default(),
+            span_ids: HashMap::default(),
         }
     }
 
-    /// The set of `sample`'s string labels.
-    fn of(&mut self, sample: &Sample, strings: Strings<'_>) -> Result<usize, PprofError> {
+    /// The set of `sample`'s string labels, and the span its `span_id` label names. Span
+    /// labels are left out of the set; a `span_id` that is not 16 hex digits names no span.
+    fn of(
+        &mut self,
+        sample: &Sample,
+        strings: Strings<'_>,
+    ) -> Result<(usize, Option<SpanId>), PprofError> {
         self.buf.clear();
+        let mut span = None;
         for label in &sample.label {
             // Numeric labels have no `str`; index 0 is "" and means the same.
             if label.str == 0 {
                 continue;
             }
-            strings.bytes(label.key, "label.key")?;
-            strings.bytes(label.str, "label.str")?;
-            if label.key != 0 {
+            let key = strings.bytes(label.key, "label.key")?;
+            let value = strings.bytes(label.str, "label.str")?;
+            if label.key == 0 {
+                continue;
+            }
+            let is_span = *self
+                .span_keys
+                .entry(label.key)
+                .or_insert_with(|| std::str::from_utf8(key).is_ok_and(span::is_span_label));
+            if !is_span {
                 self.buf.push((label.key, label.str));
+            } else if key == span::SPAN_ID_LABEL.as_bytes() {
+                // The last `span_id` wins, as the last value of any repeated key does.
+                span = *self.span_ids.entry(label.str).or_insert_with(|| {
+                    std::str::from_utf8(value).ok().and_then(SpanId::from_label)
+                });
             }
         }
         if self.buf.is_empty() {
-            return Ok(0);
+            return Ok((0, span));
         }
         if let Some(&set) = self.raw.get(self.buf.as_slice()) {
-            return Ok(set);
+            return Ok((set, span));
         }
         let mut pairs: Vec<(String, String)> = Vec::with_capacity(self.buf.len());
         for &(key, value) in &self.buf {
@@ -463,16 +486,31 @@ impl LabelSets {
             self.sets.len() - 1
         };
         self.raw.insert(self.buf.clone(), set);
-        Ok(set)
+        Ok((set, span))
     }
 }
 
-/// The distinct (label set, stack) pairs of a profile with their summed values.
+/// One distinct (label set, span, stack) of a profile.
+#[derive(Clone, Copy)]
+struct StackEntry<'p> {
+    /// Its label set.
+    set: usize,
+    /// The span its samples ran in, if they carried one.
+    span: Option<SpanId>,
+    /// Its location ids, leaf first.
+    locations: &'p [u64],
+    /// The first sample that had it, for error messages.
+    sample: usize,
+}
+
+/// Per (label set, sample type): the tree and the span trees of a profile.
+type Built = (Vec<Option<Tree>>, Vec<SpanTrees>);
+
+/// The distinct (label set, span, stack) triples of a profile with their summed values.
 struct Stacks<'p> {
     labels: LabelSets,
-    /// Each distinct stack: its label set, its location ids (leaf first), and the first sample
-    /// that had it, for error messages.
-    entries: Vec<(usize, &'p [u64], usize)>,
+    /// Each distinct stack.
+    entries: Vec<StackEntry<'p>>,
     /// `values[e * n + k]` is the sum for entry `e` of the `k`th selected sample type.
     values: Vec<u64>,
     /// The number of selected sample types.
@@ -494,7 +532,8 @@ impl<'p> Stacks<'p> {
             values: Vec::new(),
             n,
         };
-        let mut index: HashMap<(usize, &'p [u64]), usize, RandomState> = HashMap::default();
+        let mut index: HashMap<(usize, Option<SpanId>, &'p [u64]), usize, RandomState> =
+            HashMap::default();
         for (i, sample) in profile.sample.iter().enumerate() {
             if sample.value.len() != profile.sample_type.len() {
                 return Err(PprofError::ValueCount {
@@ -520,8 +559,8 @@ impl<'p> Stacks<'p> {
                     return Err(PprofError::UnknownLocation { sample: i, id });
                 }
             }
-            let set = if sample.label.is_empty() {
-                0
+            let (set, span) = if sample.label.is_empty() {
+                (0, None)
             } else {
                 stacks.labels.of(sample, *strings)?
             };
@@ -530,10 +569,15 @@ impl<'p> Stacks<'p> {
             }
             let next = stacks.entries.len();
             let entry = *index
-                .entry((set, sample.location_id.as_slice()))
+                .entry((set, span, sample.location_id.as_slice()))
                 .or_insert(next);
             if entry == next {
-                stacks.entries.push((set, &sample.location_id, i));
+                stacks.entries.push(StackEntry {
+                    set,
+                    span,
+                    locations: &sample.location_id,
+                    sample: i,
+                });
                 stacks.values.resize(stacks.values.len() + n, 0);
             }
             let row = &mut stacks.values[entry * n..][..n];
@@ -546,26 +590,39 @@ impl<'p> Stacks<'p> {
     }
 
     /// The second pass: builds the trees, `trees[set * n + k]` for label set `set` and the
-    /// `k`th selected sample type.
+    /// `k`th selected sample type, and beside each its span trees.
     ///
     /// Each label set's distinct stacks are inserted once, as a shape
     /// ([`Tree::insert_path`]); each sample type's tree then takes its values from that shape
     /// in one pass over the nodes ([`Tree::with_self_values`]). A heap profile's four trees
-    /// cost one walk per stack instead of four.
+    /// cost one walk per stack instead of four. A stack of a span is also inserted into that
+    /// span's tree, once per sample type with a value, while the span trees hold fewer than
+    /// [`Limits::max_span_nodes`] nodes.
     fn build(
         &self,
         profile: &'p Profile,
         strings: &Strings<'p>,
         locations: &IdIndex,
         limits: &Limits,
-    ) -> Result<Vec<Option<Tree>>, PprofError> {
+    ) -> Result<Built, PprofError> {
         let n = self.n;
         let mut shapes: Vec<Option<Builder>> = (0..self.labels.sets.len()).map(|_| None).collect();
+        let mut spans: Vec<SpanTrees> = (0..self.labels.sets.len() * n)
+            .map(|_| SpanTrees::new())
+            .collect();
         let mut resolver = Resolver::new(profile, *strings);
         let mut frames: Vec<u32> = Vec::new();
         let mut stack: Vec<FrameId> = Vec::new();
         let mut leaves: Vec<NodeId> = Vec::with_capacity(self.entries.len());
-        for &(set, location_ids, sample) in &self.entries {
+        // Nodes of every span tree so far, against `Limits::max_span_nodes`.
+        let mut span_nodes = 0usize;
+        for (e, entry) in self.entries.iter().enumerate() {
+            let StackEntry {
+                set,
+                span,
+                locations: location_ids,
+                sample,
+            } = *entry;
             frames.clear();
             for &id in location_ids.iter().rev() {
                 let location = locations
@@ -580,6 +637,18 @@ impl<'p> Stacks<'p> {
             }
             let shape = shapes[set].get_or_insert_with(Builder::default);
             leaves.push(shape.insert_path(&frames, &resolver.names, &mut stack));
+            if let Some(span) = span.filter(|_| span_nodes < limits.max_span_nodes) {
+                for k in 0..n {
+                    let value = self.values[e * n + k];
+                    if value > 0 {
+                        let names = frames.iter().map(|&f| &*resolver.names[f as usize]);
+                        let tree = spans[set * n + k].tree_mut(span);
+                        let before = tree.len();
+                        tree.insert_names(names, value);
+                        span_nodes += tree.len() - before;
+                    }
+                }
+            }
         }
 
         let mut columns: Vec<Vec<u64>> = Vec::new();
@@ -591,8 +660,8 @@ impl<'p> Stacks<'p> {
             };
             columns.clear();
             columns.resize_with(n, || vec![0; shape.tree.len() + 1]);
-            for (e, &(entry_set, _, _)) in self.entries.iter().enumerate() {
-                if entry_set == set {
+            for (e, entry) in self.entries.iter().enumerate() {
+                if entry.set == set {
                     for (k, column) in columns.iter_mut().enumerate() {
                         let slot = &mut column[leaves[e].index()];
                         *slot = slot.saturating_add(self.values[e * n + k]);
@@ -604,7 +673,7 @@ impl<'p> Stacks<'p> {
                 trees.push((!tree.is_empty() || tree.total() > 0).then_some(tree));
             }
         }
-        Ok(trees)
+        Ok((trees, spans))
     }
 }
 
@@ -711,17 +780,27 @@ impl<'p> Resolver<'p> {
                     id: location.mapping_id,
                 })?;
             let file = self.strings.text(mapping.filename, "mapping.filename")?;
-            let base = file.rsplit(['/', '\\']).next().unwrap_or_default();
-            if !base.is_empty() {
-                let offset = location
-                    .address
-                    .wrapping_sub(mapping.memory_start)
-                    .wrapping_add(mapping.file_offset);
-                return Ok(format!("{base}+0x{offset:x}"));
-            }
+            return Ok(address_frame(
+                location.address,
+                Some((&file, mapping.memory_start, mapping.file_offset)),
+            ));
         }
-        Ok(format!("0x{:x}", location.address))
+        Ok(address_frame(location.address, None))
     }
+}
+
+/// The name of a frame known only by its address, as pprof and OTLP locations without
+/// function names are named: `<file basename>+0x<file offset>` when its mapping (file, start
+/// address, file offset) names a file, else `0x<address>`.
+pub(crate) fn address_frame(address: u64, mapping: Option<(&str, u64, u64)>) -> String {
+    if let Some((file, memory_start, file_offset)) = mapping {
+        let base = file.rsplit(['/', '\\']).next().unwrap_or_default();
+        if !base.is_empty() {
+            let offset = address.wrapping_sub(memory_start).wrapping_add(file_offset);
+            return format!("{base}+0x{offset:x}");
+        }
+    }
+    format!("0x{address:x}")
 }
 
 /// One tree being built, with the profile's frames mapped to the tree's ids as they are first

@@ -314,6 +314,77 @@ fn string_labels_split_series() {
     assert!(series.iter().all(|s| s.name_suffix == "cpu"));
 }
 
+/// pyroscope-otel's labels (pyroscope-io 1.4 sends them as pprof sample labels): the span id
+/// goes to the span index, and none of `span_id`, `span_name`, `trace_id` splits the series.
+#[test]
+fn span_labels_make_span_trees_not_series() {
+    let mut b = Build::new(&[("samples", "count"), ("inuse_space", "bytes")]);
+    let alpha = [
+        ("span_id", "c0e0b0dbd40cdf14"),
+        ("span_name", "alpha"),
+        ("trace_id", "c0712b7cef35caf6bb3ee002b87fc2e4"),
+    ];
+    let beta = [
+        ("span_id", "5A561ACCAAB40CF2"),
+        ("span_name", "beta"),
+        ("trace_id", "4b3c97f027eb841ca431cd06e04420e0"),
+    ];
+    b.stack("main;alpha_work", &[30, 1], &alpha);
+    b.stack("main;alpha_work", &[10, 0], &alpha);
+    b.stack("main;beta_work", &[20, 2], &beta);
+    b.stack(
+        "main;beta_work",
+        &[5, 0],
+        &[("span_id", "0000000000000000")],
+    );
+    b.stack(
+        "main;idle",
+        &[7, 0],
+        &[("span_id", "not hex"), ("env", "prod")],
+    );
+    b.stack("main;idle", &[1, 0], &[]);
+    let series = b.series();
+    let summary: Vec<_> = series
+        .iter()
+        .map(|s| (s.sample_type.as_str(), s.labels.clone(), s.tree.total()))
+        .collect();
+    let env = vec![("env".to_string(), "prod".to_string())];
+    assert_eq!(
+        summary,
+        [
+            ("samples", vec![], 66),
+            ("samples", env.clone(), 7),
+            ("inuse_space", vec![], 3),
+            ("inuse_space", env, 0),
+        ]
+        .into_iter()
+        .filter(|(_, _, total)| *total > 0)
+        .collect::<Vec<_>>()
+    );
+    let cpu = &series[0];
+    let a = SpanId::from_label("c0e0b0dbd40cdf14").unwrap();
+    let b_span = SpanId::from_label("5a561accaab40cf2").unwrap();
+    assert_eq!(cpu.spans.len(), 2, "no span for zeros or bad hex");
+    assert_eq!(folded(cpu.spans.get(a).unwrap()), ["main;alpha_work 40"]);
+    assert_eq!(
+        folded(cpu.spans.get(b_span).unwrap()),
+        ["main;beta_work 20"]
+    );
+    let wall = &series[2];
+    assert_eq!(folded(wall.spans.get(a).unwrap()), ["main;alpha_work 1"]);
+    assert!(series[1].spans.is_empty());
+
+    // Past the span nodes' bound, later samples keep no span; the series' trees are whole.
+    let limits = Limits {
+        max_span_nodes: 2,
+        ..Limits::default()
+    };
+    let bounded = parse(&b.bytes(), &SampleTypes::default(), &limits).unwrap();
+    assert_eq!(bounded[0].tree, series[0].tree);
+    assert_eq!(bounded[0].spans.len(), 1, "the first span only");
+    assert!(bounded[0].spans.get(a).is_some());
+}
+
 #[test]
 fn inlined_lines_expand_caller_first() {
     let mut b = Build::new(&[("samples", "count")]);
@@ -687,7 +758,7 @@ fn sample_and_table_counts_are_capped() {
 
 #[test]
 fn varints_stop_at_ten_bytes() {
-    assert_eq!(varint(&[0x96, 0x01]), Some((150, 2)));
-    assert_eq!(varint(&[0x80]), None);
-    assert_eq!(varint(&[0xff; 11]), None);
+    assert_eq!(varint::get(&[0x96, 0x01]), Some((150, 2)));
+    assert_eq!(varint::get(&[0x80]), None);
+    assert_eq!(varint::get(&[0xff; 11]), None);
 }

@@ -25,7 +25,10 @@
 //! String labels (`Label.str`) become series labels, sorted by key; when a key repeats within
 //! a sample, its last value wins. Numeric labels (`Label.num`, such as the `bytes` label of Go
 //! heap profiles) are ignored, as Pyroscope ignores them: they would give every allocation size
-//! its own series. Labels with an empty key or value are ignored too.
+//! its own series. Labels with an empty key or value are ignored too. The span labels
+//! (`span_id`, `span_name`, `trace_id`, [`crate::span`]) are not series labels either: a
+//! sample with a valid `span_id` is added to that span's tree as well as to its series' tree
+//! ([`ProfileSeries::spans`]), so that a trace can open the profile of its span.
 //!
 //! # Values
 //!
@@ -57,6 +60,7 @@ mod sample_type;
 
 use std::io;
 
+pub(crate) use decode::address_frame;
 pub use decode::{ProfileSeries, decode, decompress, parse, to_series};
 pub use encode::{EncodeOptions, Period, encode};
 pub use proto::Profile;
@@ -80,6 +84,12 @@ pub struct Limits {
     /// their root-most frames, as Pyroscope's `max_profile_stacktrace_depth` does. Default 1000,
     /// Pyroscope's default.
     pub max_stack_depth: usize,
+    /// The most nodes the span trees of one profile hold in all
+    /// ([`ProfileSeries::spans`]); once they do, later samples keep no span (they stay in
+    /// their series' tree). Span trees share no nodes with each other, so without this a
+    /// profile of many spans with deep stacks costs far more memory than its bytes. Default
+    /// 1 Mi (2^20), about 40 MiB.
+    pub max_span_nodes: usize,
 }
 
 impl Default for Limits {
@@ -89,6 +99,7 @@ impl Default for Limits {
             max_samples: 1 << 20,
             max_entries: 1 << 21,
             max_stack_depth: 1000,
+            max_span_nodes: 1 << 20,
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::flamebearer::Flamebearer;
 use crate::tree::OTHER;
+use crate::varint;
 use crate::{CombinedTree, NodeId, Tree};
 
 use super::messages::{FlameGraph, FlameGraphDiff, Level};
@@ -97,18 +98,10 @@ pub fn tree_bytes(tree: &Tree, max_nodes: usize) -> Vec<u8> {
 }
 
 fn write_node(out: &mut Vec<u8>, name: &str, self_value: u64, children: usize) {
-    write_varint(out, name.len() as u64);
+    varint::put(out, name.len() as u64);
     out.extend_from_slice(name.as_bytes());
-    write_varint(out, self_value);
-    write_varint(out, children as u64);
-}
-
-fn write_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+    varint::put(out, self_value);
+    varint::put(out, children as u64);
 }
 
 #[cfg(test)]

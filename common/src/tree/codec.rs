@@ -1,6 +1,7 @@
 //! The tree's binary encoding, used on the wire and at rest.
 
 use super::{FrameId, NONE, Node, NodeId, Tree, add};
+use crate::varint::{self, VarintError};
 
 /// First byte of every encoded tree.
 const MAGIC: u8 = b'T';
@@ -112,14 +113,14 @@ impl Tree {
 
         out.push(MAGIC);
         out.push(VERSION);
-        put_varint(out, used.len() as u64);
+        varint::put(out, used.len() as u64);
         for &frame in &used {
             let name = self.frames.name(FrameId(frame));
-            put_varint(out, name.len() as u64);
+            varint::put(out, name.len() as u64);
             out.extend_from_slice(name.as_bytes());
         }
-        put_varint(out, self.len() as u64);
-        put_varint(out, self.nodes[0].self_value);
+        varint::put(out, self.len() as u64);
+        varint::put(out, self.nodes[0].self_value);
         let mut previous_depth = 0;
         order.walk(|node, depth| {
             if node == NodeId::ROOT.0 {
@@ -127,10 +128,10 @@ impl Tree {
             }
             let n = &self.nodes[node as usize];
             let up = (previous_depth + 1 - depth) as u64;
-            put_varint(out, (up << 1) | u64::from(n.self_value != 0));
-            put_varint(out, u64::from(number[n.frame as usize]));
+            varint::put(out, (up << 1) | u64::from(n.self_value != 0));
+            varint::put(out, u64::from(number[n.frame as usize]));
             if n.self_value != 0 {
-                put_varint(out, n.self_value);
+                varint::put(out, n.self_value);
             }
             previous_depth = depth;
             true
@@ -243,14 +244,6 @@ impl Tree {
     }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
 struct Reader<'a> {
     bytes: &'a [u8],
     offset: usize,
@@ -268,19 +261,20 @@ impl<'a> Reader<'a> {
 
     fn varint(&mut self, field: &'static str) -> Result<u64, DecodeError> {
         let start = self.offset;
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.byte(field)?;
-            let bits = u64::from(byte & 0x7f);
-            if shift == 63 && bits > 1 {
-                return Err(DecodeError::BadVarint { offset: start });
+        match varint::get_strict(&self.bytes[start..]) {
+            Ok((value, len)) => {
+                self.offset += len;
+                Ok(value)
             }
-            value |= bits << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
+            Err(VarintError::Truncated) => {
+                self.offset = self.bytes.len();
+                Err(DecodeError::Truncated {
+                    offset: self.offset,
+                    field,
+                })
             }
+            Err(VarintError::Overlong) => Err(DecodeError::BadVarint { offset: start }),
         }
-        Err(DecodeError::BadVarint { offset: start })
     }
 
     /// Reads a count of items that each take at least `min_bytes`, rejecting counts the rest of

@@ -96,6 +96,94 @@ pub fn check_agent_id(id: &str) -> Result<(), BatchError> {
     Ok(())
 }
 
+impl SeriesMessage {
+    /// One profile's series, meta and encoded tree.
+    pub fn from_profile(profile: &Profile) -> SeriesMessage {
+        SeriesMessage {
+            app: profile.series.app().to_owned(),
+            profile_type: profile.series.profile_type().unwrap_or_default().to_owned(),
+            labels: profile
+                .series
+                .labels()
+                .iter()
+                .map(|(name, value)| LabelMessage {
+                    name: name.to_owned(),
+                    value: value.to_owned(),
+                })
+                .collect(),
+            units: profile.meta.units.clone(),
+            sample_rate: profile.meta.sample_rate,
+            spy_name: profile.meta.spy_name.clone(),
+            aggregation: profile.meta.aggregation.as_str().to_owned(),
+            tree: profile.tree.encode(),
+        }
+    }
+
+    /// The series as a profile spanning `from` to `until`, after checking every field; `index`
+    /// is its place in the batch, for the error.
+    ///
+    /// # Errors
+    ///
+    /// A [`BatchError`] naming the series and what is wrong with it.
+    pub fn into_profile(
+        self,
+        index: usize,
+        from: SystemTime,
+        until: SystemTime,
+    ) -> Result<Profile, BatchError> {
+        let SeriesMessage {
+            app,
+            profile_type,
+            labels,
+            units,
+            sample_rate,
+            spy_name,
+            aggregation,
+            tree,
+        } = self;
+        let bad = |source| BatchError::BadSeries {
+            index,
+            app: app.clone(),
+            source,
+        };
+        let labels =
+            Labels::from_pairs(labels.into_iter().map(|l| (l.name, l.value))).map_err(bad)?;
+        let series = Series::new(app.clone(), labels).map_err(bad)?;
+        if series.profile_type().unwrap_or_default() != profile_type {
+            return Err(BatchError::ProfileTypeMismatch {
+                index,
+                app,
+                profile_type,
+            });
+        }
+        let aggregation: Aggregation =
+            aggregation
+                .parse()
+                .map_err(|_| BatchError::BadAggregation {
+                    index,
+                    app: app.clone(),
+                    aggregation: aggregation.clone(),
+                })?;
+        let tree = Tree::decode(&tree).map_err(|source| BatchError::BadTree {
+            index,
+            app: app.clone(),
+            source,
+        })?;
+        Ok(Profile {
+            series,
+            meta: ProfileMeta {
+                spy_name,
+                sample_rate,
+                units,
+                aggregation,
+            },
+            from,
+            until,
+            tree,
+        })
+    }
+}
+
 impl BatchMessage {
     /// The batch of one window: each profile's series, meta and encoded tree. Profiles are
     /// taken to span the window, as the agent's windows make them.
@@ -106,27 +194,23 @@ impl BatchMessage {
         end: SystemTime,
         profiles: &[Profile],
     ) -> BatchMessage {
-        let series = profiles
-            .iter()
-            .map(|profile| SeriesMessage {
-                app: profile.series.app().to_owned(),
-                profile_type: profile.series.profile_type().unwrap_or_default().to_owned(),
-                labels: profile
-                    .series
-                    .labels()
-                    .iter()
-                    .map(|(name, value)| LabelMessage {
-                        name: name.to_owned(),
-                        value: value.to_owned(),
-                    })
-                    .collect(),
-                units: profile.meta.units.clone(),
-                sample_rate: profile.meta.sample_rate,
-                spy_name: profile.meta.spy_name.clone(),
-                aggregation: profile.meta.aggregation.as_str().to_owned(),
-                tree: profile.tree.encode(),
-            })
-            .collect();
+        BatchMessage::from_series(
+            agent_id,
+            sequence,
+            start,
+            end,
+            profiles.iter().map(SeriesMessage::from_profile).collect(),
+        )
+    }
+
+    /// The batch of `series` over one window.
+    pub fn from_series(
+        agent_id: &str,
+        sequence: u64,
+        start: SystemTime,
+        end: SystemTime,
+        series: Vec<SeriesMessage>,
+    ) -> BatchMessage {
         BatchMessage {
             agent_id: agent_id.to_owned(),
             sequence,
@@ -161,6 +245,24 @@ impl BatchMessage {
         (at(self.start_unix_nanos), at(self.end_unix_nanos))
     }
 
+    /// The batch's series, each a profile spanning the window or the error that refuses it
+    /// alone, after checking the batch's identity.
+    ///
+    /// # Errors
+    ///
+    /// [`BatchError::BadAgentId`], [`BatchError::ZeroSequence`] or [`BatchError::BadWindow`]:
+    /// nothing of a batch with a bad identity is read.
+    pub fn into_series(self) -> Result<Vec<Result<Profile, BatchError>>, BatchError> {
+        self.check_identity()?;
+        let (from, until) = self.window();
+        Ok(self
+            .series
+            .into_iter()
+            .enumerate()
+            .map(|(index, series)| series.into_profile(index, from, until))
+            .collect())
+    }
+
     /// The batch's profiles, each spanning the window, after checking every field.
     ///
     /// # Errors
@@ -168,64 +270,7 @@ impl BatchMessage {
     /// A [`BatchError`] naming the series and what is wrong with it; nothing is returned of a
     /// batch with any invalid part.
     pub fn into_profiles(self) -> Result<Vec<Profile>, BatchError> {
-        self.check_identity()?;
-        let (from, until) = self.window();
-        self.series
-            .into_iter()
-            .enumerate()
-            .map(|(index, series)| {
-                let SeriesMessage {
-                    app,
-                    profile_type,
-                    labels,
-                    units,
-                    sample_rate,
-                    spy_name,
-                    aggregation,
-                    tree,
-                } = series;
-                let bad = |source| BatchError::BadSeries {
-                    index,
-                    app: app.clone(),
-                    source,
-                };
-                let labels = Labels::from_pairs(labels.into_iter().map(|l| (l.name, l.value)))
-                    .map_err(bad)?;
-                let series = Series::new(app.clone(), labels).map_err(bad)?;
-                if series.profile_type().unwrap_or_default() != profile_type {
-                    return Err(BatchError::ProfileTypeMismatch {
-                        index,
-                        app,
-                        profile_type,
-                    });
-                }
-                let aggregation: Aggregation =
-                    aggregation
-                        .parse()
-                        .map_err(|_| BatchError::BadAggregation {
-                            index,
-                            app: app.clone(),
-                            aggregation: aggregation.clone(),
-                        })?;
-                let tree = Tree::decode(&tree).map_err(|source| BatchError::BadTree {
-                    index,
-                    app: app.clone(),
-                    source,
-                })?;
-                Ok(Profile {
-                    series,
-                    meta: ProfileMeta {
-                        spy_name,
-                        sample_rate,
-                        units,
-                        aggregation,
-                    },
-                    from,
-                    until,
-                    tree,
-                })
-            })
-            .collect()
+        self.into_series()?.into_iter().collect()
     }
 }
 
@@ -322,6 +367,37 @@ mod tests {
         assert!(matches!(
             m.into_profiles(),
             Err(BatchError::BadSeries { .. })
+        ));
+    }
+
+    #[test]
+    fn one_bad_series_is_refused_alone() {
+        let start = UNIX_EPOCH + Duration::from_secs(100);
+        let mut message = BatchMessage::from_profiles(
+            "agent-1",
+            1,
+            start,
+            start + Duration::from_secs(10),
+            &[
+                profile("a.cpu", &[("x", 1)]),
+                profile("b.cpu", &[("y", 2)]),
+                profile("c.cpu", &[("z", 3)]),
+            ],
+        );
+        message.series[1].tree = vec![1, 2, 3];
+        let series = message.clone().into_series().unwrap();
+        assert_eq!(series.len(), 3);
+        assert!(series[0].is_ok() && series[2].is_ok());
+        assert!(
+            matches!(&series[1], Err(BatchError::BadTree { index: 1, .. })),
+            "{:?}",
+            series[1]
+        );
+        assert!(message.clone().into_profiles().is_err(), "all or nothing");
+        message.sequence = 0;
+        assert!(matches!(
+            message.into_series(),
+            Err(BatchError::ZeroSequence)
         ));
     }
 }

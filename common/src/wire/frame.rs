@@ -379,6 +379,7 @@ mod tests {
         let ack = Ack {
             sequence: 42,
             duplicate: true,
+            ..Ack::default()
         };
         let frame = encode(FrameKind::Ack, &ack);
         assert_eq!(&frame[..4], b"SMLD");
@@ -442,7 +443,7 @@ mod tests {
             FrameKind::Ack,
             &Ack {
                 sequence: 7,
-                duplicate: false,
+                ..Ack::default()
             },
         );
         let declared = u32::from_le_bytes(frame[12..16].try_into().unwrap());
@@ -457,7 +458,7 @@ mod tests {
             FrameKind::Ack,
             &Ack {
                 sequence: 7,
-                duplicate: false,
+                ..Ack::default()
             },
         );
         let err = decode::<Ack>(&frame[..frame.len() - 1], FrameKind::Ack, BIG).unwrap_err();

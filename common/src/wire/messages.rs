@@ -33,6 +33,25 @@ pub struct Welcome {
     /// `max_concurrent_batches`: renamed, same number, same meaning.
     #[prost(uint32, tag = "3")]
     pub max_batches_in_flight: u32,
+    /// Most series one batch may carry (`ingest.max-series-per-request`); the agent splits a
+    /// window into batches within it. 0 from an aggregator of v0.1, which did not announce it
+    /// (and refused a batch over its default, 10 000, whole).
+    #[prost(uint32, tag = "4")]
+    pub max_series_per_batch: u32,
+    /// Most labels one series may have (`ingest.max-labels-per-series`); 0: not announced.
+    #[prost(uint32, tag = "5")]
+    pub max_labels_per_series: u32,
+    /// Longest label name or value, in bytes (`ingest.max-label-bytes`); 0: not announced.
+    #[prost(uint32, tag = "6")]
+    pub max_label_bytes: u32,
+    /// The aggregator's clock as it wrote the welcome, in nanoseconds since the Unix epoch, so
+    /// that the agent can measure its own clock's offset; 0: not announced.
+    #[prost(int64, tag = "7")]
+    pub clock_unix_nanos: i64,
+    /// How far past the aggregator's clock a batch's window may end, in seconds: a batch
+    /// beyond it is refused for now (retryable, code `clock_skew`); 0: not announced.
+    #[prost(uint32, tag = "8")]
+    pub max_clock_skew_seconds: u32,
 }
 
 /// One window's trees from one agent.
@@ -41,7 +60,8 @@ pub struct BatchMessage {
     /// The sending agent's id; with `sequence`, what makes a batch stored at most once.
     #[prost(string, tag = "1")]
     pub agent_id: String,
-    /// The batch's number, from 1, increasing by one per batch the agent spools.
+    /// The batch's number, from 1, increasing with every batch the agent spools (a window
+    /// split into several batches takes one number per batch).
     #[prost(uint64, tag = "2")]
     pub sequence: u64,
     /// Start of the window, in nanoseconds since the Unix epoch.
@@ -97,7 +117,8 @@ pub struct LabelMessage {
     pub value: String,
 }
 
-/// The aggregator has stored a batch durably (or had stored it before: a retry).
+/// The aggregator has stored a batch durably (or had stored it before: a retry): every series
+/// but those in `refused`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Ack {
     /// The acknowledged batch's sequence number.
@@ -106,6 +127,42 @@ pub struct Ack {
     /// True when the batch had been stored before and this copy was not stored again.
     #[prost(bool, tag = "2")]
     pub duplicate: bool,
+    /// The series that were not stored, each with why; sending them again cannot help. At most
+    /// [`MAX_LISTED`](super::limits::MAX_LISTED), the rest counted in `unlisted`, so that the
+    /// ack stays a small control frame. An agent of v0.1 reads neither field: it sees the ack
+    /// of a batch stored in part.
+    #[prost(message, repeated, tag = "3")]
+    pub refused: Vec<SeriesRefusal>,
+    /// The refused series past those listed, counted per reason.
+    #[prost(message, repeated, tag = "4")]
+    pub unlisted: Vec<RefusalTally>,
+}
+
+/// Refused series counted, not listed: how many of one reason.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RefusalTally {
+    /// A [`RefusalReason`](super::RefusalReason)'s code.
+    #[prost(string, tag = "1")]
+    pub reason: String,
+    /// How many series.
+    #[prost(uint32, tag = "2")]
+    pub count: u32,
+}
+
+/// One series of a batch the aggregator did not store.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SeriesRefusal {
+    /// The series' index in the batch's `series`.
+    #[prost(uint32, tag = "1")]
+    pub index: u32,
+    /// Why, as a bounded code: a [`RefusalReason`](super::RefusalReason)'s name; a reader
+    /// counts a code it does not know as `other`.
+    #[prost(string, tag = "2")]
+    pub reason: String,
+    /// The same for a human: the limit or field at fault. Only the first few refusals of an
+    /// answer carry one.
+    #[prost(string, tag = "3")]
+    pub message: String,
 }
 
 /// The aggregator refuses a hello or a batch.
@@ -118,7 +175,22 @@ pub struct Reject {
     #[prost(string, tag = "2")]
     pub reason: String,
     /// Whether sending the same thing again later can succeed (the store was unavailable, a
-    /// rate limit) or not (the batch is invalid, the credentials are wrong).
+    /// rate limit, the agent's clock ahead of the aggregator's) or not (the batch is invalid,
+    /// the credentials are wrong).
     #[prost(bool, tag = "3")]
     pub retryable: bool,
+    /// `reason` as a bounded code for the agent's metrics and decisions: `too_large` (over
+    /// `max_batch_bytes`: nothing was read; the agent splits the batch and sends the parts),
+    /// `clock_skew`, `rate_limited`, `unavailable` (the aggregator cannot store now: its bucket
+    /// does not take writes; an agent with other aggregators moves to the next), `refused`
+    /// (every series refused, see `refused`), ... ([`super::reject`]). Empty from an aggregator
+    /// of v0.1.
+    #[prost(string, tag = "4")]
+    pub code: String,
+    /// With code `refused`: the batch's series, each with why, as in [`Ack::refused`].
+    #[prost(message, repeated, tag = "5")]
+    pub refused: Vec<SeriesRefusal>,
+    /// With code `refused`: the series past those listed, as in [`Ack::unlisted`].
+    #[prost(message, repeated, tag = "6")]
+    pub unlisted: Vec<RefusalTally>,
 }

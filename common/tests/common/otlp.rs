@@ -206,6 +206,7 @@ fn small() -> Limits {
         max_samples: 10_000,
         max_entries: 10_000,
         max_stack_depth: 64,
+        max_span_nodes: 10_000,
     }
 }
 

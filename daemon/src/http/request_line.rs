@@ -2,7 +2,7 @@
 //!
 //! hyper answers a request target that is not a valid URI (an unencoded `"` or space in a
 //! query, as `curl 'http://host/render?query=app.cpu{env="prod"}'` sends it) with a 400 and an
-//! empty body, and offers no hook to say more. [`Checked`] reads each new connection's first
+//! empty body, and offers no hook to say more. [`CheckedStream`] reads each connection's first
 //! line itself: a target that `http`'s URI parser (the one hyper uses) refuses is answered
 //! here, with a body naming the byte to encode, and the connection closed; any other line is
 //! handed to the server unchanged, byte for byte, and the connection is passed through from
@@ -14,29 +14,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use axum::http::Uri;
-use axum::serve::Listener;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
 
 /// A request line longer than this is left to the server, which limits it itself.
 const MAX_LINE: usize = 16 * 1024;
-
-/// A TCP listener whose connections are [`CheckedStream`]s.
-pub(super) struct Checked(pub(super) TcpListener);
-
-impl Listener for Checked {
-    type Io = CheckedStream<TcpStream>;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (stream, addr) = Listener::accept(&mut self.0).await;
-        (CheckedStream::new(stream), addr)
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.0.local_addr()
-    }
-}
 
 /// A connection whose first request line is checked before the server sees it.
 pub(super) struct CheckedStream<S> {

@@ -193,6 +193,10 @@ fn go_binaries_get_frame_pointer_rows_and_stop_at_goexit() {
         table.lookup(symbol(&bytes, "runtime.mstart.abi0")),
         Rule::End
     );
+    // The scheduler's stack begins where a goroutine switches to it.
+    for root in ["runtime.mcall", "runtime.morestack.abi0"] {
+        assert_eq!(table.lookup(symbol(&bytes, root) + 1), Rule::End, "{root}");
+    }
 }
 
 #[test]
@@ -220,6 +224,28 @@ fn files_without_call_frame_information_say_so() {
     // Our own executable is Rust: .eh_frame, a build id.
     let ours = table_of(Path::new("/proc/self/exe"));
     assert!(ours.stats().fdes > 100);
+}
+
+#[test]
+fn a_table_past_the_row_limit_is_refused_as_it_is_read() {
+    let bytes = std::fs::read("/usr/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+    let elf = Elf::parse(&bytes).unwrap();
+    let rows = smolder_unwind::build(&elf, None, &Limits::default())
+        .unwrap()
+        .entries()
+        .len();
+    // A tenth of libc's rows: the read stops there, not once every row is in memory.
+    let limits = Limits {
+        max_rows: (rows / 10) as u32,
+        ..Limits::default()
+    };
+    match smolder_unwind::build(&elf, None, &limits) {
+        Err(UnwindError::TooLarge { what, value, limit }) => {
+            assert_eq!((what, limit), ("rows", u64::from(limits.max_rows)));
+            assert!(value < rows as u64 / 5, "{value} rows read of {rows}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 proptest::proptest! {

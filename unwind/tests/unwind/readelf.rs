@@ -252,3 +252,24 @@ fn python3_11() {
 fn libstdcxx() {
     check("/usr/lib/x86_64-linux-gnu/libstdc++.so.6");
 }
+
+/// OpenSSL's hand-written assembly (perlasm): functions that keep their CFA in a register other
+/// than `rsp` or `rbp` (the stack realigned, the old `rsp` in `r11` or `rax`: 729 rows of
+/// Debian's 3.0) and CFA expressions that are neither PLT nor `*(rsp+a)+b` (62), which are
+/// counted as unsupported rather than guessed; readelf agrees on every row.
+#[test]
+fn libcrypto() {
+    let path = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
+    assert!(
+        Path::new(path).exists(),
+        "{path} is missing: apt-get install libssl3 (scripts/test installs it)"
+    );
+    let checked = check(path);
+    assert!(checked > 50_000, "{checked}");
+    let stats = table_of(Path::new(path)).stats().clone();
+    assert!(
+        stats.unsupported(Unsupported::CfaRegister) > 0
+            && stats.unsupported(Unsupported::CfaExpression) > 0,
+        "{stats:?}"
+    );
+}

@@ -12,6 +12,22 @@
 //! says. `agent/tests/agent/python.rs` repeats both checks against the headers and walks live
 //! interpreters of each release.
 //!
+//! Every final 3.11.x and 3.12.x takes its minor release's table, though the headers of three
+//! micro releases were compared, because CPython does not change these layouts within a minor
+//! release: its ABI is fixed from the x.y.0 final on (the devguide's rule: no ABI change in
+//! maintenance releases; extensions built against 3.11.0 load in every 3.11.x), which covers
+//! the public structs read here (`PyThreadState`, `PyCodeObject`, the string objects), and
+//! the internal ones the walk reads (`_PyRuntimeState`'s interpreter list,
+//! `PyInterpreterState.threads`, `_PyCFrame`, `_PyInterpreterFrame`) are the ones every
+//! out-of-process profiler and debugger reads with one table per minor release (py-spy,
+//! Pyroscope's and OpenTelemetry's eBPF profilers), which is why 3.13 began publishing them
+//! (`_Py_DebugOffsets`) rather than changing that practice. Pre-releases are refused: layouts
+//! do change up to the final. Were a micro release to move a field all the same, what the
+//! walk reads would fail the checks made on it (the code object's type at every name read:
+//! `read_failures_total{reason="not_code"}`; the instruction pointer inside the code:
+//! `stale_code`; a thread state not found: native stacks), showing as
+//! `[unknown python code]` and native stacks, not as wrong names.
+//!
 //! Nothing here reads memory: input is bytes, output offsets.
 
 use super::PythonError;

@@ -21,7 +21,8 @@ use super::memory::{Memory, u32_at, u64_at};
 pub(super) const MAX_NAME_CHARS: u64 = 256;
 /// Characters of a file name kept.
 pub(super) const MAX_PATH_CHARS: u64 = 1024;
-/// Names one process's cache holds; past it the cache starts over.
+/// Names one process's cache holds; past it the names not checked in the current window go
+/// (all of them if every one was).
 const MAX_CACHED_NAMES: usize = 16384;
 
 /// What a code object says of itself.
@@ -217,6 +218,8 @@ pub struct NameCache {
     names: HashMap<u64, Cached>,
     /// The current window; names checked in it are trusted without another read.
     window: u64,
+    /// Names dropped for the per-process bound since [`NameCache::take_evicted`] last ran.
+    evicted: usize,
 }
 
 /// A frame's name and the length of its code.
@@ -254,7 +257,10 @@ impl NameCache {
             units: info.units,
         };
         if self.names.len() >= MAX_CACHED_NAMES {
-            self.names.clear();
+            self.evicted += self.evict_stale();
+            if self.names.len() >= MAX_CACHED_NAMES {
+                self.evicted += self.clear();
+            }
         }
         self.names.insert(
             addr,
@@ -295,6 +301,27 @@ impl NameCache {
     /// Whether no name is cached.
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
+    }
+
+    /// Drops the names not checked in the current window (those the window's samples do not
+    /// need); returns how many.
+    pub fn evict_stale(&mut self) -> usize {
+        let before = self.names.len();
+        let window = self.window;
+        self.names.retain(|_, cached| cached.checked == window);
+        before - self.names.len()
+    }
+
+    /// Drops every name; returns how many.
+    pub fn clear(&mut self) -> usize {
+        let dropped = self.names.len();
+        self.names = HashMap::new();
+        dropped
+    }
+
+    /// Names the cache dropped on its own (its per-process bound) since the last call.
+    pub fn take_evicted(&mut self) -> usize {
+        std::mem::take(&mut self.evicted)
     }
 }
 
@@ -378,6 +405,55 @@ mod tests {
         let mut huge = string(4, false, i64::MAX as u64, b"");
         huge.extend_from_slice(&[0x41, 0, 0, 0].repeat(4));
         assert_eq!(read(&huge, 4).unwrap(), "AAAA…");
+    }
+
+    /// A code object of the test process's own memory: header, qualname and filename strings.
+    struct FakeCode {
+        header: Vec<u8>,
+        _strings: [Vec<u8>; 2],
+    }
+
+    fn fake_code(first_line: u32) -> FakeCode {
+        let layout = Layout::V3_12;
+        let qualname = string(1, true, 1, b"f");
+        let filename = string(1, true, 4, b"a.py");
+        let mut header = vec![0u8; layout.code_header_len()];
+        let put = |header: &mut Vec<u8>, at: u64, value: u64| {
+            let at = at as usize;
+            header[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        };
+        put(&mut header, layout.object_type, target().code_type);
+        put(&mut header, layout.code_qualname, qualname.as_ptr() as u64);
+        put(&mut header, layout.code_filename, filename.as_ptr() as u64);
+        let at = layout.code_first_line as usize;
+        header[at..at + 4].copy_from_slice(&first_line.to_le_bytes());
+        FakeCode {
+            header,
+            _strings: [qualname, filename],
+        }
+    }
+
+    #[test]
+    fn the_cache_drops_stale_names_first_and_counts_what_it_drops() {
+        let memory = Memory::open(std::path::Path::new("/proc"), std::process::id()).unwrap();
+        let codes: Vec<FakeCode> = (1..=3).map(fake_code).collect();
+        let addr = |i: usize| codes[i].header.as_ptr() as u64;
+        let mut cache = NameCache::default();
+        for i in 0..2 {
+            assert_eq!(
+                &*cache.resolve(&memory, &target(), addr(i)).unwrap().name,
+                &*format!("f (a.py:{})", i + 1)
+            );
+        }
+        cache.next_window();
+        cache.resolve(&memory, &target(), addr(2)).unwrap();
+        // The first two were checked in the last window only.
+        assert_eq!(cache.evict_stale(), 2);
+        assert_eq!(cache.len(), 1);
+        assert!(cache.checked(addr(2)).is_some());
+        assert_eq!(cache.clear(), 1);
+        assert!(cache.is_empty());
+        assert_eq!(cache.take_evicted(), 0);
     }
 
     proptest! {

@@ -256,6 +256,26 @@ impl PythonProcess {
         self.names.next_window();
     }
 
+    /// The names cached for this process.
+    pub fn cached_names(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Drops the cached names not checked in the current window; returns how many.
+    pub fn evict_stale_names(&mut self) -> usize {
+        self.names.evict_stale()
+    }
+
+    /// Drops every cached name; returns how many.
+    pub fn clear_names(&mut self) -> usize {
+        self.names.clear()
+    }
+
+    /// Names the cache dropped for its per-process bound since the last call.
+    pub fn take_evicted_names(&mut self) -> usize {
+        self.names.take_evicted()
+    }
+
     /// Whether the instruction pointer `instr` of a frame running `code` lies in its bytecode
     /// (`units` 2-byte code units long). 3.11 and 3.12 point at the last instruction started,
     /// one unit before the first before any has; 3.13 at the next, possibly one past the end.

@@ -28,11 +28,19 @@ use crate::ebpf::sample::{PythonFrames, Splice, Stack, StackCount};
 /// The name of a frame whose code object could not be read.
 pub const UNKNOWN_CODE: &str = "[unknown python code]";
 
+/// Frame names held for all processes together (each process holds at most 16,384): some
+/// 250 bytes each, about 32 MiB. Past it, names go until a quarter of the room is free again:
+/// first those not checked in the current window, then the largest caches whole.
+const MAX_TOTAL_NAMES: usize = 131_072;
+
 /// The CPython processes the eBPF source walks.
 pub struct Pythons {
     proc: PathBuf,
     detector: Detector,
     processes: HashMap<u32, PythonProcess>,
+    /// The frame names all processes hold, and at most how many ([`MAX_TOTAL_NAMES`]).
+    cached_names: usize,
+    name_limit: usize,
     metrics: PythonMetrics,
 }
 
@@ -43,6 +51,8 @@ impl Pythons {
             proc: proc.to_path_buf(),
             detector: Detector::default(),
             processes: HashMap::new(),
+            cached_names: 0,
+            name_limit: MAX_TOTAL_NAMES,
             metrics,
         }
     }
@@ -51,7 +61,7 @@ impl Pythons {
     /// kernel walk it, if it runs a supported interpreter.
     pub fn learn(&mut self, pid: u32) -> Option<PythonProc> {
         // After an exec, what was known of the old image is stale.
-        self.processes.remove(&pid);
+        self.forget(pid);
         let found = match self.detector.process(&self.proc, pid) {
             Ok(Some(found)) => found,
             Ok(None) => return None,
@@ -99,10 +109,21 @@ impl Pythons {
         }
     }
 
+    /// The same with at most `limit` names in all, for the tests.
+    #[cfg(test)]
+    fn with_name_limit(proc: &Path, metrics: PythonMetrics, limit: usize) -> Pythons {
+        Pythons {
+            name_limit: limit,
+            ..Pythons::new(proc, metrics)
+        }
+    }
+
     /// Forgets `pid` (its exit grace is over, or it is not profiled).
     pub fn forget(&mut self, pid: u32) {
-        if self.processes.remove(&pid).is_some() {
+        if let Some(process) = self.processes.remove(&pid) {
+            self.cached_names -= process.cached_names();
             self.metrics.processes.set(self.processes.len() as i64);
+            self.metrics.cached_names.set(self.cached_names as i64);
         }
     }
 
@@ -110,11 +131,60 @@ impl Pythons {
     /// they stay known after its exit.
     pub fn read_names(&mut self, pid: u32, frames: &[PythonFrame]) {
         if let Some(process) = self.processes.get_mut(&pid) {
+            let before = process.cached_names();
             for frame in frames {
                 // Failures are counted when the drain names the frame.
                 let _ = process.name(frame.code_object());
             }
+            self.names_changed(pid, before);
         }
+    }
+
+    /// Accounts for the names of `pid` having been `before` and keeps the total under
+    /// [`MAX_TOTAL_NAMES`].
+    fn names_changed(&mut self, pid: u32, before: usize) {
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return;
+        };
+        self.metrics
+            .names_evicted
+            .inc_by(process.take_evicted_names() as u64);
+        // `before` is part of the total: the sum does not underflow.
+        self.cached_names = self.cached_names + process.cached_names() - before;
+        if self.cached_names > self.name_limit {
+            self.evict_names(self.name_limit - self.name_limit / 4);
+        }
+        self.metrics.cached_names.set(self.cached_names as i64);
+    }
+
+    /// Drops names until at most `target` remain: first every process's names not checked in
+    /// the current window (a live process's are read again when needed), then the largest
+    /// caches whole.
+    fn evict_names(&mut self, target: usize) {
+        let mut evicted = 0;
+        for process in self.processes.values_mut() {
+            evicted += process.evict_stale_names();
+        }
+        let mut sizes: Vec<(usize, u32)> = self
+            .processes
+            .iter()
+            .map(|(&pid, process)| (process.cached_names(), pid))
+            .collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        let mut left = self.cached_names - evicted;
+        for (_, pid) in sizes {
+            if left <= target {
+                break;
+            }
+            if let Some(process) = self.processes.get_mut(&pid) {
+                let dropped = process.clear_names();
+                evicted += dropped;
+                left -= dropped;
+            }
+        }
+        self.cached_names = left;
+        self.metrics.names_evicted.inc_by(evicted as u64);
+        debug!(evicted, left, "Python frame names evicted");
     }
 
     /// Names the Python frames of `samples` and places them in their native stacks, counts
@@ -205,7 +275,9 @@ impl Pythons {
             self.metrics.failed("unknown_process", count);
             return raw.iter().map(|_| Arc::from(UNKNOWN_CODE)).collect();
         };
-        raw.iter()
+        let before = process.cached_names();
+        let names = raw
+            .iter()
             .map(|frame| {
                 let code = frame.code_object();
                 let name = process
@@ -227,7 +299,9 @@ impl Pythons {
                     }
                 }
             })
-            .collect()
+            .collect();
+        self.names_changed(pid, before);
+        names
     }
 }
 
@@ -317,8 +391,74 @@ pub fn kernel_entry(proc: &Path, pid: u32, target: &Target) -> Result<PythonProc
 
 #[cfg(test)]
 mod tests {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::{Command, Stdio};
+
     use super::*;
     use crate::ebpf::python::{Layout, PythonVersion};
+
+    /// Debian's python3.11 with `count` functions, printing their code objects' addresses.
+    fn python_with_functions(count: usize) -> (std::process::Child, Vec<u64>) {
+        let script = format!(
+            "import sys\nfs = [eval(compile(f'lambda: {{i}}', f'f{{i}}.py', 'eval')) for i in range({count})]\n\
+             print(' '.join(str(id(f.__code__)) for f in fs), flush=True)\nsys.stdin.read()\n"
+        );
+        let mut child = Command::new("/usr/bin/python3.11")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("Debian's python3.11 runs (apt-get install python3.11)");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let codes = line
+            .split_whitespace()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        (child, codes)
+    }
+
+    fn frames(codes: &[u64]) -> Vec<PythonFrame> {
+        codes
+            .iter()
+            .map(|&code| PythonFrame { code, instr: 0 })
+            .collect()
+    }
+
+    #[test]
+    fn names_of_all_processes_stay_under_their_bound() {
+        let registry = prometheus::Registry::new();
+        let metrics = PythonMetrics::new(&registry);
+        let mut pythons = Pythons::with_name_limit(Path::new("/proc"), metrics.clone(), 100);
+        let (mut a, codes_a) = python_with_functions(60);
+        let (mut b, codes_b) = python_with_functions(60);
+        for (child, codes) in [(&a, &codes_a), (&b, &codes_b)] {
+            let pid = child.id();
+            assert!(pythons.learn(pid).is_some(), "python3.11 is walked");
+            pythons.read_names(pid, &frames(codes));
+        }
+        // 120 names over a bound of 100: back to 75 at most, the window's names first kept.
+        assert!(pythons.cached_names <= 75, "{}", pythons.cached_names);
+        assert_eq!(metrics.cached_names.get(), pythons.cached_names as i64);
+        assert!(metrics.names_evicted.get() >= 45);
+        // A new window: what is needed again is read again from the live process.
+        pythons.mix(&mut [], &[0; PythonStatus::ALL.len()]);
+        pythons.read_names(a.id(), &frames(&codes_a[..10]));
+        let process = &pythons.processes[&a.id()];
+        let name = process.checked_name(codes_a[0]).expect("read again");
+        assert_eq!(&*name.name, "<lambda> (f0.py:1)");
+        assert!(pythons.cached_names <= 100);
+        pythons.forget(a.id());
+        pythons.forget(b.id());
+        assert_eq!(pythons.cached_names, 0);
+        assert_eq!(metrics.cached_names.get(), 0);
+        for child in [&mut a, &mut b] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 
     #[test]
     fn device_numbers_convert_to_the_kernel_encoding() {

@@ -18,15 +18,16 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use smolder_unwind::Elf;
 use tracing::{debug, info, warn};
 
 use super::debuginfo::{downloaded_name, hex};
+use crate::ebpf::cache_dir::CacheDir;
 use crate::ebpf::metrics::{DEBUGINFOD_QUEUE_FULL, SymbolizeMetrics};
 use crate::ebpf::unwind::{FileBytes, Stamp, open_regular};
-use crate::metrics::{DroppedUnit, StageCounters};
+use crate::tier::{DroppedUnit, StageCounters};
 
 /// How long a build id no server has is not asked for again.
 pub(crate) const NOT_FOUND_RETRY: Duration = Duration::from_secs(3600);
@@ -216,10 +217,10 @@ fn run(
             return;
         }
     };
-    let mut cache = CacheDir::open(&config.dir, config.max_bytes);
+    let mut cache = open_cache(&config.dir, config.max_bytes);
     metrics
         .debuginfod_cache_bytes
-        .set(i64::try_from(cache.used).unwrap_or(i64::MAX));
+        .set(i64::try_from(cache.used_bytes()).unwrap_or(i64::MAX));
     let mut retry_after: HashMap<Vec<u8>, Instant> = HashMap::new();
     while let Ok(id) = rx.recv() {
         let name = downloaded_name(&id);
@@ -278,8 +279,17 @@ fn run(
         }
         metrics
             .debuginfod_cache_bytes
-            .set(i64::try_from(cache.used).unwrap_or(i64::MAX));
+            .set(i64::try_from(cache.used_bytes()).unwrap_or(i64::MAX));
     }
+}
+
+/// The cache directory: `<build id>.debug` files, least recently used deleted past the bound;
+/// empty (files fetched from now on are counted) when it cannot be listed.
+fn open_cache(dir: &Path, max_bytes: u64) -> CacheDir {
+    CacheDir::open(dir, max_bytes, |_| true).unwrap_or_else(|err| {
+        warn!(dir = %dir.display(), error = %err, "the debuginfod cache cannot be listed; starting it empty");
+        CacheDir::empty(dir, max_bytes)
+    })
 }
 
 /// Makes room in the retry waits: those over, else the one ending soonest (that build id may
@@ -398,84 +408,6 @@ fn carries(path: &Path, id: &[u8]) -> bool {
     Elf::parse(mapped.bytes()).is_ok_and(|elf| elf.build_id() == Some(id))
 }
 
-/// The cache directory: `<build id>.debug` files, least recently used deleted past the bound.
-struct CacheDir {
-    dir: PathBuf,
-    max_bytes: u64,
-    files: HashMap<String, (u64, SystemTime)>,
-    used: u64,
-}
-
-impl CacheDir {
-    fn open(dir: &Path, max_bytes: u64) -> CacheDir {
-        let mut cache = CacheDir {
-            dir: dir.to_path_buf(),
-            max_bytes,
-            files: HashMap::new(),
-            used: 0,
-        };
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
-            if name.starts_with('.') {
-                let _ = std::fs::remove_file(entry.path());
-                continue;
-            }
-            if let Ok(meta) = entry.metadata() {
-                let at = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-                cache.used += meta.len();
-                cache.files.insert(name, (meta.len(), at));
-            }
-        }
-        cache.trim();
-        cache
-    }
-
-    /// Whether `name` is cached; marks it used.
-    fn touch(&mut self, name: &str) -> bool {
-        let Some(entry) = self.files.get_mut(name) else {
-            return false;
-        };
-        entry.1 = SystemTime::now();
-        if let Ok(file) = std::fs::File::options()
-            .write(true)
-            .open(self.dir.join(name))
-        {
-            let _ = file.set_modified(entry.1);
-        }
-        true
-    }
-
-    fn added(&mut self, name: &str, bytes: u64) {
-        if let Some((old, _)) = self
-            .files
-            .insert(name.to_owned(), (bytes, SystemTime::now()))
-        {
-            self.used -= old;
-        }
-        self.used += bytes;
-        self.trim();
-    }
-
-    fn trim(&mut self) {
-        while self.used > self.max_bytes {
-            let Some(oldest) = self
-                .files
-                .iter()
-                .min_by_key(|(_, (_, at))| *at)
-                .map(|(name, _)| name.clone())
-            else {
-                return;
-            };
-            let _ = std::fs::remove_file(self.dir.join(&oldest));
-            if let Some((size, _)) = self.files.remove(&oldest) {
-                self.used -= size;
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -507,7 +439,7 @@ mod tests {
         // A server that accepts and never answers holds the thread in its first fetch.
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let metrics = crate::metrics::Metrics::new();
+        let (registry, metrics) = crate::ebpf::SourceMetrics::standalone();
         let mut client = Debuginfod::start(
             ClientConfig {
                 urls: vec![format!("http://{}", listener.local_addr().unwrap())],
@@ -523,7 +455,7 @@ mod tests {
             client.request(&i.to_le_bytes());
         }
         // The thread took one or none off the queue.
-        let text = metrics.render().unwrap();
+        let text = smolder_daemon::metrics::render(&registry).unwrap();
         let line = text
             .lines()
             .find(|l| {
@@ -544,8 +476,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("aa.debug"), [0u8; 100]).unwrap();
         std::fs::write(dir.path().join(".bb.debug.tmp"), [0u8; 10]).unwrap();
-        let mut cache = CacheDir::open(dir.path(), 250);
-        assert_eq!(cache.used, 100);
+        let mut cache = open_cache(dir.path(), 250);
+        assert_eq!(cache.used_bytes(), 100);
         assert!(!dir.path().join(".bb.debug.tmp").exists(), "leftovers go");
         std::fs::write(dir.path().join("cc.debug"), [0u8; 100]).unwrap();
         cache.added("cc.debug", 100);
@@ -555,7 +487,7 @@ mod tests {
         // 300 > 250: cc, the least recently used, goes.
         assert!(!dir.path().join("cc.debug").exists());
         assert!(cache.touch("aa.debug") && cache.touch("dd.debug") && !cache.touch("cc.debug"));
-        assert_eq!(cache.used, 200);
+        assert_eq!(cache.used_bytes(), 200);
     }
 
     #[test]

@@ -628,8 +628,7 @@ fn call_site(addr: u64, depth: usize) -> u64 {
 mod tests {
 
     use super::*;
-    use crate::ebpf::SampleKind;
-    use crate::metrics::Metrics;
+    use crate::ebpf::{SampleKind, SourceMetrics};
 
     const MAPS: &str = "\
 55d0c0a01000-55d0c0a02000 r-xp 00001000 fd:01 1234                       /usr/bin/work
@@ -655,7 +654,7 @@ mod tests {
     }
 
     fn state() -> State {
-        let metrics = Metrics::new().symbolize.clone();
+        let metrics = SourceMetrics::standalone().1.symbolize;
         let mut state = State {
             config: SymbolizeConfig::default(),
             binaries: Binaries::new(DebugDirs::default(), None, metrics.clone()),

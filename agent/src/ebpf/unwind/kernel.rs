@@ -1,12 +1,13 @@
 //! The unwinder's maps in the kernel: a table goes in as an exactly sized array, filled through
-//! a memory mapping of its file descriptor and then inserted into `unwind_tables`; mappings go
-//! in and out of the `unwind_mappings` LPM trie.
+//! a memory mapping of its file descriptor and then inserted into `unwind_tables`, with the
+//! other tables ready at the same time in one batch; mappings go in and out of the
+//! `unwind_mappings` LPM trie.
 //!
 //! Input: a table's entries, LPM keys and values. Output: the kernel memory a table takes, read
 //! from its map's `fdinfo`. Caller: the unwinder's worker thread. Owns the two maps, taken from
 //! the loaded object ([`UnwindMaps`]).
 
-use std::os::fd::{AsFd as _, AsRawFd as _};
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
 
 use aya::maps::lpm_trie::Key;
 use aya::maps::{Array, IterableMap as _, MapData, MapError};
@@ -41,6 +42,53 @@ pub enum KernelError {
 /// The two maps.
 pub(crate) struct Kernel {
     maps: UnwindMaps,
+}
+
+/// `BPF_MAP_UPDATE_BATCH` (`enum bpf_cmd` in `linux/bpf.h`).
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+
+/// The `batch` member of `union bpf_attr`.
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+/// Updates `keys[i]` to `values[i]` in the map of `map_fd` in one `BPF_MAP_UPDATE_BATCH`
+/// call. Returns how many went in, and the error that stopped the rest (at index `count`).
+fn update_batch(map_fd: &OwnedFd, keys: &[u64], values: &[u32]) -> (usize, Option<std::io::Error>) {
+    debug_assert_eq!(keys.len(), values.len());
+    let mut attr = BatchAttr {
+        keys: keys.as_ptr() as u64,
+        values: values.as_ptr() as u64,
+        count: u32::try_from(keys.len()).unwrap_or(u32::MAX),
+        map_fd: u32::try_from(map_fd.as_raw_fd()).unwrap_or(u32::MAX),
+        ..BatchAttr::default()
+    };
+    // SAFETY: `attr` is a valid `bpf_attr.batch` for the size passed; `keys` and `values` hold
+    // `count` elements of the map's key (u64) and value (u32, a map fd) sizes and outlive the
+    // call; the kernel writes back only `attr.count`.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_UPDATE_BATCH,
+            &raw mut attr,
+            std::mem::size_of::<BatchAttr>(),
+        )
+    };
+    let done = (attr.count as usize).min(keys.len());
+    if result == 0 {
+        (keys.len(), None)
+    } else {
+        (done, Some(std::io::Error::last_os_error()))
+    }
 }
 
 /// A read-write shared mapping of a BPF array map, unmapped on drop.
@@ -124,10 +172,70 @@ impl Kernel {
         (entries as u64 * 8).div_ceil(page) * page + page
     }
 
-    /// Puts a table into the kernel under `key`; returns the kernel memory it takes. The
-    /// insert waits for an RCU grace period (the kernel's `maybe_wait_bpf_programs` for
-    /// map-in-map updates): milliseconds, which is why this runs on the worker thread.
-    pub(crate) fn load_table(&mut self, key: u64, entries: &[u64]) -> Result<u64, KernelError> {
+    /// Puts tables into the kernel, each `(key, entries)`; returns, for each, the kernel
+    /// memory it takes. Every insert into `unwind_tables` waits for an RCU grace period (the
+    /// kernel's `maybe_wait_bpf_programs` for map-in-map updates, 10 to 100 ms on a loaded
+    /// host), so the tables go in with one `BPF_MAP_UPDATE_BATCH`, which waits once (Linux
+    /// 6.8+); one by one where batches are refused.
+    pub(crate) fn load_tables(
+        &mut self,
+        tables: &[(u64, &[u64])],
+    ) -> Vec<Result<u64, KernelError>> {
+        let mut results: Vec<Result<u64, KernelError>> = Vec::with_capacity(tables.len());
+        let mut arrays = Vec::new();
+        for (i, &(key, entries)) in tables.iter().enumerate() {
+            match Kernel::create(entries) {
+                Ok((array, bytes)) => {
+                    arrays.push((i, key, array));
+                    results.push(Ok(bytes));
+                }
+                Err(err) => results.push(Err(err)),
+            }
+        }
+        let error =
+            |entries: usize, source: Box<dyn std::error::Error + Send + Sync>| KernelError::Table {
+                entries,
+                action: "inserting it into unwind_tables",
+                source,
+            };
+        let mut from = 0;
+        {
+            let fd = &self.maps.tables_fd;
+            let keys: Vec<u64> = arrays.iter().map(|(_, key, _)| *key).collect();
+            let fds: Vec<u32> = arrays
+                .iter()
+                .map(|(_, _, array)| {
+                    u32::try_from(array.map().fd().as_fd().as_raw_fd()).unwrap_or(u32::MAX)
+                })
+                .collect();
+            while from < arrays.len() {
+                let (done, err) = update_batch(fd, &keys[from..], &fds[from..]);
+                from += done;
+                let Some(err) = err else { break };
+                if done == 0
+                    && matches!(
+                        err.raw_os_error(),
+                        Some(libc::EINVAL | libc::EOPNOTSUPP | 524)
+                    )
+                {
+                    // No batch updates of this map here (524: ENOTSUPP): one by one below.
+                    break;
+                }
+                let (i, _, _) = &arrays[from];
+                results[*i] = Err(error(tables[*i].1.len(), Box::new(err)));
+                from += 1;
+            }
+        }
+        for (i, key, array) in &arrays[from..] {
+            if let Err(err) = self.maps.tables.insert(*key, array, 0) {
+                results[*i] = Err(error(tables[*i].1.len(), Box::new(err)));
+            }
+        }
+        results
+    }
+
+    /// An exactly sized array holding `entries`, and the kernel memory it takes.
+    fn create(entries: &[u64]) -> Result<(Array<MapData, u64>, u64), KernelError> {
         let error = |action: &'static str| {
             move |source: Box<dyn std::error::Error + Send + Sync>| KernelError::Table {
                 entries: entries.len(),
@@ -147,11 +255,7 @@ impl Kernel {
             memory.write(entries);
         }
         let bytes = memlock(map_data).unwrap_or_else(|| Kernel::estimate(entries.len()));
-        self.maps
-            .tables
-            .insert(key, &inner, 0)
-            .map_err(|err| error("inserting it into unwind_tables")(Box::new(err)))?;
-        Ok(bytes)
+        Ok((inner, bytes))
     }
 
     /// Takes the table under `key` out of the kernel; the walks that still find it finish with

@@ -1,11 +1,10 @@
 //! The table lifecycle's metrics, `smolder_agent_ebpf_unwind_*`, updated by the `smolder-unwind`
 //! thread per table and per process loaded, never per sample.
 
-use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry,
-};
+use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry};
+use smolder_daemon::metrics::{counter, counter_vec, gauge, histogram, histogram_vec};
 
-use crate::metrics::{counter, counter_vec, gauge, histogram, register};
+use crate::ebpf::metrics::seconds_buckets;
 
 /// Reasons a binary gets no table (`smolder_agent_ebpf_unwind_table_failures_total{reason}`).
 pub(crate) const FAILURE_REASONS: [&str; 6] = [
@@ -40,10 +39,12 @@ pub struct UnwindMetrics {
     /// `smolder_agent_ebpf_unwind_table_build_duration_seconds`: building one table.
     pub build_duration: Histogram,
     /// `smolder_agent_ebpf_unwind_table_load_duration_seconds`: putting one table into the
-    /// kernel (creating, filling and inserting its map).
+    /// kernel (creating, filling and inserting its map); tables inserted in one batch each
+    /// count the batch's time.
     pub load_duration: Histogram,
     /// `smolder_agent_ebpf_unwind_process_ready_seconds{trigger}`: from a process's first
-    /// sample (`trigger="sample"`, the wait in the unwinder's queue included) or from the
+    /// sample (`trigger="sample"`, the waits in the unwinder's and the builder's queues
+    /// included) or from the
     /// agent's start (`trigger="start"`, a process loaded because it was running then,
     /// `ebpf.unwind.load-at-start`) to its tables and mappings in the kernel.
     pub ready_duration: HistogramVec,
@@ -60,6 +61,9 @@ pub struct UnwindMetrics {
     /// `smolder_agent_ebpf_unwind_requests_queued`: requests sent to the `smolder-unwind`
     /// thread and not taken yet; growing, it says the thread is stuck or cannot keep up.
     pub requests_queued: IntGauge,
+    /// `smolder_agent_ebpf_unwind_tables_queued`: tables asked of the `smolder-unwind-build`
+    /// thread and not begun yet (at most one per executable).
+    pub tables_queued: IntGauge,
     /// `smolder_agent_ebpf_unwind_last_progress_timestamp_seconds`: when the `smolder-unwind`
     /// thread last went round its loop (Unix time); it goes round at least every 500 ms, so
     /// `time() - this` above a few seconds says the thread is stuck.
@@ -107,25 +111,22 @@ impl UnwindMetrics {
                 registry,
                 "smolder_agent_ebpf_unwind_table_build_duration_seconds",
                 "Time to build one unwind table from a binary.",
+                seconds_buckets(),
             ),
             load_duration: histogram(
                 registry,
                 "smolder_agent_ebpf_unwind_table_load_duration_seconds",
                 "Time to put one unwind table into the kernel.",
+                seconds_buckets(),
             ),
-            ready_duration: register(
+            ready_duration: histogram_vec(
                 registry,
-                HistogramVec::new(
-                    HistogramOpts::new(
-                        "smolder_agent_ebpf_unwind_process_ready_seconds",
-                        "Time from a process's first sample (trigger=sample) or from the agent's start (trigger=start, processes running then) to its unwind tables and mappings in the kernel.",
-                    )
-                    .buckets(vec![
-                        0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
-                    ]),
-                    &["trigger"],
-                )
-                .expect("a valid histogram"),
+                "smolder_agent_ebpf_unwind_process_ready_seconds",
+                "Time from a process's first sample (trigger=sample) or from the agent's start (trigger=start, processes running then) to its unwind tables and mappings in the kernel.",
+                vec![
+                    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
+                ],
+                &["trigger"],
             ),
             mappings: gauge(
                 registry,
@@ -151,6 +152,11 @@ impl UnwindMetrics {
                 registry,
                 "smolder_agent_ebpf_unwind_requests_queued",
                 "Requests sent to the smolder-unwind thread and not taken yet.",
+            ),
+            tables_queued: gauge(
+                registry,
+                "smolder_agent_ebpf_unwind_tables_queued",
+                "Unwind tables asked of the table builder thread and not begun yet.",
             ),
             last_progress: gauge(
                 registry,

@@ -11,20 +11,26 @@
 //!
 //! At a process's first sight (and after an exec, and when a walk leaves its known mappings,
 //! as after a `dlopen`; and, with `ebpf.unwind.load-at-start`, for every process running when
-//! the agent starts, after the ones being sampled), the thread reads `/proc/PID/maps`, opens
-//! each mapped binary (`/proc/PID/map_files`, else `/proc/PID/root`, see
-//! [`crate::ebpf::process`]), names it by build id, has its table (`source.rs`: the disk cache,
-//! else built with `smolder-unwind`, with the separate debug file's `.debug_frame` where
-//! `.eh_frame` is missing), and puts it into the kernel (`kernel.rs`: an exactly sized array filled through a mapping of its fd). The
-//! vDSO's table is built from the agent's own copy (`vdso.rs`). Only then do the process's
-//! mappings go into the LPM trie, so the BPF side never finds a mapping without its table;
-//! until then, and wherever no table applies, it steps with frame pointers. Tables stay within
+//! the agent starts, a few at a time when nothing more urgent waits), the thread reads
+//! `/proc/PID/maps`, opens each mapped binary (`/proc/PID/map_files`, else `/proc/PID/root`, see
+//! [`crate::ebpf::process`]) and names it by build id. The mappings whose tables are in the
+//! kernel go into the LPM trie at once; the other tables are asked of the `smolder-unwind-build`
+//! thread (`builder.rs`: the disk cache, else built with `smolder-unwind`, with the separate
+//! debug file's `.debug_frame` where `.eh_frame` is missing; a sampled process's first, then
+//! those the cache holds), put into the kernel as they come, together when several do
+//! (`kernel.rs`: exactly sized arrays filled through a mapping of their fds, inserted in one
+//! batch), and only then their mappings, so the BPF side never finds a mapping without its
+//! table. A process is ready once it waits for no table: building python3.11's table never
+//! holds up a process that maps only libc. The vDSO's table is built from the agent's own copy
+//! (`vdso.rs`). Until its tables are in, and wherever no table applies, a walk steps with frame
+//! pointers. Tables stay within
 //! `ebpf.unwind.max-table-bytes` of kernel memory: those no live process maps go first, then
 //! those of the least recently sampled processes (`state.rs`, the sans-IO core). An exited
 //! process's mappings leave the kernel at its exit (a process reusing its pid must not be walked
 //! through them; one whose exit event was lost is told apart by its start time), what is known
 //! of it after `ebpf.exit-grace`.
 
+mod builder;
 mod file;
 mod kernel;
 pub mod metrics;
@@ -40,8 +46,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use smolder_daemon::Heartbeat;
+use smolder_unwind::Limits;
 use tracing::info;
 
+use self::builder::{Builder, Built};
 pub(crate) use self::file::{FileBytes, Stamp, crc32, open_regular};
 use self::kernel::Kernel;
 pub use self::kernel::KernelError;
@@ -53,7 +61,7 @@ use super::loader::UnwindMaps;
 use super::metrics::UNWIND_QUEUE_FULL;
 use super::samples::Miss;
 use super::symbolize::DebugDirs;
-use crate::metrics::{DroppedUnit, StageCounters};
+use crate::tier::{DroppedUnit, StageCounters};
 
 /// The unwind tables' settings (`ebpf.unwind:` in the config file).
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -131,6 +139,10 @@ enum Request {
     Exited(u32),
     Sampled(Vec<u32>),
     Missed(Vec<Miss>),
+    /// A table the builder had (not counted in `requests_queued`).
+    Built(Box<Built>),
+    /// The handle was dropped (the builder holds a sender too, so the channel stays open).
+    Stop,
 }
 
 /// Why the unwinder could not start.
@@ -215,21 +227,32 @@ impl Unwinder {
             smolder_agent_ebpf::unwind::TABLES_ENTRIES as usize,
         );
         let queued = metrics.requests_queued.clone();
+        let builder = Builder::start(
+            cache,
+            debug,
+            Limits::default(),
+            tx.clone(),
+            metrics.cache_bytes.clone(),
+        )
+        .map_err(UnwinderError::Spawn)?;
         let thread = std::thread::Builder::new()
             .name("smolder-unwind".to_owned())
             .spawn(move || {
                 let _span = tracing::info_span!("unwind").entered();
-                Worker::new(
+                let mut worker = Worker::new(
                     Kernel::new(maps),
                     tables,
-                    cache,
-                    debug,
+                    builder,
                     grace,
                     metrics,
                     errors,
                     ready_tx,
-                )
-                .run(rx, &heartbeat);
+                );
+                worker.run(&rx, &heartbeat);
+                // The builder may wait to send a table: the channel goes first, then the
+                // builder (joined as the worker drops).
+                drop(rx);
+                drop(worker);
             })
             .map_err(UnwinderError::Spawn)?;
         Ok(Unwinder {
@@ -314,7 +337,10 @@ impl Unwinder {
 
 impl Drop for Unwinder {
     fn drop(&mut self) {
-        self.tx.take();
+        if let Some(tx) = self.tx.take() {
+            // Waits for room behind the requests queued; fails when the thread is gone.
+            let _ = tx.send(Request::Stop);
+        }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

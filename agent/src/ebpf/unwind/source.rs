@@ -6,15 +6,15 @@
 //! unwinder's worker. Owns the cache directory (`<data dir>/unwind/`), bounded by
 //! `ebpf.unwind.max-cache-bytes`: the least recently used files go first.
 
-use std::collections::HashMap;
 use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use smolder_unwind::{CfiKind, Elf, ExeId, Limits, Rule, UnwindError, UnwindTable, cache};
 use tracing::{debug, warn};
 
 use super::file::{FileBytes, Stamp};
+use crate::ebpf::cache_dir::CacheDir;
 use crate::ebpf::symbolize::DebugDirs;
 
 /// Below this share of `.text` covered by FDEs, the binary's debug file is looked for: code
@@ -154,13 +154,7 @@ fn with_debug(
 
 /// The table cache on disk: `<id>.v<version>` files, the least recently used deleted past the
 /// bound; files of another format version are deleted when it opens.
-pub(crate) struct DiskCache {
-    dir: PathBuf,
-    max_bytes: u64,
-    /// File name → (size, last use).
-    files: HashMap<String, (u64, SystemTime)>,
-    used: u64,
-}
+pub(crate) struct DiskCache(CacheDir);
 
 impl DiskCache {
     /// Opens (creating it) the cache in `dir`, bounded by `max_bytes`.
@@ -170,103 +164,54 @@ impl DiskCache {
     /// When the directory cannot be created or listed.
     pub(crate) fn open(dir: &Path, max_bytes: u64) -> std::io::Result<DiskCache> {
         std::fs::create_dir_all(dir)?;
-        let mut files = HashMap::new();
-        let mut used = 0;
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
-            if name.starts_with('.') || !name.ends_with(&format!(".v{}", cache::VERSION)) {
-                // A temporary file a crash left behind, or a table of another format (version 1
-                // named tables by build id alone).
-                let _ = std::fs::remove_file(entry.path());
-                continue;
-            }
-            let Ok(meta) = entry.metadata() else {
-                continue;
-            };
-            let used_at = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            used += meta.len();
-            files.insert(name, (meta.len(), used_at));
-        }
-        let mut cache = DiskCache {
-            dir: dir.to_path_buf(),
-            max_bytes,
-            files,
-            used,
-        };
-        cache.trim();
-        Ok(cache)
+        // Version 1 named tables by build id alone: such a file may be poisoned.
+        let suffix = format!(".v{}", cache::VERSION);
+        CacheDir::open(dir, max_bytes, |name| name.ends_with(&suffix)).map(DiskCache)
     }
 
     /// Bytes the cache holds.
     pub(crate) fn used_bytes(&self) -> u64 {
-        self.used
+        self.0.used_bytes()
+    }
+
+    /// Whether the cache holds the table of `id` (it may still turn out unreadable).
+    pub(crate) fn has(&self, id: &ExeId) -> bool {
+        self.0.contains(&cache::file_name(id))
     }
 
     fn read(&mut self, id: &ExeId, limits: &Limits) -> Option<UnwindTable> {
         let name = cache::file_name(id);
-        self.files.get(&name)?;
-        match cache::read(&self.dir, id, limits) {
+        if !self.0.contains(&name) {
+            return None;
+        }
+        let dir = self.0.dir().to_path_buf();
+        match cache::read(&dir, id, limits) {
             Ok(Some(table)) => {
-                let now = SystemTime::now();
-                if let Ok(file) = File::options().write(true).open(self.dir.join(&name)) {
-                    let _ = file.set_modified(now);
-                }
-                if let Some(entry) = self.files.get_mut(&name) {
-                    entry.1 = now;
-                }
+                self.0.touch(&name);
                 Some(table)
             }
             Ok(None) => {
-                self.forget(&name);
+                self.0.forget(&name);
                 None
             }
             Err(err) => {
-                warn!(file = %self.dir.join(&name).display(), error = %err, "an unwind cache file is unreadable; building the table again");
-                let _ = std::fs::remove_file(self.dir.join(&name));
-                self.forget(&name);
+                warn!(file = %dir.join(&name).display(), error = %err, "an unwind cache file is unreadable; building the table again");
+                let _ = std::fs::remove_file(dir.join(&name));
+                self.0.forget(&name);
                 None
             }
         }
     }
 
     fn write(&mut self, table: &UnwindTable) {
-        match cache::write(&self.dir, table) {
+        match cache::write(self.0.dir(), table) {
             Ok(path) => {
                 let size = std::fs::metadata(&path).map_or(0, |m| m.len());
-                let name = cache::file_name(table.id());
-                self.forget(&name);
-                self.files.insert(name, (size, SystemTime::now()));
-                self.used += size;
-                self.trim();
+                self.0.added(&cache::file_name(table.id()), size);
             }
             Err(err) => {
-                warn!(dir = %self.dir.display(), error = %err, "writing an unwind table to the cache failed")
+                warn!(dir = %self.0.dir().display(), error = %err, "writing an unwind table to the cache failed")
             }
-        }
-    }
-
-    fn forget(&mut self, name: &str) {
-        if let Some((size, _)) = self.files.remove(name) {
-            self.used -= size;
-        }
-    }
-
-    /// Deletes the least recently used files until the cache is within its bound.
-    fn trim(&mut self) {
-        while self.used > self.max_bytes {
-            let Some(oldest) = self
-                .files
-                .iter()
-                .min_by_key(|(_, (_, used_at))| *used_at)
-                .map(|(name, _)| name.clone())
-            else {
-                return;
-            };
-            let _ = std::fs::remove_file(self.dir.join(&oldest));
-            self.forget(&oldest);
         }
     }
 }

@@ -2,11 +2,17 @@
 //! processes map them, what to evict to stay within the budget, when a process's mappings are
 //! stale, when an exited process is forgotten.
 //!
-//! Input: processes' resolved mappings, loads and evictions done, samples and misses, exits,
-//! the processes running at the agent's start, all with the time passed in. Output: decisions
-//! (what to evict, which LPM keys to delete and insert, whether to re-read a process's
-//! mappings, which running process to load next) that the worker carries out on the kernel.
-//! Owns no file, map or clock.
+//! Input: processes' resolved mappings, tables asked of the builder and had, loads and
+//! evictions done, samples and misses, exits, the processes running at the agent's start, all
+//! with the time passed in. Output: decisions (which tables to ask for, what to evict, which LPM
+//! keys to delete and insert, when a process is ready, whether to re-read a process's mappings,
+//! which running process to load next) that the worker carries out on the kernel. Owns no file,
+//! map or clock.
+//!
+//! A process's mappings go into the kernel as their tables come: at once for the executables
+//! whose tables are in, the others as the builder has them (until then a walk there steps with
+//! frame pointers, as before the process was loaded). The process is ready once no table it
+//! waits for is being built.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -25,6 +31,11 @@ pub(crate) const MAX_REFRESH_INTERVAL: Duration = Duration::from_secs(64);
 /// cannot fill `unwind_mappings` (256 Ki entries) for all: 64 processes at this cap fill it.
 /// A typical process takes a few hundred (up to about 70 per mapping).
 pub(crate) const MAX_PROCESS_KEYS: usize = 4096;
+
+/// The most preloaded processes waiting for tables at once: enough that the builder always has
+/// work and that tables reach the kernel in batches (one RCU grace period for several, instead
+/// of one per process), few enough that preloading stops soon after the budget is full.
+pub(crate) const MAX_PRELOADS_WAITING: usize = 16;
 
 /// The shape of a table: what a mapping's LPM value repeats of its header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +56,8 @@ struct Exe {
     loaded: Option<u64>,
     /// Whether building its table failed: it is not tried again, or not before `retry_at`.
     failed: bool,
+    /// Whether its table was asked of the builder and not had yet.
+    building: bool,
     /// When a failure that may not last (no call-frame information yet: a debug file may come)
     /// is tried again.
     retry_at: Option<Instant>,
@@ -73,6 +86,12 @@ struct Process {
     /// LPM keys inserted for it: (prefix length, key).
     keys: Vec<(u32, MappingKey)>,
     ready: Option<Instant>,
+    /// Executables it maps whose tables are being built for the first time: it is ready once
+    /// none is left.
+    waiting: HashSet<ExeId>,
+    /// Since when its mappings, read again and changed, wait for tables: reported as a
+    /// refresh once none is left.
+    refresh_since: Option<Instant>,
     /// Loaded because it ran at the agent's start (`first_sight` is then the agent's start),
     /// not at its first sample.
     preloaded: bool,
@@ -91,6 +110,52 @@ pub(crate) struct MappingChanges {
     /// Entries left out past [`MAX_PROCESS_KEYS`] (whole mappings: walks there use frame
     /// pointers).
     pub(crate) capped: u64,
+}
+
+/// A process that became ready, or whose changed mappings are all in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Settled {
+    /// How long after its first sight (its first sample's, or the agent's start for a
+    /// preloaded process), or, for a refresh, after its mappings were read again.
+    pub(crate) after: Duration,
+    pub(crate) preloaded: bool,
+    pub(crate) refresh: bool,
+}
+
+/// LPM entries to insert for one process.
+pub(crate) type Entries = Vec<(u32, MappingKey, Mapping)>;
+
+/// The LPM entries of `mapping` of `pid`, an executable with `key` and table `shape`, appended
+/// to `insert` and recorded in `keys` unless they would pass [`MAX_PROCESS_KEYS`]; returns how
+/// many were left out.
+fn mapping_entries(
+    pid: u32,
+    mapping: &Resolved,
+    key: u64,
+    shape: Shape,
+    keys: &mut Vec<(u32, MappingKey)>,
+    insert: &mut Entries,
+) -> u64 {
+    let Some((_, bias)) = &mapping.exe else {
+        return 0;
+    };
+    let value = Mapping {
+        exe_id: key,
+        bias: *bias,
+        first_page: shape.first_page,
+        n_pages: shape.n_pages,
+        n_entries: shape.n_entries,
+        flags: 0,
+    };
+    let prefixes = mapping_prefixes(pid, mapping.start, mapping.end);
+    if keys.len() + prefixes.len() > MAX_PROCESS_KEYS {
+        return prefixes.len() as u64;
+    }
+    for (len, prefix) in prefixes {
+        keys.push((len, prefix));
+        insert.push((len, prefix, value));
+    }
+    0
 }
 
 /// The lifecycle state.
@@ -139,6 +204,8 @@ impl Tables {
                 mappings: Vec::new(),
                 keys: Vec::new(),
                 ready: None,
+                waiting: HashSet::new(),
+                refresh_since: None,
                 preloaded: false,
                 exited: None,
                 last_refresh: now,
@@ -156,6 +223,16 @@ impl Tables {
     /// Whether processes wait to be preloaded.
     pub(crate) fn preloading(&self) -> bool {
         !self.preload.is_empty()
+    }
+
+    /// Whether [`MAX_PRELOADS_WAITING`] preloaded processes wait for tables: the next is
+    /// preloaded once one of them has them.
+    pub(crate) fn preload_waiting(&self) -> bool {
+        self.processes
+            .values()
+            .filter(|p| p.preloaded && p.exited.is_none() && !p.waiting.is_empty())
+            .count()
+            >= MAX_PRELOADS_WAITING
     }
 
     /// The next process to preload: queued and not tracked yet (a sample may have got to it
@@ -191,6 +268,7 @@ impl Tables {
                 shape: None,
                 loaded: None,
                 failed: false,
+                building: false,
                 retry_at: None,
                 refs: 0,
                 last_used: now,
@@ -199,12 +277,34 @@ impl Tables {
         key
     }
 
-    /// Whether the executable needs its table loaded at `now`: it has none in the kernel and
-    /// has not failed, or its failure's retry time has come.
+    /// Whether the executable's table must be asked for at `now`: it has none in the kernel,
+    /// is not being built, and has not failed, or its failure's retry time has come.
     pub(crate) fn needs_table(&self, id: &ExeId, now: Instant) -> bool {
         self.exes.get(id).is_none_or(|exe| {
-            exe.loaded.is_none() && (!exe.failed || exe.retry_at.is_some_and(|at| now >= at))
+            exe.loaded.is_none()
+                && !exe.building
+                && (!exe.failed || exe.retry_at.is_some_and(|at| now >= at))
         })
+    }
+
+    /// Records that the executable's table was asked of the builder.
+    pub(crate) fn asked(&mut self, id: &ExeId, now: Instant) {
+        self.key(id, now);
+        if let Some(exe) = self.exes.get_mut(id) {
+            exe.building = true;
+        }
+    }
+
+    /// Records that the builder answered for the executable (a table, or why not).
+    pub(crate) fn answered(&mut self, id: &ExeId) {
+        if let Some(exe) = self.exes.get_mut(id) {
+            exe.building = false;
+        }
+    }
+
+    /// Whether the executable has had a table (in the kernel, or evicted since).
+    pub(crate) fn has_shape(&self, id: &ExeId) -> bool {
+        self.exes.get(id).is_some_and(|exe| exe.shape.is_some())
     }
 
     /// Records that the executable cannot have a table: never (`retry_at` `None`: a malformed
@@ -280,6 +380,19 @@ impl Tables {
         Some(exe.key)
     }
 
+    /// Takes back [`Tables::loaded`] for a table the kernel refused; `first` says it had no
+    /// table before (its shape goes too).
+    pub(crate) fn withdrawn(&mut self, id: &ExeId, first: bool) {
+        if let Some(exe) = self.exes.get_mut(id) {
+            if let Some(bytes) = exe.loaded.take() {
+                self.used_bytes -= bytes;
+            }
+            if first {
+                exe.shape = None;
+            }
+        }
+    }
+
     /// Kernel memory the loaded tables take.
     pub(crate) fn used_bytes(&self) -> u64 {
         self.used_bytes
@@ -313,8 +426,9 @@ impl Tables {
         let mut insert = Vec::new();
         let mut capped = 0;
         let process = self.processes.get_mut(&pid).expect("looked up above");
+        process.waiting.clear();
         for mapping in &process.mappings {
-            let Some((id, bias)) = &mapping.exe else {
+            let Some((id, _)) = &mapping.exe else {
                 continue;
             };
             let Some(exe) = self.exes.get_mut(id) else {
@@ -322,24 +436,13 @@ impl Tables {
             };
             exe.refs += 1;
             exe.last_used = now;
-            let Some(shape) = exe.shape else { continue };
-            let value = Mapping {
-                exe_id: exe.key,
-                bias: *bias,
-                first_page: shape.first_page,
-                n_pages: shape.n_pages,
-                n_entries: shape.n_entries,
-                flags: 0,
-            };
-            let prefixes = mapping_prefixes(pid, mapping.start, mapping.end);
-            if process.keys.len() + prefixes.len() > MAX_PROCESS_KEYS {
-                capped += prefixes.len() as u64;
+            let Some(shape) = exe.shape else {
+                if exe.building {
+                    process.waiting.insert(id.clone());
+                }
                 continue;
-            }
-            for (len, key) in prefixes {
-                process.keys.push((len, key));
-                insert.push((len, key, value));
-            }
+            };
+            capped += mapping_entries(pid, mapping, exe.key, shape, &mut process.keys, &mut insert);
         }
         let kept: HashSet<&(u32, MappingKey)> = process.keys.iter().collect();
         let delete = old_keys
@@ -369,19 +472,94 @@ impl Tables {
         }
     }
 
-    /// Records that `pid`'s tables and mappings are in the kernel at `now`; returns, the first
-    /// time, how long after its first sight (its first sample's, or the agent's start for a
-    /// preloaded process) and whether it was preloaded.
-    pub(crate) fn ready(&mut self, pid: u32, now: Instant) -> Option<(Duration, bool)> {
+    /// The builder answered for the executable, and its table is in the kernel now if it has
+    /// a shape: the processes waiting for it stop waiting. Returns, for each of those alive,
+    /// the LPM entries of its mappings of the executable (none when no table came) and how
+    /// many were left out past [`MAX_PROCESS_KEYS`].
+    pub(crate) fn arrived(&mut self, id: &ExeId) -> Vec<(u32, Entries, u64)> {
+        let table = self
+            .exes
+            .get(id)
+            .and_then(|exe| Some((exe.key, exe.shape?)));
+        let mut out = Vec::new();
+        for (&pid, process) in &mut self.processes {
+            if !process.waiting.remove(id) || process.exited.is_some() {
+                continue;
+            }
+            let mut insert = Vec::new();
+            let mut capped = 0;
+            if let Some((key, shape)) = table {
+                for mapping in &process.mappings {
+                    if mapping.exe.as_ref().is_some_and(|(mapped, _)| mapped == id) {
+                        capped += mapping_entries(
+                            pid,
+                            mapping,
+                            key,
+                            shape,
+                            &mut process.keys,
+                            &mut insert,
+                        );
+                    }
+                }
+            }
+            out.push((pid, insert, capped));
+        }
+        out
+    }
+
+    /// The executables whose tables `pid` waits for.
+    pub(crate) fn waiting(&self, pid: u32) -> Vec<ExeId> {
+        self.processes
+            .get(&pid)
+            .map(|p| p.waiting.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Records that `pid`'s mappings, read again at `since`, changed: it is reported as
+    /// refreshed once it waits for no table.
+    pub(crate) fn refreshing(&mut self, pid: u32, since: Instant) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.refresh_since.get_or_insert(since);
+        }
+    }
+
+    /// If `pid` is alive and waits for no table at `now`: the first time, that it is ready
+    /// (how long after its first sight: its first sample's, or the agent's start for a
+    /// preloaded process); after a refresh, how long the refresh took. `None` otherwise.
+    pub(crate) fn settle(&mut self, pid: u32, now: Instant) -> Option<Settled> {
         let process = self.processes.get_mut(&pid)?;
-        if process.ready.is_some() {
+        if process.exited.is_some() || !process.waiting.is_empty() {
             return None;
         }
-        process.ready = Some(now);
-        Some((
-            now.saturating_duration_since(process.first_sight),
-            process.preloaded,
-        ))
+        if process.ready.is_none() {
+            process.ready = Some(now);
+            process.refresh_since = None;
+            return Some(Settled {
+                after: now.saturating_duration_since(process.first_sight),
+                preloaded: process.preloaded,
+                refresh: false,
+            });
+        }
+        let since = process.refresh_since.take()?;
+        Some(Settled {
+            after: now.saturating_duration_since(since),
+            preloaded: false,
+            refresh: true,
+        })
+    }
+
+    /// An evicted table of the executable is back: the processes mapping it are loaded again
+    /// at the shortest interval next time.
+    pub(crate) fn back_in(&mut self, id: &ExeId) {
+        for process in self.processes.values_mut() {
+            if process
+                .mappings
+                .iter()
+                .any(|m| m.exe.as_ref().is_some_and(|(mapped, _)| mapped == id))
+            {
+                process.refresh_interval = REFRESH_INTERVAL;
+            }
+        }
     }
 
     /// The LPM keys held by every tracked process.
@@ -420,19 +598,6 @@ impl Tables {
             }
         }
         reload
-    }
-
-    /// Whether `pid` maps an executable whose table was evicted and can come back.
-    pub(crate) fn maps_evicted(&self, pid: u32) -> bool {
-        self.processes.get(&pid).is_some_and(|process| {
-            process.mappings.iter().any(|mapping| {
-                mapping
-                    .exe
-                    .as_ref()
-                    .and_then(|(id, _)| self.exes.get(id))
-                    .is_some_and(|exe| exe.shape.is_some() && exe.loaded.is_none() && !exe.failed)
-            })
-        })
     }
 
     /// Whether a walk of `pid` through `frames` left its known mappings and they are due to be
@@ -484,6 +649,7 @@ impl Tables {
         self.exes.retain(|id, exe| {
             let keep = exe.refs > 0
                 || exe.loaded.is_some()
+                || exe.building
                 || now.saturating_duration_since(exe.last_used) < after;
             if !keep {
                 gone.insert(id.clone());
@@ -595,10 +761,14 @@ mod tests {
         let (len, _, value) = changes.insert[0];
         assert_eq!((len, value.exe_id, value.bias), (96 - 12, 1, 0x1000));
         assert_eq!(
-            tables.ready(10, t0 + Duration::from_millis(30)),
-            Some((Duration::from_millis(30), false))
+            tables.settle(10, t0 + Duration::from_millis(30)),
+            Some(Settled {
+                after: Duration::from_millis(30),
+                preloaded: false,
+                refresh: false
+            })
         );
-        assert_eq!(tables.ready(10, t0 + Duration::from_secs(1)), None);
+        assert_eq!(tables.settle(10, t0 + Duration::from_secs(1)), None);
         assert_eq!(tables.mapping_keys(), 1);
         assert!(tables.is_alive(10, 0));
         assert!(!tables.is_alive(10, 5), "another process with its pid");
@@ -714,7 +884,7 @@ mod tests {
         tables.start(5, 0, t0);
         tables.set_mappings(5, vec![mapping(0x1000, None)], t0);
         assert!(!tables.needs_refresh(5, &[0x9000], t0), "not ready yet");
-        tables.ready(5, t0);
+        tables.settle(5, t0);
         let t1 = t0 + REFRESH_INTERVAL;
         assert!(!tables.needs_refresh(5, &[0x1010, 0x1020], t1), "all known");
         assert!(tables.needs_refresh(5, &[0x1010, 0x9000], t1));
@@ -735,12 +905,11 @@ mod tests {
         tables.loaded(&id(1), shape(), 4096, t0);
         tables.start(7, 0, t0);
         tables.set_mappings(7, vec![mapping(0x1000, Some(1))], t0);
-        tables.ready(7, t0);
+        tables.settle(7, t0);
         let t1 = t0 + REFRESH_INTERVAL;
         assert!(tables.sampled(&[7], t1).is_empty(), "its table is in");
         // Another process's table pushed it out.
         assert_eq!(tables.evicted(&id(1)), Some(1));
-        assert!(tables.maps_evicted(7));
         let t2 = t1 + REFRESH_INTERVAL;
         assert_eq!(
             tables.sampled(&[7, 99], t2),
@@ -752,9 +921,9 @@ mod tests {
         tables.refreshed(7, false);
         assert!(tables.sampled(&[7], t2 + REFRESH_INTERVAL).is_empty());
         assert_eq!(tables.sampled(&[7], t2 + 2 * REFRESH_INTERVAL), vec![7]);
+        // It came back: the next eviction is reloaded at the shortest interval.
         tables.loaded(&id(1), shape(), 4096, t2);
-        tables.refreshed(7, true);
-        assert!(!tables.maps_evicted(7));
+        tables.back_in(&id(1));
         assert!(
             tables.sampled(&[7], t2 + 10 * REFRESH_INTERVAL).is_empty(),
             "back in"
@@ -763,6 +932,135 @@ mod tests {
         tables.evicted(&id(1));
         tables.failed(&id(1), None);
         assert!(tables.sampled(&[7], t2 + 20 * REFRESH_INTERVAL).is_empty());
+    }
+
+    #[test]
+    fn a_process_is_ready_once_the_tables_it_waits_for_came_or_failed() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(1 << 20, 4096);
+        tables.key(&id(1), t0);
+        tables.loaded(&id(1), shape(), 4096, t0);
+        for n in [2, 3] {
+            assert!(tables.needs_table(&id(n), t0));
+            tables.asked(&id(n), t0);
+            assert!(!tables.needs_table(&id(n), t0), "asked once");
+        }
+        tables.start(4, 0, t0);
+        tables.start(5, 0, t0);
+        let changes = tables
+            .set_mappings(
+                4,
+                vec![
+                    mapping(0x1000, Some(1)),
+                    mapping(0x4000, Some(2)),
+                    mapping(0x8000, Some(3)),
+                ],
+                t0,
+            )
+            .unwrap();
+        tables.set_mappings(5, vec![mapping(0x1000, Some(2))], t0);
+        // The table that is in goes in at once; the process waits for the two others.
+        assert_eq!(changes.insert.len(), 1);
+        assert_eq!(changes.insert[0].2.exe_id, 1);
+        assert_eq!(tables.settle(4, t0), None);
+        let mut waiting = tables.waiting(4);
+        waiting.sort_by_key(|id| id.to_string());
+        assert_eq!(waiting, vec![id(2), id(3)]);
+        tables.mark_preloaded(4);
+        assert!(!tables.preload_waiting(), "one preloaded process waits");
+        for pid in 100..100 + MAX_PRELOADS_WAITING as u32 - 1 {
+            tables.start(pid, 0, t0);
+            tables.mark_preloaded(pid);
+            tables.set_mappings(pid, vec![mapping(0x1000, Some(3))], t0);
+        }
+        assert!(tables.preload_waiting(), "as many as may wait at once");
+
+        // Table 2 came: both processes get the entries of their mappings of it.
+        tables.answered(&id(2));
+        tables.loaded(&id(2), shape(), 4096, t0);
+        let mut arrived = tables.arrived(&id(2));
+        arrived.sort_by_key(|(pid, _, _)| *pid);
+        assert_eq!(arrived.len(), 2);
+        for (pid, insert, capped) in &arrived {
+            assert_eq!((insert.len(), *capped), (1, 0), "pid {pid}");
+            assert_eq!(insert[0].2.exe_id, tables.key(&id(2), t0));
+        }
+        assert!(tables.arrived(&id(2)).is_empty(), "nobody waits for it now");
+        let t1 = t0 + Duration::from_millis(40);
+        assert_eq!(tables.settle(5, t1).map(|s| s.after), Some(t1 - t0));
+        assert_eq!(tables.settle(4, t1), None, "still waits for table 3");
+
+        // Table 3 failed: no entries, and nothing more to wait for.
+        tables.answered(&id(3));
+        tables.failed(&id(3), None);
+        let mut arrived = tables.arrived(&id(3));
+        arrived.sort_by_key(|(pid, _, _)| *pid);
+        assert_eq!(arrived.len(), MAX_PRELOADS_WAITING);
+        assert_eq!(arrived[0], (4, Vec::new(), 0));
+        assert!(!tables.preload_waiting());
+        let t2 = t0 + Duration::from_millis(90);
+        assert_eq!(
+            tables.settle(4, t2),
+            Some(Settled {
+                after: t2 - t0,
+                preloaded: true,
+                refresh: false
+            })
+        );
+        assert_eq!(
+            tables.mapping_keys(),
+            3,
+            "1 + 1 for process 4, 1 for process 5"
+        );
+
+        // Its mappings read again and changed (a dlopen of a library being built): reported
+        // as a refresh once its table is in; an exited process stops waiting unreported.
+        tables.asked(&id(6), t2);
+        tables.set_mappings(
+            4,
+            vec![mapping(0x1000, Some(1)), mapping(0x20000, Some(6))],
+            t2,
+        );
+        tables.refreshing(4, t2);
+        assert_eq!(tables.settle(4, t2), None);
+        tables.start(7, 0, t2);
+        tables.set_mappings(7, vec![mapping(0x1000, Some(6))], t2);
+        tables.exited(7, t2);
+        tables.answered(&id(6));
+        tables.loaded(&id(6), shape(), 4096, t2);
+        let arrived = tables.arrived(&id(6));
+        assert_eq!(arrived.len(), 1);
+        assert_eq!(arrived[0].0, 4);
+        let t3 = t2 + Duration::from_millis(5);
+        assert_eq!(
+            tables.settle(4, t3),
+            Some(Settled {
+                after: t3 - t2,
+                preloaded: false,
+                refresh: true
+            })
+        );
+        assert_eq!(tables.settle(7, t3), None, "exited");
+        assert_eq!(tables.settle(4, t3), None, "reported once");
+    }
+
+    #[test]
+    fn a_table_the_kernel_refused_is_taken_back() {
+        let t0 = Instant::now();
+        let mut tables = Tables::new(8192, 4096);
+        tables.key(&id(1), t0);
+        tables.loaded(&id(1), shape(), 4096, t0);
+        tables.withdrawn(&id(1), true);
+        assert_eq!(tables.used_bytes(), 0);
+        assert!(!tables.has_shape(&id(1)));
+        assert!(tables.needs_table(&id(1), t0));
+        // An evicted table that failed to come back keeps its shape (its entries stay).
+        tables.loaded(&id(1), shape(), 4096, t0);
+        tables.evicted(&id(1));
+        tables.loaded(&id(1), shape(), 4096, t0);
+        tables.withdrawn(&id(1), false);
+        assert!(tables.has_shape(&id(1)));
+        assert_eq!(tables.loaded_count(), 0);
     }
 
     #[test]
@@ -795,8 +1093,12 @@ mod tests {
         tables.start(1, 0, t0);
         tables.mark_preloaded(1);
         assert_eq!(
-            tables.ready(1, t0 + Duration::from_secs(3)),
-            Some((Duration::from_secs(3), true)),
+            tables.settle(1, t0 + Duration::from_secs(3)),
+            Some(Settled {
+                after: Duration::from_secs(3),
+                preloaded: true,
+                refresh: false
+            }),
             "measured from the agent's start"
         );
         // Process 2 was sampled before its turn: it is loaded already.

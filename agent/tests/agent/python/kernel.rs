@@ -81,6 +81,81 @@ def sort_items():
 sort_items()
 "#;
 
+/// A thread hashing 8 MiB at a time (`hashlib` releases the GIL for the C call, so the thread
+/// runs native code without it, in parallel with) the main thread spinning in Python.
+const HASH_WITHOUT_GIL: &str = r#"
+import hashlib
+
+END = time.monotonic() + float(sys.argv[1])
+DATA = b"x" * (8 << 20)
+
+def hash_worker():
+    report("hash")
+    while time.monotonic() < END:
+        hashlib.sha256(DATA).digest()
+
+def spin_main():
+    threading.Thread(target=hash_worker, daemon=True).start()
+    report("main")
+    while time.monotonic() < END:
+        pass
+
+spin_main()
+"#;
+
+/// A thread that runs a file in a subinterpreter (`SUB` below, its path in `argv[2]`), the main
+/// thread asleep (3.11's subinterpreters share the GIL, and a thread of one waits forever for
+/// a GIL that a thread of the other spins with) until it ends the process.
+const RUN_SUBINTERPRETER: &str = r#"
+import os
+
+try:
+    import _interpreters as interpreters
+except ImportError:
+    import _xxsubinterpreters as interpreters
+
+END = time.monotonic() + float(sys.argv[1])
+SUB = sys.argv[2]
+
+def run_sub():
+    interp = interpreters.create()
+    report("caller")
+    code = f"import sys; sys.argv = ['', {sys.argv[1]!r}]; exec(compile(open({SUB!r}).read(), {SUB!r}, 'exec'))"
+    interpreters.run_string(interp, code)
+
+threading.Thread(target=run_sub, daemon=True).start()
+time.sleep(float(sys.argv[1]))
+# Not a normal exit: the subinterpreter is still running.
+os._exit(0)
+"#;
+
+/// What the subinterpreter runs: it spins in `sub_spin`, and reports from there.
+const SUB: &str = r#"
+END = time.monotonic() + float(sys.argv[1])
+
+def sub_spin():
+    report("sub")
+    while time.monotonic() < END:
+        pass
+
+sub_spin()
+"#;
+
+/// A thread sleeping in `time.sleep` under `serve → handler`, 10 ms at a time.
+const SLEEP_TREE: &str = r#"
+END = time.monotonic() + float(sys.argv[1])
+
+def handler():
+    report("sleep")
+    while time.monotonic() < END:
+        time.sleep(0.01)
+
+def serve():
+    handler()
+
+serve()
+"#;
+
 /// A running script under the sampler: its service name is the script's name.
 struct Spinner {
     script: Script,
@@ -98,6 +173,19 @@ impl Spinner {
         body: &str,
         seconds: f64,
     ) -> Spinner {
+        Self::start_with(wrapper, python, dir, name, body, seconds, &[])
+    }
+
+    /// [`Spinner::start`], with `args` after the seconds.
+    fn start_with(
+        wrapper: &[&str],
+        python: &Path,
+        dir: &Path,
+        name: &str,
+        body: &str,
+        seconds: f64,
+        args: &[&Path],
+    ) -> Spinner {
         let service = format!("smolder-py-{name}");
         let path = dir.join(format!("{service}.py"));
         std::fs::write(&path, format!("{PRELUDE}{body}")).unwrap();
@@ -112,6 +200,7 @@ impl Spinner {
         let mut child = command
             .arg(&path)
             .arg(seconds.to_string())
+            .args(args)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|err| panic!("starting {}: {err}", python.display()));
@@ -127,11 +216,53 @@ impl Spinner {
     }
 }
 
+/// Starts `body` with every interpreter of [`interpreters`], each as `smolder-py-<name>-<label>`
+/// with `args` after the seconds, and reads the first `reports` reports of each.
+fn start_everywhere(
+    dir: &Path,
+    name: &str,
+    body: &str,
+    seconds: f64,
+    args: &[&Path],
+    reports: usize,
+) -> (Vec<(String, Spinner)>, Vec<Vec<Report>>) {
+    let mut spinners: Vec<(String, Spinner)> = interpreters()
+        .into_iter()
+        .map(|(label, python)| {
+            let name = format!("{name}-{label}");
+            let spinner = Spinner::start_with(&[], &python, dir, &name, body, seconds, args);
+            (label, spinner)
+        })
+        .collect();
+    let reports = spinners
+        .iter_mut()
+        .map(|(_, s)| s.script.reports(reports))
+        .collect();
+    (spinners, reports)
+}
+
+/// (service, pid) of each spinner, for [`record_enough`].
+fn scripts_of(spinners: &[(String, Spinner)]) -> Vec<(&str, u32)> {
+    spinners
+        .iter()
+        .map(|(_, s)| (s.service.as_str(), s.script.pid()))
+        .collect()
+}
+
 /// Records `seconds` of the scripts whose file is `smolder-py-*.py`, each under its own
 /// service: the script's name; in windows of 1 s, so that those after a script's unwind tables
 /// went in can be told apart.
 fn record_scripts(seconds: u64) -> Recording {
-    let mut config = smolder_agent::config::Config::default();
+    record_scripts_with(seconds, smolder_agent::config::Config::default(), None)
+}
+
+/// [`record_scripts`] with `config`'s eBPF settings, and the agent's data directory `data` (its
+/// disk cache of unwind tables) when given.
+fn record_scripts_with(
+    seconds: u64,
+    mut config: smolder_agent::config::Config,
+    data: Option<&Path>,
+) -> Recording {
     config.window.length = Duration::from_secs(1);
     config.ebpf.relabel_configs = serde_norway::from_str(
         r#"
@@ -145,7 +276,7 @@ fn record_scripts(seconds: u64) -> Recording {
 "#,
     )
     .unwrap();
-    smolder_agent::ebpf::record(&config, Duration::from_secs(seconds), None).unwrap()
+    smolder_agent::ebpf::record(&config, Duration::from_secs(seconds), data).unwrap()
 }
 
 /// The profiles of `recording` whose window began after process `pid`'s unwind tables went in:
@@ -168,10 +299,22 @@ fn after_tables(recording: &Recording, pid: u32) -> Vec<smolder_common::Profile>
         .collect()
 }
 
-/// Every stack of `service` as `;`-joined names, with its samples.
+/// Every CPU stack of `service` as `;`-joined names, with its samples.
 fn folded(profiles: &[smolder_common::Profile], service: &str) -> Vec<(String, u64)> {
+    folded_kind(profiles, service, "cpu")
+}
+
+/// Every stack of `service`'s profile type `kind` as `;`-joined names, with its value.
+fn folded_kind(
+    profiles: &[smolder_common::Profile],
+    service: &str,
+    kind: &str,
+) -> Vec<(String, u64)> {
     let mut out = Vec::new();
-    for profile in profiles.iter().filter(|p| p.series.service() == service) {
+    for profile in profiles
+        .iter()
+        .filter(|p| p.series.service() == service && p.series.profile_type() == Some(kind))
+    {
         profile.tree.for_each_stack(|stack, value| {
             let names: Vec<&str> = stack
                 .iter()
@@ -253,14 +396,21 @@ struct Recorded {
 }
 
 /// Records the scripts (service, pid) until each has [`ENOUGH`] samples with its tables in,
-/// however long a busy machine takes to give them (recordings of 10 s, at most four), and
+/// however long a busy machine takes to give them (recordings of 10 s, at most eight), and
 /// returns each service's stacks over the recordings. Each recording loads the sampler afresh,
 /// so each starts with the samples a script has before the agent registers it for the Python
-/// walk and loads its tables; those windows are left out.
+/// walk and loads its tables; those windows are left out. The recordings share a data
+/// directory, so that the tables built by the first (slow on a loaded machine) come from the
+/// disk cache in the others.
 fn record_enough(scripts: &[(&str, u32)]) -> HashMap<String, Recorded> {
+    let data = tempfile::tempdir().unwrap();
     let mut stacks: HashMap<String, Recorded> = HashMap::new();
-    for _ in 0..4 {
-        let recording = record_scripts(10);
+    for _ in 0..8 {
+        let recording = record_scripts_with(
+            10,
+            smolder_agent::config::Config::default(),
+            Some(data.path()),
+        );
         for &(service, pid) in scripts {
             let recorded = stacks.entry(service.to_owned()).or_default();
             recorded
@@ -316,10 +466,7 @@ fn python_stacks_carry_the_call_tree_with_files_and_first_lines() {
         .iter_mut()
         .map(|(_, s)| s.script.reports(1).pop().unwrap())
         .collect();
-    let scripts: Vec<(&str, u32)> = spinners
-        .iter()
-        .map(|(_, s)| (s.service.as_str(), s.script.pid()))
-        .collect();
+    let scripts = scripts_of(&spinners);
     let recorded = record_enough(&scripts);
     for ((label, spinner), report) in spinners.iter().zip(&reports) {
         // The user-space reader, the kernel walk's oracle, sees the same stack.
@@ -356,22 +503,8 @@ fn python_stacks_carry_the_call_tree_with_files_and_first_lines() {
 fn python_threads_each_carry_their_own_function() {
     let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
-    let mut spinners: Vec<(String, Spinner)> = interpreters()
-        .into_iter()
-        .map(|(label, python)| {
-            let name = format!("threads-{label}");
-            let spinner = Spinner::start(&[], &python, dir.path(), &name, SPIN_THREADS, 120.0);
-            (label, spinner)
-        })
-        .collect();
-    let reports: Vec<Vec<Report>> = spinners
-        .iter_mut()
-        .map(|(_, s)| s.script.reports(4))
-        .collect();
-    let scripts: Vec<(&str, u32)> = spinners
-        .iter()
-        .map(|(_, s)| (s.service.as_str(), s.script.pid()))
-        .collect();
+    let (spinners, reports) = start_everywhere(dir.path(), "threads", SPIN_THREADS, 120.0, &[], 4);
+    let scripts = scripts_of(&spinners);
     let recorded = record_enough(&scripts);
     for ((label, spinner), reports) in spinners.iter().zip(&reports) {
         let stacks = &recorded[&spinner.service].with_tables;
@@ -400,22 +533,10 @@ fn python_threads_each_carry_their_own_function() {
 fn a_python_callback_of_a_c_function_follows_its_python_caller() {
     let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
-    let mut spinners: Vec<(String, Spinner)> = interpreters()
-        .into_iter()
-        .map(|(label, python)| {
-            let name = format!("callback-{label}");
-            let spinner = Spinner::start(&[], &python, dir.path(), &name, SPIN_CALLBACK, 120.0);
-            (label, spinner)
-        })
-        .collect();
-    let reports: Vec<Report> = spinners
-        .iter_mut()
-        .map(|(_, s)| s.script.reports(1).pop().unwrap())
-        .collect();
-    let scripts: Vec<(&str, u32)> = spinners
-        .iter()
-        .map(|(_, s)| (s.service.as_str(), s.script.pid()))
-        .collect();
+    let (spinners, reports) =
+        start_everywhere(dir.path(), "callback", SPIN_CALLBACK, 120.0, &[], 1);
+    let reports: Vec<&Report> = reports.iter().map(|r| &r[0]).collect();
+    let scripts = scripts_of(&spinners);
     let recorded = record_enough(&scripts);
     for ((label, spinner), report) in spinners.iter().zip(&reports) {
         let stacks = &recorded[&spinner.service].with_tables;
@@ -468,18 +589,8 @@ fn a_python_callback_of_a_c_function_follows_its_python_caller() {
 fn a_python_process_that_exits_before_the_drain_keeps_its_names() {
     let _host = crate::util::exclusive();
     let dir = tempfile::tempdir().unwrap();
-    let mut spinners: Vec<(String, Spinner)> = interpreters()
-        .into_iter()
-        .map(|(label, python)| {
-            let name = format!("exit-{label}");
-            let spinner = Spinner::start(&[], &python, dir.path(), &name, SPIN_TREE, 4.0);
-            (label, spinner)
-        })
-        .collect();
-    let reports: Vec<Report> = spinners
-        .iter_mut()
-        .map(|(_, s)| s.script.reports(1).pop().unwrap())
-        .collect();
+    let (mut spinners, reports) = start_everywhere(dir.path(), "exit", SPIN_TREE, 4.0, &[], 1);
+    let reports: Vec<&Report> = reports.iter().map(|r| &r[0]).collect();
     // The scripts exit two to three seconds into the recording.
     let profiles = record_scripts(6).profiles;
     for ((label, spinner), report) in spinners.iter_mut().zip(&reports) {
@@ -743,6 +854,138 @@ fn the_kernel_walk_reads_the_frames_and_entry_frames_the_reader_reads() {
             reader.iter().map(|(_, entry)| *entry).collect::<Vec<_>>(),
             [true, false, true],
             "{label}: key and <module> are entry frames"
+        );
+    }
+}
+
+/// Whether the innermost frame of a `;`-joined stack (root first) is native code called from
+/// the Python frame `caller`: `caller` is the last Python frame and frames follow it.
+fn native_below(stack: &str, caller: &str) -> bool {
+    let frames: Vec<&str> = stack.split(';').collect();
+    frames
+        .iter()
+        .rposition(|f| is_python(f))
+        .is_some_and(|last| frames[last].starts_with(caller) && last + 1 < frames.len())
+}
+
+#[test]
+fn a_thread_in_a_c_call_without_the_gil_carries_its_python_frames() {
+    let _host = crate::util::exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let (spinners, reports) =
+        start_everywhere(dir.path(), "nogil", HASH_WITHOUT_GIL, 120.0, &[], 2);
+    let scripts = scripts_of(&spinners);
+    let recorded = record_enough(&scripts);
+    for ((label, spinner), reports) in spinners.iter().zip(&reports) {
+        let stacks = &recorded[&spinner.service].with_tables;
+        let all = total(stacks);
+        assert!(all >= ENOUGH, "{label}: too few samples ({all})");
+        let hash = reports.iter().find(|r| r.tag == "hash").unwrap();
+        let hash_stack = root_first(hash);
+        let hashing: Vec<&(String, u64)> = stacks
+            .iter()
+            .filter(|(stack, _)| python_part(stack) == hash_stack)
+            .collect();
+        let hashed: u64 = hashing.iter().map(|(_, n)| n).sum();
+        // The hashing thread runs beside the main thread most of the time, GIL or not: a good
+        // share of the samples, nearly all in the C call.
+        assert!(
+            hashed as f64 >= 0.2 * all as f64,
+            "{label}: {hashed} of {all} samples carry {hash_stack}: {stacks:#?}"
+        );
+        let in_c: u64 = hashing
+            .iter()
+            .filter(|(stack, _)| native_below(stack, "hash_worker ("))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            in_c as f64 >= 0.8 * hashed as f64,
+            "{label}: {in_c} of {hashed} samples of hash_worker are in the C call: {hashing:#?}"
+        );
+        let carried: u64 = reports
+            .iter()
+            .map(|r| carrying(stacks, &root_first(r)))
+            .sum();
+        assert!(
+            carried as f64 >= 0.95 * all as f64,
+            "{label}: {carried} of {all} samples carry their thread's stack: {stacks:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_thread_running_a_subinterpreter_carries_the_subinterpreters_frames() {
+    let _host = crate::util::exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("smolder-sub.py");
+    std::fs::write(&sub, format!("{PRELUDE}{SUB}")).unwrap();
+    let (spinners, reports) = start_everywhere(
+        dir.path(),
+        "subinterp",
+        RUN_SUBINTERPRETER,
+        120.0,
+        &[&sub],
+        2,
+    );
+    let scripts = scripts_of(&spinners);
+    let recorded = record_enough(&scripts);
+    for ((label, spinner), reports) in spinners.iter().zip(&reports) {
+        let stacks = &recorded[&spinner.service].with_tables;
+        let all = total(stacks);
+        assert!(all >= ENOUGH, "{label}: too few samples ({all})");
+        let report = |tag: &str| reports.iter().find(|r| r.tag == tag).unwrap();
+        // The subinterpreter's frames, from its file (its `<string>` module is no file).
+        let sub_stack = python_part(&root_first(report("sub")));
+        assert!(sub_stack.ends_with(&expected_names(report("sub"))[0]));
+        let in_sub = carrying(stacks, &sub_stack);
+        assert!(
+            in_sub as f64 >= 0.95 * all as f64,
+            "{label}: {in_sub} of {all} samples carry {sub_stack}: {stacks:#?}"
+        );
+    }
+}
+
+#[test]
+fn off_cpu_profiles_carry_the_python_frames_that_waited() {
+    let _host = crate::util::exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let (spinners, reports) = start_everywhere(dir.path(), "sleep", SLEEP_TREE, 120.0, &[], 1);
+    let reports: Vec<&Report> = reports.iter().map(|r| &r[0]).collect();
+    let mut config = smolder_agent::config::Config::default();
+    config.ebpf.off_cpu.enabled = true;
+    config.ebpf.off_cpu.probability = 1.0;
+    config.ebpf.off_cpu.max_unwinds_per_second = 0;
+    let recording = record_scripts_with(10, config, None);
+    for ((label, spinner), report) in spinners.iter().zip(&reports) {
+        let waits = folded_kind(
+            &after_tables(&recording, spinner.script.pid()),
+            &spinner.service,
+            "off_cpu",
+        );
+        let expected = root_first(report);
+        assert!(expected.contains("serve (") && expected.ends_with(&expected_names(report)[0]));
+        let (carried, all) = (carrying(&waits, &expected), total(&waits));
+        // About a second per window of sleeping, nanoseconds: most of it in time.sleep.
+        assert!(
+            all >= 2_000_000_000,
+            "{label}: {all} ns off-CPU with tables: {waits:#?}"
+        );
+        assert!(
+            carried as f64 >= 0.9 * all as f64,
+            "{label}: {carried} of {all} ns carry {expected}: {waits:#?}"
+        );
+        let slept: u64 = waits
+            .iter()
+            .filter(|(stack, _)| python_part(stack) == expected && stack.contains("nanosleep"))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            slept as f64 >= 0.9 * carried as f64,
+            "{label}: {slept} of {carried} ns under a nanosleep: {waits:#?}"
+        );
+        assert!(
+            mixed(&waits) as f64 >= 0.9 * all as f64,
+            "{label}: the waits' stacks are not mixed: {waits:#?}"
         );
     }
 }

@@ -246,6 +246,60 @@ fn older_interpreters_are_detected_and_left_unsupported() {
     );
 }
 
+/// A copy of pyenv's `libpython3.13.so` in `dir` whose `Py_Version` says `version`: a release
+/// this machine does not have, as detection sees it.
+fn libpython_claiming(dir: &Path, version: u32) -> PathBuf {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+    let library = pyenv_python(13)
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("lib/libpython3.13.so.1.0");
+    let mut bytes = std::fs::read(&library).unwrap();
+    let at = {
+        let elf = object::File::parse(&bytes[..]).unwrap();
+        let symbol = elf
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok("Py_Version"))
+            .expect("libpython exports Py_Version");
+        let section = elf
+            .section_by_index(symbol.section_index().unwrap())
+            .unwrap();
+        let (offset, _) = section.file_range().unwrap();
+        (symbol.address() - section.address() + offset) as usize
+    };
+    assert_eq!(
+        u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) >> 16,
+        0x030d,
+        "Py_Version of 3.13 found"
+    );
+    bytes[at..at + 8].copy_from_slice(&u64::from(version).to_le_bytes());
+    let copy = dir.join(format!("libpython-{version:x}.so"));
+    std::fs::write(&copy, bytes).unwrap();
+    copy
+}
+
+#[test]
+fn releases_are_walked_only_where_their_layout_is_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let detect = |version: u32| {
+        let interpreter = inspect(&libpython_claiming(dir.path(), version))
+            .unwrap()
+            .expect("still CPython");
+        assert_eq!(interpreter.version.map(|v| v.0), Some(version));
+        (interpreter.layout, interpreter.version_label())
+    };
+    // 3.14 (tagged frame references): detected, counted as newer, left native.
+    assert_eq!(detect(0x030e00f0), (Err(Unsupported::Newer), "newer"));
+    assert_eq!(detect(0x030f02f0), (Err(Unsupported::Newer), "newer"));
+    // Any final 3.11.x or 3.12.x takes its minor release's table (see layout.rs for why);
+    // their pre-releases do not.
+    assert_eq!(detect(0x030b0ef0), (Ok(Layout::V3_11), "3.11"));
+    assert_eq!(detect(0x030c0af0), (Ok(Layout::V3_12), "3.12"));
+    assert_eq!(detect(0x030c00c1), (Err(Unsupported::PreRelease), "3.12"));
+}
+
 /// Prints `offsetof`/`sizeof` of every field the layouts hold, compiled against a release's
 /// internal headers.
 const OFFSETS_C: &str = r#"

@@ -6,25 +6,40 @@ use std::time::{Duration, Instant};
 use smolder_common::wire::frame::{self, HEADER_LEN};
 use smolder_common::wire::{
     self, Ack, BatchError, BatchMessage, FrameError, FrameHeader, FrameKind, FrameLimits, Hello,
-    RateLimiter, Reject, Welcome, code,
+    RateLimiter, Refusal, RefusalReason, Reject, Welcome, code, limits, reject,
 };
 use tracing::{debug, error, info, warn};
 
-use super::tls::Credentials;
 use super::{QuicConfig, QuicMetrics};
+use crate::admission::{Admission, Overload};
 use crate::api_error::chain;
-use crate::ingest::{IngestError, Ingester, ProfileSet, Transport, pprof::type_label};
+use crate::auth::{Auth, CredentialKey};
+use crate::ingest::{
+    AgentBatch, IngestError, Ingester, ProfileSet, Refused, Stored, Transport, pprof::type_label,
+};
 use crate::metrics::Errors;
-use crate::store::{BatchMarker, unix};
+use crate::store::{BatchMarker, StoreError, unix};
 use crate::tenant::Tenant;
 
 /// What every connection task shares.
 pub(super) struct Shared {
     pub(super) ingester: Arc<Ingester>,
-    pub(super) credentials: Credentials,
+    pub(super) auth: Arc<Auth>,
+    pub(super) admission: Arc<Admission>,
+    /// Whether `ingest.quic.client-ca` is set, so that a verified client certificate suffices.
+    pub(super) client_ca: bool,
     pub(super) config: QuicConfig,
     pub(super) metrics: QuicMetrics,
     pub(super) errors: Errors,
+}
+
+/// How a connection's agent proved itself.
+#[derive(Clone, Debug)]
+enum Proof {
+    /// A client certificate `ingest.quic.client-ca` signed.
+    Certificate,
+    /// The token of this credential, checked again for every batch.
+    Token(CredentialKey),
 }
 
 /// How long an agent has to send its hello after the handshake.
@@ -63,6 +78,12 @@ enum StreamError {
         /// The hello's agent id.
         connection: String,
     },
+    /// The in-flight budget cannot take the batch now, or its tenant is over its ingest rate.
+    #[error("{0}")]
+    Overloaded(Overload),
+    /// The credential of the connection's token was removed since the hello.
+    #[error("the connection's token is no longer in force")]
+    Revoked,
     /// The connection is over `ingest.quic.max-batches-per-second`.
     #[error(
         "rate limit: more than {limit} batches per second (ingest.quic.max-batches-per-second)"
@@ -80,12 +101,17 @@ impl StreamError {
     /// Whether the agent may send the same batch again later.
     fn retryable(&self) -> bool {
         match self {
-            StreamError::Read { .. } | StreamError::Timeout | StreamError::RateLimited { .. } => {
-                true
-            }
+            StreamError::Read { .. }
+            | StreamError::Timeout
+            | StreamError::RateLimited { .. }
+            | StreamError::Overloaded(_)
+            | StreamError::Revoked => true,
             StreamError::Ingest(err) => matches!(
                 err,
-                IngestError::Store { .. } | IngestError::Panicked { .. }
+                IngestError::Store { .. }
+                    | IngestError::Panicked { .. }
+                    | IngestError::ClockSkew { .. }
+                    | IngestError::Overloaded { .. }
             ),
             StreamError::Frame(_) | StreamError::Batch(_) | StreamError::AgentMismatch { .. } => {
                 false
@@ -105,7 +131,22 @@ impl StreamError {
             StreamError::Read { .. } => "stream_read",
             StreamError::Timeout => "timeout",
             StreamError::RateLimited { .. } => "rate_limited",
+            StreamError::Overloaded(overload) => overload.reason(),
+            StreamError::Revoked => "revoked",
             StreamError::Ingest(err) => err.error_type(),
+        }
+    }
+
+    /// The reject's `code`: the reason label, except that a batch whose every series was refused
+    /// is `refused` (its series' reasons follow in the reject), and one the object store could
+    /// not take is `unavailable`, on which an agent with other aggregators moves on at once.
+    fn code(&self) -> &'static str {
+        match self {
+            StreamError::Ingest(IngestError::Refused { .. }) => "refused",
+            StreamError::Ingest(IngestError::Store {
+                source: StoreError::Unavailable { .. } | StoreError::Busy { .. },
+            }) => reject::UNAVAILABLE,
+            other => other.error_type(),
         }
     }
 }
@@ -124,7 +165,7 @@ pub(super) async fn serve(incoming: quinn::Incoming, shared: Arc<Shared>) {
             return;
         }
     };
-    let (hello, tenant) = match handshake(&conn, &shared).await {
+    let (hello, tenant, proof) = match handshake(&conn, &shared).await {
         Ok(accepted) => accepted,
         Err(reason) => {
             metrics
@@ -155,9 +196,13 @@ pub(super) async fn serve(incoming: quinn::Incoming, shared: Arc<Shared>) {
             Ok((send, recv)) => {
                 tokio::spawn(batch_stream(
                     Arc::clone(&shared),
-                    Arc::clone(&agent),
-                    tenant.clone(),
-                    Arc::clone(&limiter),
+                    Stream {
+                        conn: conn.clone(),
+                        agent: Arc::clone(&agent),
+                        tenant: tenant.clone(),
+                        proof: proof.clone(),
+                        limiter: Arc::clone(&limiter),
+                    },
                     send,
                     recv,
                 ));
@@ -169,9 +214,21 @@ pub(super) async fn serve(incoming: quinn::Incoming, shared: Arc<Shared>) {
     info!(agent_id = %agent, %reason, "agent disconnected");
 }
 
+/// What a batch stream knows of its connection.
+struct Stream {
+    conn: quinn::Connection,
+    agent: Arc<str>,
+    tenant: Tenant,
+    proof: Proof,
+    limiter: Arc<Mutex<RateLimiter>>,
+}
+
 /// Reads and checks the hello; answers a welcome, or a reject and closes the connection. The
 /// tenant is the token's.
-async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Result<(Hello, Tenant), String> {
+async fn handshake(
+    conn: &quinn::Connection,
+    shared: &Shared,
+) -> Result<(Hello, Tenant, Proof), String> {
     let (send, mut recv) = match tokio::time::timeout(HELLO_TIMEOUT, conn.accept_bi()).await {
         Ok(Ok(streams)) => streams,
         Ok(Err(err)) => return Err(format!("connection lost before its hello: {err}")),
@@ -198,55 +255,48 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Result<(Hello, 
         return Err(refuse(conn, send, err.to_string()).await);
     }
     let has_cert = conn.peer_identity().is_some();
-    let tenant = match authenticate(&hello, has_cert, &shared.credentials) {
-        Ok(tenant) => tenant,
+    let (tenant, proof) = match authenticate(&hello, has_cert, shared) {
+        Ok(accepted) => accepted,
         Err(reason) => {
+            shared.auth.count_refusal("agent");
             return Err(refuse(conn, send, format!("agent {}: {reason}", hello.agent_id)).await);
         }
     };
+    let limits = shared.ingester.batch_limits();
     let welcome = Welcome {
         aggregator_version: env!("CARGO_PKG_VERSION").to_owned(),
-        max_batch_bytes: u64::from(shared.config.max_batch_bytes),
+        max_batch_bytes: limits.max_batch_bytes,
         max_batches_in_flight: shared.config.max_batches_in_flight,
+        max_series_per_batch: limits.max_series,
+        max_labels_per_series: limits.max_labels,
+        max_label_bytes: limits.max_label_bytes,
+        clock_unix_nanos: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
+        max_clock_skew_seconds: u32::try_from(crate::ingest::limits::MAX_CLOCK_SKEW.as_secs())
+            .unwrap_or(u32::MAX),
     };
     reply(send, &frame::encode(FrameKind::Welcome, &welcome)).await;
-    Ok((hello, tenant))
+    Ok((hello, tenant, proof))
 }
 
 /// Whether a hello may ship, and for which tenant: a verified client certificate suffices (for
-/// `anonymous`), else its token must be one of the configured ones (for the token's tenant).
-fn authenticate(
-    hello: &Hello,
-    has_cert: bool,
-    credentials: &Credentials,
-) -> Result<Tenant, String> {
+/// `anonymous`), else its token must be a credential in force with scope `ingest` (for the
+/// credential's tenant, `anonymous` without one).
+fn authenticate(hello: &Hello, has_cert: bool, shared: &Shared) -> Result<(Tenant, Proof), String> {
     if has_cert {
-        return Ok(Tenant::anonymous());
+        return Ok((Tenant::anonymous(), Proof::Certificate));
     }
-    let how = if credentials.client_ca {
-        "a token from ingest.quic.tokens or a client certificate signed by ingest.quic.client-ca"
-    } else {
-        "a token from ingest.quic.tokens"
-    };
-    if hello.token.is_empty() {
-        return Err(format!("no credentials; present {how}"));
-    }
-    // Every token is compared, so that the time taken does not tell which one matched.
-    let mut found = None;
-    for (token, tenant) in &credentials.tokens {
-        if same(token.as_bytes(), hello.token.as_bytes()) {
-            found = Some(tenant);
+    match shared.auth.agent(&hello.token) {
+        Ok((tenant, key, name)) => {
+            debug!(agent_id = %hello.agent_id, credential = %name, "agent authenticated");
+            Ok((tenant, Proof::Token(key)))
         }
+        Err(reason) if shared.client_ca => Err(format!(
+            "{reason}, or a client certificate signed by ingest.quic.client-ca"
+        )),
+        Err(reason) => Err(reason.to_owned()),
     }
-    found
-        .cloned()
-        .ok_or_else(|| format!("invalid token; present {how}"))
-}
-
-/// Compares in time independent of where the inputs differ, so that a token cannot be guessed
-/// byte by byte from response times.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Answers a refused hello on its stream and closes the connection with the same reason.
@@ -254,7 +304,8 @@ async fn refuse(conn: &quinn::Connection, send: quinn::SendStream, reason: Strin
     let reject = Reject {
         sequence: 0,
         reason: reason.clone(),
-        retryable: false,
+        code: "refused_hello".to_owned(),
+        ..Reject::default()
     };
     reply_and_wait(send, &frame::encode(FrameKind::Reject, &reject)).await;
     // Close reasons must fit in one packet.
@@ -283,9 +334,26 @@ async fn read_frame(
     recv: &mut quinn::RecvStream,
     limits: FrameLimits,
 ) -> Result<(FrameHeader, Vec<u8>), StreamError> {
+    let header = read_header(recv, limits).await?;
+    let body = read_body(recv, &header).await?;
+    Ok((header, body))
+}
+
+/// Reads a frame's header and checks it under `limits`.
+async fn read_header(
+    recv: &mut quinn::RecvStream,
+    limits: FrameLimits,
+) -> Result<FrameHeader, StreamError> {
     let mut header = [0u8; HEADER_LEN];
     read_exact(recv, &mut header, "header").await?;
-    let header = FrameHeader::parse(&header, limits)?;
+    Ok(FrameHeader::parse(&header, limits)?)
+}
+
+/// Reads exactly the body `header` declares, which must end the stream.
+async fn read_body(
+    recv: &mut quinn::RecvStream,
+    header: &FrameHeader,
+) -> Result<Vec<u8>, StreamError> {
     // Grown as bytes arrive rather than allocated from the header: a client that declares a
     // large body and sends nothing holds nothing.
     let declared = header.compressed_len as usize;
@@ -310,7 +378,7 @@ async fn read_frame(
     }
     let mut extra = [0u8; 64];
     match recv.read(&mut extra).await {
-        Ok(None) => Ok((header, body)),
+        Ok(None) => Ok(body),
         Ok(Some(extra)) => Err(FrameError::TrailingBytes { extra }.into()),
         Err(err) => Err(StreamError::Read {
             reason: err.to_string(),
@@ -340,23 +408,23 @@ async fn read_exact(
 /// Receives, stores and answers one batch stream.
 async fn batch_stream(
     shared: Arc<Shared>,
-    agent: Arc<str>,
-    tenant: Tenant,
-    limiter: Arc<Mutex<RateLimiter>>,
+    stream: Stream,
     send: quinn::SendStream,
     mut recv: quinn::RecvStream,
 ) {
     let started = Instant::now();
     let metrics = &shared.metrics;
+    let agent = &stream.agent;
     let mut sequence = 0;
     let outcome = tokio::time::timeout(
         STREAM_TIMEOUT,
-        receive(&shared, &agent, &tenant, &limiter, &mut recv, &mut sequence),
+        receive(&shared, &stream, &mut recv, &mut sequence),
     )
     .await
     .unwrap_or(Err(StreamError::Timeout));
     let answer = match outcome {
-        Ok(duplicate) => {
+        Ok(stored) => {
+            let duplicate = stored.duplicate;
             if duplicate {
                 metrics.batches_duplicate.inc();
             }
@@ -364,12 +432,21 @@ async fn batch_stream(
             metrics
                 .batch_duration
                 .observe(started.elapsed().as_secs_f64());
-            debug!(agent_id = %agent, sequence, duplicate, "batch acknowledged");
+            debug!(
+                agent_id = %agent,
+                sequence,
+                duplicate,
+                refused = stored.refused.len(),
+                "batch acknowledged"
+            );
+            let (refused, unlisted) = answer_refusals(&stored.refused);
             frame::encode(
                 FrameKind::Ack,
                 &Ack {
                     sequence,
                     duplicate,
+                    refused,
+                    unlisted,
                 },
             )
         }
@@ -379,9 +456,13 @@ async fn batch_stream(
                 .batches_rejected
                 .with_label_values(&[error_type])
                 .inc();
-            // Ingest's own refusals are counted by `Ingester::record`; count the stream's here.
-            if !matches!(err, StreamError::Ingest(_)) {
-                shared.errors.inc("ingest", error_type);
+            // Ingest's own refusals are counted by `Ingester::record`, refusals for load in
+            // the refused counter; count the stream's other failures here.
+            match &err {
+                StreamError::Ingest(_) => {}
+                StreamError::Overloaded(overload) => shared.admission.count("quic", overload),
+                StreamError::Revoked => shared.auth.count_refusal("revoked"),
+                _ => shared.errors.inc("ingest", error_type),
             }
             let retryable = err.retryable();
             match &err {
@@ -398,6 +479,12 @@ async fn batch_stream(
                     %reason,
                     "decoding a batch panicked; the agent will resend it"
                 ),
+                StreamError::Ingest(IngestError::ClockSkew { reason }) => warn!(
+                    agent_id = %agent,
+                    sequence,
+                    %reason,
+                    "the agent's clock is ahead of this aggregator's; its batch waits at the agent"
+                ),
                 _ if retryable => {
                     debug!(agent_id = %agent, sequence, %err, "batch refused for now")
                 }
@@ -405,12 +492,19 @@ async fn batch_stream(
             }
             // Whatever is still coming on this stream is not wanted.
             let _ = recv.stop(code::PROTOCOL.into());
+            let (refused, unlisted) = match &err {
+                StreamError::Ingest(IngestError::Refused { refused }) => answer_refusals(refused),
+                _ => Default::default(),
+            };
             frame::encode(
                 FrameKind::Reject,
                 &Reject {
                     sequence,
                     reason: err.to_string(),
                     retryable,
+                    code: err.code().to_owned(),
+                    refused,
+                    unlisted,
                 },
             )
         }
@@ -418,17 +512,43 @@ async fn batch_stream(
     reply(send, &answer).await;
 }
 
-/// Reads, decodes and stores one batch; `Ok(true)` when it had been stored before. Sets
-/// `sequence` as soon as it is known, for the answer.
+/// The refusals of a batch as its answer carries them.
+fn answer_refusals(
+    refused: &[Refused],
+) -> (
+    Vec<smolder_common::wire::SeriesRefusal>,
+    Vec<smolder_common::wire::RefusalTally>,
+) {
+    limits::answer_refusals(refused.iter().map(|r| (r.index, &r.refusal)))
+}
+
+/// Closes a connection whose credential was removed: the agent's next hello is refused, and
+/// what it has not had acknowledged stays in its spool.
+fn close_revoked(conn: &quinn::Connection, agent: &str) {
+    warn!(agent_id = %agent, "closing the connection: its token's credential was removed");
+    conn.close(
+        code::REFUSED.into(),
+        b"the token's credential is no longer in force",
+    );
+}
+
+/// Reads, decodes and stores one batch; what it stored (a duplicate when it had been stored
+/// before). Sets `sequence` as soon as it is known, for the answer.
 async fn receive(
     shared: &Shared,
-    agent: &str,
-    tenant: &Tenant,
-    limiter: &Mutex<RateLimiter>,
+    stream: &Stream,
     recv: &mut quinn::RecvStream,
     sequence: &mut u64,
-) -> Result<bool, StreamError> {
-    let allowed = limiter
+) -> Result<Stored, StreamError> {
+    let (agent, tenant) = (&*stream.agent, &stream.tenant);
+    if let Proof::Token(key) = &stream.proof
+        && !shared.auth.still(key)
+    {
+        close_revoked(&stream.conn, agent);
+        return Err(StreamError::Revoked);
+    }
+    let allowed = stream
+        .limiter
         .lock()
         .expect("rate limiter lock: held only to take a token")
         .try_take(Instant::now());
@@ -442,8 +562,21 @@ async fn receive(
         max_compressed: max,
         max_uncompressed: max,
     };
-    let (header, body) = read_frame(recv, limits).await?;
-    let header = header.check_kind(FrameKind::Batch)?;
+    let header = read_header(recv, limits)
+        .await?
+        .check_kind(FrameKind::Batch)?;
+    // The batch's memory, as sent and decompressed, is taken before its body is read; held
+    // until it is stored.
+    let declared = u64::from(header.compressed_len) + u64::from(header.uncompressed_len);
+    let _charge = shared
+        .admission
+        .batch(declared)
+        .map_err(StreamError::Overloaded)?;
+    shared
+        .admission
+        .tenant(tenant, Some(u64::from(header.compressed_len)))
+        .map_err(StreamError::Overloaded)?;
+    let body = read_body(recv, &header).await?;
     let sent_bytes = HEADER_LEN + body.len();
     let metrics = &shared.metrics;
     metrics.batches_received.inc();
@@ -455,8 +588,8 @@ async fn receive(
         let sequence = message.sequence;
         let agent_id = message.agent_id.clone();
         let (_, end) = message.window();
-        let profiles = message.into_profiles();
-        Ok::<_, StreamError>((sequence, agent_id, end, profiles))
+        let series = message.into_series();
+        Ok::<_, StreamError>((sequence, agent_id, end, series))
     })
     .await
     .map_err(|err| {
@@ -464,82 +597,71 @@ async fn receive(
             reason: err.to_string(),
         })
     })??;
-    let (number, agent_id, end, profiles) = decoded;
+    let (number, agent_id, end, series) = decoded;
     *sequence = number;
-    let profiles = profiles?;
+    let series = series?;
     if agent_id != agent {
         return Err(StreamError::AgentMismatch {
             batch: agent_id,
             connection: agent.to_owned(),
         });
     }
+    // A series that does not decode is refused alone; the batch's others are stored.
+    let mut refused = Vec::new();
+    let mut profiles = Vec::with_capacity(series.len());
+    for (index, series) in series.into_iter().enumerate() {
+        match series {
+            Ok(profile) => {
+                let kind = type_label(profile.series.profile_type().unwrap_or_default());
+                profiles.push((profile, kind));
+            }
+            Err(err) => refused.push(Refused {
+                index,
+                refusal: Refusal {
+                    reason: RefusalReason::Invalid,
+                    message: err.to_string(),
+                },
+            }),
+        }
+    }
     let set = ProfileSet {
         transport: Transport::Quic,
         format: "wire",
         sent_bytes,
-        profiles: profiles
-            .into_iter()
-            .map(|profile| {
-                let kind = type_label(profile.series.profile_type().unwrap_or_default());
-                (profile, kind)
-            })
-            .collect(),
+        profiles,
+        // Agents' batches carry no span ids: eBPF samples are not tagged with spans.
+        spans: Vec::new(),
     };
-    let marker = BatchMarker {
-        agent_id,
-        sequence: number,
-        window_end: unix(end),
+    let batch = AgentBatch {
+        marker: BatchMarker {
+            agent_id,
+            sequence: number,
+            window_end: unix(end),
+        },
+        refused,
     };
-    let outcome = shared.ingester.ingest(tenant, set, Some(marker)).await;
+    let outcome = shared.ingester.ingest(tenant, set, Some(batch)).await;
     shared.ingester.record("quic", &outcome);
-    outcome
-        .map(|stored| stored.duplicate)
-        .map_err(StreamError::Ingest)
+    outcome.map_err(StreamError::Ingest)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn hello(token: &str) -> Hello {
-        Hello {
-            agent_id: "a1".into(),
-            hostname: "h".into(),
-            agent_version: "0".into(),
-            token: token.into(),
-        }
-    }
-
-    fn credentials(client_ca: bool) -> Credentials {
-        Credentials {
-            tokens: vec![
-                ("secret".into(), Tenant::anonymous()),
-                ("other".into(), Tenant::new("team-b").unwrap()),
-            ],
-            client_ca,
-        }
-    }
-
     #[test]
-    fn tokens_and_certificates_authenticate() {
-        assert_eq!(
-            authenticate(&hello("secret"), false, &credentials(false)),
-            Ok(Tenant::anonymous())
+    fn overload_and_revocation_are_retryable() {
+        assert!(
+            StreamError::Overloaded(Overload::Budget {
+                wanted: 1,
+                limit: 0
+            })
+            .retryable()
         );
-        assert_eq!(
-            authenticate(&hello("other"), false, &credentials(false)),
-            Ok(Tenant::new("team-b").unwrap())
+        assert!(
+            StreamError::Revoked.retryable(),
+            "the agent keeps its batch"
         );
-        assert_eq!(
-            authenticate(&hello(""), true, &credentials(true)),
-            Ok(Tenant::anonymous())
-        );
-        let missing = authenticate(&hello(""), false, &credentials(true)).unwrap_err();
-        assert!(missing.starts_with("no credentials"), "{missing}");
-        assert!(missing.contains("client-ca"), "{missing}");
-        let wrong = authenticate(&hello("secreT"), false, &credentials(false)).unwrap_err();
-        assert!(wrong.starts_with("invalid token"), "{wrong}");
-        assert!(!wrong.contains("client-ca"), "{wrong}");
     }
 
     #[test]
@@ -548,10 +670,52 @@ mod tests {
         assert!(StreamError::Timeout.retryable());
         assert!(!StreamError::Frame(FrameError::UnsupportedVersion { version: 2 }).retryable());
         assert!(
-            !StreamError::Ingest(IngestError::TimeOutOfRange {
+            StreamError::Ingest(IngestError::ClockSkew {
                 reason: String::new()
             })
-            .retryable()
+            .retryable(),
+            "the agent's clock is ahead: its batch can wait"
+        );
+        let refused = StreamError::Ingest(IngestError::Refused {
+            refused: vec![Refused {
+                index: 0,
+                refusal: Refusal {
+                    reason: RefusalReason::TooOld,
+                    message: String::new(),
+                },
+            }],
+        });
+        assert!(!refused.retryable(), "older than the retention stays so");
+        assert_eq!(refused.code(), "refused");
+        assert_eq!(
+            StreamError::Frame(FrameError::TooLarge {
+                which: "compressed",
+                size: 2,
+                limit: 1
+            })
+            .code(),
+            "too_large",
+            "the agent splits the batch on this code"
+        );
+        let unavailable = StreamError::Ingest(IngestError::Store {
+            source: StoreError::Unavailable {
+                reason: String::new(),
+            },
+        });
+        assert!(unavailable.retryable());
+        assert_eq!(
+            unavailable.code(),
+            "unavailable",
+            "an agent with other aggregators moves on at once on this code"
+        );
+        let broken = StreamError::Ingest(IngestError::Store {
+            source: StoreError::Closed,
+        });
+        assert!(broken.retryable());
+        assert_eq!(
+            broken.code(),
+            "store",
+            "not taken for an unreachable bucket"
         );
     }
 }

@@ -1,8 +1,7 @@
 //! QUIC ingest's metrics, `smolder_aggregator_ingest_quic_*`.
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
-
-use crate::metrics::{counter, counter_vec, gauge, histogram, latency_buckets};
+use smolder_daemon::metrics::{counter, counter_vec, gauge, histogram, latency_buckets};
 
 /// QUIC ingest's metrics.
 #[derive(Clone)]

@@ -5,20 +5,24 @@
 //! [`Ingester`] as `POST /ingest` (same checks, rules, metrics and store write), with the
 //! batch's (agent id, sequence) marker in the same atomic store write, so that a batch is
 //! stored at most once across retries and restarts. Caller: `app::start`, which hands it the
-//! `Ingester`, its config, the data directory, its metrics and the tier's errors counter, and
-//! nothing else. Owns the UDP socket (`ingest.quic.listen`, default `0.0.0.0:4041`), one task
-//! per connection and one per batch stream, and, without a configured certificate, the
-//! development TLS identity in `<data-dir>/tls/` ([`tls`]).
+//! `Ingester`, its config, the data directory, its metrics, the tier's errors and refused
+//! counters, the credentials (`auth`) and the in-flight budget (`admission`), and nothing
+//! else. Owns the UDP socket (`ingest.quic.listen`, default `0.0.0.0:4041`), one task per
+//! connection (at most `ingest.quic.max-connections`; more are refused at once) and one per
+//! batch stream, and, without a configured certificate, the development TLS identity in
+//! `<data-dir>/tls/` ([`tls`]).
 //!
 //! A connection's first stream is the agent's hello: protocol version (in the frame header),
-//! agent id, and a token unless the agent presented a client certificate signed by
-//! `ingest.quic.client-ca`. Anything else is refused with a reason on that stream and in the
-//! connection's close. The connection's batches are stored for the tenant of its token
-//! (`ingest.quic.tenant-tokens`; `anonymous` for `tokens` and client certificates): the agent
-//! names no tenant, so that it cannot pick another's. Each later stream is one batch ([`connection`]): its header is checked
-//! against `ingest.quic.max-batch-bytes` before the body is read, the body is decompressed and
-//! decoded on the blocking pool, and the answer is an ack after the store's fsync or a reject
-//! saying why and whether a retry can help.
+//! agent id, and a token (of an `auth` credential with scope `ingest`) unless the agent
+//! presented a client certificate signed by `ingest.quic.client-ca`. Anything else is refused
+//! with a reason on that stream and in the connection's close. The connection's batches are
+//! stored for the tenant of its token's credential (`anonymous` without one, and for client
+//! certificates): the agent names no tenant, so that it cannot pick another's. Each later
+//! stream is one batch ([`connection`]): the token checked to be still in force (else the
+//! connection is closed), its header checked against `ingest.quic.max-batch-bytes`, its sizes
+//! taken from the in-flight budget and its tenant's ingest rate before the body is read (either
+//! refused as retryable), the body decompressed and decoded on the blocking pool, and the
+//! answer an ack after the store's fsync or a reject saying why and whether a retry can help.
 
 mod connection;
 mod metrics;
@@ -31,14 +35,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use prometheus::IntCounter;
 use quinn::crypto::rustls::QuicServerConfig;
 use serde::{Deserialize, Serialize};
 use smolder_common::wire::code;
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::Ingester;
-use crate::metrics::Errors;
+use crate::admission::Admission;
+use crate::auth::Auth;
+use crate::identity::IdentityError;
+use crate::metrics::{Errors, Refused};
 use crate::tenant::{Tenant, TenantError};
 
 pub(crate) use self::metrics::QuicMetrics;
@@ -50,23 +59,27 @@ pub struct QuicConfig {
     /// UDP address and port. Default `0.0.0.0:4041`.
     pub listen: SocketAddr,
     /// PEM certificate chain of the listener. With neither `cert` nor `key`, a development CA
-    /// and server certificate are generated into `<data-dir>/tls/` on first start (agents on
-    /// this host trust `<data-dir>/tls/ca.pem`). Default none.
+    /// is generated into `<data-dir>/tls/` on first start (shared by the aggregators of one
+    /// bucket in object-storage mode) and signs a server certificate for this host at every
+    /// start (agents trust `<data-dir>/tls/ca.pem`). Default none.
     pub cert: Option<PathBuf>,
     /// PEM private key of `cert`. Default none.
     pub key: Option<PathBuf>,
     /// PEM CA certificates; an agent presenting a client certificate signed by one of them is
     /// authenticated without a token. Default none.
     pub client_ca: Option<PathBuf>,
-    /// Tokens agents may present in their hello; their batches are the `anonymous` tenant's.
-    /// With none here, none in `tenant-tokens` and no `client-ca`, one is generated into
-    /// `<data-dir>/tls/agent-token` on first start. Default none.
+    /// Deprecated: tokens agents may present, read as `auth.credentials` with scope `ingest`
+    /// for the `anonymous` tenant; move them there. With no credentials configured at all
+    /// and no `client-ca`, a development token is generated into `<data-dir>/tls/agent-token`
+    /// on first start (shared like the development CA). Default none.
     pub tokens: Vec<String>,
-    /// Tokens by the tenant their agents ship for (`{team-a: [token, ...]}`), with
-    /// `tenant.multitenancy-enabled`: the tenant comes from the token, so that an agent cannot
-    /// pick another. A token may appear once over `tokens` and `tenant-tokens`. Agents
-    /// authenticated by a client certificate ship for `anonymous`. Default none.
+    /// Deprecated: tokens by the tenant their agents ship for (`{team-a: [token, ...]}`), read
+    /// as `auth.credentials` with scope `ingest` and that tenant; move them there. Default
+    /// none.
     pub tenant_tokens: BTreeMap<String, Vec<String>>,
+    /// Agent connections open at once (handshakes included); past it a new one is refused at
+    /// once, counted, and the agent retries later. Default 4096.
+    pub max_connections: u32,
     /// Batches one connection may have in flight at once, each on its own stream; more wait for
     /// QUIC flow control. Told to agents in the welcome. Was `max-concurrent-streams`, still
     /// read (deprecated). Default 16.
@@ -96,7 +109,8 @@ impl QuicConfig {
         tls::check_files(self).context("checking the TLS files of ingest.quic")
     }
 
-    /// Every configured token with the tenant its agents ship for.
+    /// Every token of the deprecated `tokens` and `tenant-tokens` with the tenant its agents
+    /// ship for.
     ///
     /// # Errors
     ///
@@ -136,6 +150,7 @@ impl Default for QuicConfig {
             client_ca: None,
             tokens: Vec::new(),
             tenant_tokens: BTreeMap::new(),
+            max_connections: 4096,
             max_batches_in_flight: 16,
             max_batch_bytes: 64 << 20,
             max_batches_per_second: 50,
@@ -147,15 +162,6 @@ impl Default for QuicConfig {
 /// Why the QUIC listener cannot start.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum QuicError {
-    /// A TLS file or the development identity's directory cannot be read or written.
-    #[error("cannot use {path}")]
-    Io {
-        /// The path at fault.
-        path: PathBuf,
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
-    },
     /// A PEM file (`ingest.quic.cert`, `key`, `client-ca`) does not hold what it should.
     #[error("invalid PEM file {path}: {reason}")]
     Pem {
@@ -191,12 +197,9 @@ pub(crate) enum QuicError {
         /// The tenant of its second appearance.
         tenant: String,
     },
-    /// The development identity cannot be generated.
-    #[error("generating the development certificate failed: {reason}")]
-    Generate {
-        /// What rcgen said.
-        reason: String,
-    },
+    /// The development identity cannot be read, made or written.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
 }
 
 /// The running listener.
@@ -223,21 +226,30 @@ impl Listener {
     }
 }
 
+/// What QUIC ingest works with besides its config.
+pub(crate) struct Parts {
+    /// Where batches go.
+    pub(crate) ingester: Arc<Ingester>,
+    /// Who may ship.
+    pub(crate) auth: Arc<Auth>,
+    /// The in-flight budget and the tenants' rates.
+    pub(crate) admission: Arc<Admission>,
+    /// Its metrics.
+    pub(crate) metrics: QuicMetrics,
+    /// The tier's errors counter.
+    pub(crate) errors: Errors,
+    /// The tier's refused counter.
+    pub(crate) refused: Refused,
+}
+
 /// Binds the listener and accepts connections in the background; their batches go to
-/// `ingester`.
+/// `parts.ingester`.
 ///
 /// # Errors
 ///
 /// When the TLS identity cannot be loaded or created, or the socket cannot bind.
-pub(crate) fn start(
-    ingester: Arc<Ingester>,
-    config: QuicConfig,
-    data_dir: &Path,
-    metrics: QuicMetrics,
-    errors: Errors,
-) -> anyhow::Result<Listener> {
-    let (crypto, credentials) =
-        tls::server_config(&config, data_dir).context("setting up QUIC ingest's TLS")?;
+pub(crate) fn start(config: QuicConfig, data_dir: &Path, parts: Parts) -> anyhow::Result<Listener> {
+    let crypto = tls::server_config(&config, data_dir).context("setting up QUIC ingest's TLS")?;
     let crypto = QuicServerConfig::try_from(crypto)
         .map_err(|err| anyhow::anyhow!("QUIC refuses the TLS configuration: {err}"))?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
@@ -254,26 +266,47 @@ pub(crate) fn start(
         .with_context(|| format!("binding QUIC ingest on {}/udp", config.listen))?;
     let addr = endpoint.local_addr().context("reading the bound address")?;
     smolder_daemon::listening("quic", addr);
+    let slots = Arc::new(Semaphore::new(config.max_connections.max(1) as usize));
+    let full = parts.refused.counter("quic", "connections");
     let shared = Arc::new(connection::Shared {
-        ingester,
-        credentials,
+        client_ca: config.client_ca.is_some(),
         config,
-        metrics,
-        errors,
+        ingester: parts.ingester,
+        auth: parts.auth,
+        admission: parts.admission,
+        metrics: parts.metrics,
+        errors: parts.errors,
     });
     let accept = tokio::spawn(
-        accept_loop(endpoint.clone(), shared).instrument(info_span!("quic_ingest", %addr)),
+        accept_loop(endpoint.clone(), shared, slots, full)
+            .instrument(info_span!("quic_ingest", %addr)),
     );
     Ok(Listener { endpoint, accept })
 }
 
-/// Accepts connections until the endpoint closes, one task each.
-async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<connection::Shared>) {
+/// Accepts connections until the endpoint closes, one task each, at most `slots` at once;
+/// those past it are refused before their handshake and counted in `full`.
+async fn accept_loop(
+    endpoint: quinn::Endpoint,
+    shared: Arc<connection::Shared>,
+    slots: Arc<Semaphore>,
+    full: IntCounter,
+) {
     while let Some(incoming) = endpoint.accept().await {
         let remote = incoming.remote_address();
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            full.inc();
+            debug!(%remote, "QUIC connection refused: ingest.quic.max-connections reached");
+            incoming.refuse();
+            continue;
+        };
         let shared = Arc::clone(&shared);
         tokio::spawn(
-            connection::serve(incoming, shared).instrument(info_span!("quic_connection", %remote)),
+            async move {
+                connection::serve(incoming, shared).await;
+                drop(slot);
+            }
+            .instrument(info_span!("quic_connection", %remote)),
         );
     }
     warn!("QUIC ingest endpoint closed");

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use smolder_block::{BlockBuilder, Contribution};
+use smolder_block::BlockBuilder;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
@@ -97,19 +97,13 @@ pub(super) fn write_block(
 ) -> Result<BlockFile, StoreError> {
     let mut builder = BlockBuilder::new(tenant.as_str(), start, plan::HEAD_SPAN, plan::BUCKET)
         .expect("the head span climbs by tens from 10 s");
+    // What the head still holds of a deleted app was written from the horizon on; listing the
+    // deletions tells readers the block holds nothing older (`deletions.rs`).
+    builder.set_deletions(shared.state().deletions.for_block(tenant, start));
     for (series, data) in &range.series {
-        for entry in &data.entries {
-            let tree = range.entry_tree(data, entry);
-            builder
-                .add(
-                    series,
-                    &data.meta,
-                    entry.bucket,
-                    &tree,
-                    Contribution::batch(entry.marker.clone(), entry.writes),
-                )
-                .expect("a head range holds only its own buckets");
-        }
+        range
+            .add_to(&mut builder, series, data)
+            .expect("a head range holds only its own buckets");
     }
     let (bytes, report) = builder.finish().map_err(|err| StoreError::Engine {
         source: Box::new(err),
@@ -122,16 +116,10 @@ pub(super) fn write_block(
     };
     let len = bytes.len() as u64;
     shared.files.put(&name, bytes)?;
-    let block = shared
-        .files
-        .open_block(&name, len)
-        .map_err(|err| StoreError::Object {
-            what: format!("reading back {name}"),
-            source: Box::new(err),
-        })?;
+    let block = shared.files.open_written(&name, len)?;
     shared.metrics.blocks_cut.inc();
     shared.metrics.block_bytes_written.inc_by(len);
-    debug!(block = %name, series = report.series, nodes = report.nodes, bytes = len, "head range cut");
+    debug!(block = %name, series = report.series, nodes = report.nodes, spans = report.spans, bytes = len, "head range cut");
     Ok(block)
 }
 

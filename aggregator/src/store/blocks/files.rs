@@ -7,11 +7,17 @@
 //!
 //! A block is the object `<tenant>/<start>-<span>-<id>.block` (start zero-padded to 12 digits so
 //! that names sort by time): its name says whose data it holds and which range without reading
-//! it, which is what retention and compaction plan from. With the local backend (the only one
-//! until issue 18 adds `s3`) the objects are files under the block directory, written through
-//! `LocalFileSystem` with fsync (file and directory) before the write returns, and read with
-//! `pread` on a file handle kept open, so a block deleted while a query reads it stays readable.
-//! A remote backend would download a block to a local cache first and read it the same way.
+//! it, which is what retention and compaction plan from. With the local backend the objects are
+//! files under the block directory, written through `LocalFileSystem` with fsync (file and
+//! directory) before the write returns, and read with `pread` on a file handle kept open, so a
+//! block deleted while a query reads it stays readable. With the S3 backend (`bucket.rs`) they
+//! are the objects `blocks/<tenant>/...` of the bucket, with copies in the data directory's
+//! bounded block cache (`cache/blocks/`, `cache.rs`): a block written here is copied there
+//! beside its upload; a block opened without a copy is opened with a ranged GET of its end (its
+//! index and names stay decoded in memory) and downloaded whole at its first read (one GET,
+//! then `pread` on the copy); a block larger than a quarter of the cache, or that it has no room
+//! for, is read with ranged GETs. A
+//! read holds its copy, which the cache then does not evict.
 
 use std::fs::File;
 use std::ops::Range;
@@ -24,18 +30,23 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
-use smolder_block::{BlockError, Fetched, Footer, Index, Limits, Names, Tail};
+use smolder_block::{BlockError, Fetched, Footer, Index, Limits, Names, SpanIndex, Tail};
 use tracing::warn;
 
-use crate::store::StoreError;
+use super::bucket::{Bucket, BucketUpload, RequestError, S3Config};
+use super::cache::{BlockCache, Reservation};
+use crate::store::{StoreError, StoreMetrics};
 use crate::tenant::Tenant;
 
-/// Where blocks are kept: `type: local` (the default) is a directory; issue 18 adds `s3`.
+/// Where blocks are kept: `type: local` (the default) is a directory; `type: s3` is a bucket
+/// that several aggregators may share.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum ObjectStoreConfig {
     /// Blocks are files in a local directory.
     Local(LocalConfig),
+    /// Blocks are objects in an S3 bucket, with a copy of each in the data directory's cache.
+    S3(Box<S3Config>),
 }
 
 impl Default for ObjectStoreConfig {
@@ -64,7 +75,7 @@ pub(crate) struct BlockName {
     /// Its span in seconds.
     pub(crate) span: u64,
     pub(crate) tenant: Tenant,
-    /// Unique among all blocks (the cache, lineage and app deletions know blocks by it): random
+    /// Unique among all blocks (the cache, lineage and dedupe know blocks by it): random
     /// for a cut, derived from the inputs for a merge, from the range for a migrated block.
     pub(crate) id: String,
 }
@@ -115,16 +126,27 @@ impl std::fmt::Display for BlockName {
     }
 }
 
-/// The block directory, through `object_store`.
+/// Where blocks are kept, through `object_store`.
 pub(crate) struct Files {
-    store: LocalFileSystem,
+    backend: Backend,
+    /// Where blocks are read from: the block directory, or the bucket's blocks' cache.
     root: PathBuf,
+    /// Ids of the blocks this process wrote: its writer publishes them, so the sync loop must
+    /// not take one for another aggregator's while its cut or merge is still publishing it.
+    written: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
+
+enum Backend {
+    Local(LocalFileSystem),
+    Bucket(Arc<Bucket>, Arc<BlockCache>),
+}
+
+/// Where the bucket's blocks are, under its prefix.
+const BLOCKS: &str = "blocks/";
 
 /// Runs an object-store call to completion on this thread. `LocalFileSystem` does its file
 /// work inline, or on tokio's blocking pool when called inside a runtime, so this never waits
-/// on the calling runtime's own workers. (A remote backend, issue 18, needs a runtime's I/O
-/// driver and will run its calls there.)
+/// on the calling runtime's own workers. (The bucket runs its requests on its own runtime.)
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
     struct Unpark(std::thread::Thread);
     impl std::task::Wake for Unpark {
@@ -151,78 +173,206 @@ fn object_error(what: &str, name: &str, err: object_store::Error) -> StoreError 
     }
 }
 
+/// A failure of the bucket, as the store reports it.
+pub(crate) fn bucket_error(err: RequestError) -> StoreError {
+    StoreError::Object {
+        what: err.to_string(),
+        source: Box::new(err.source),
+    }
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
 impl Files {
-    /// The block directory of `config`, created if needed, under `data_dir` by default.
-    pub(crate) fn open(config: &ObjectStoreConfig, data_dir: &Path) -> Result<Files, StoreError> {
-        let root = match config {
-            ObjectStoreConfig::Local(local) if local.path.as_os_str().is_empty() => {
-                data_dir.join("blocks")
+    /// The block store `config` names: the block directory, created if needed (under
+    /// `data_dir` by default), or the bucket, connected to and checked, with its cache under
+    /// `data_dir`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Io`] when a directory cannot be created; [`StoreError::Object`] when the
+    /// bucket cannot be used (the message says why: not found, credentials refused, no answer).
+    pub(crate) fn open(
+        config: &ObjectStoreConfig,
+        data_dir: &Path,
+        metrics: &StoreMetrics,
+    ) -> Result<Files, StoreError> {
+        let (backend, root) = match config {
+            ObjectStoreConfig::Local(local) => {
+                let root = if local.path.as_os_str().is_empty() {
+                    data_dir.join("blocks")
+                } else {
+                    local.path.clone()
+                };
+                std::fs::create_dir_all(&root).map_err(io_error(&root))?;
+                let store = LocalFileSystem::new_with_prefix(&root)
+                    .map_err(|err| object_error("opening", &root.display().to_string(), err))?
+                    .with_fsync(true);
+                (Backend::Local(store), root)
             }
-            ObjectStoreConfig::Local(local) => local.path.clone(),
+            ObjectStoreConfig::S3(s3) => {
+                let root = data_dir.join("cache").join("blocks");
+                let cache = BlockCache::open(
+                    root.clone(),
+                    s3.block_cache_bytes,
+                    metrics.block_cache.clone(),
+                )
+                .map_err(io_error(&root))?;
+                let bucket = Bucket::connect(s3, metrics.object.clone()).map_err(|err| {
+                    StoreError::Object {
+                        what: "opening the bucket (store.object-store)".into(),
+                        source: Box::new(err),
+                    }
+                })?;
+                (Backend::Bucket(Arc::new(bucket), Arc::new(cache)), root)
+            }
         };
-        std::fs::create_dir_all(&root).map_err(|source| StoreError::Io {
-            path: root.clone(),
-            source,
-        })?;
-        let store = LocalFileSystem::new_with_prefix(&root)
-            .map_err(|err| object_error("opening", &root.display().to_string(), err))?
-            .with_fsync(true);
-        Ok(Files { store, root })
+        Ok(Files {
+            backend,
+            root,
+            written: std::sync::Mutex::new(std::collections::BTreeSet::new()),
+        })
+    }
+
+    /// The bucket, in object-storage mode.
+    pub(crate) fn bucket(&self) -> Option<&Arc<Bucket>> {
+        match &self.backend {
+            Backend::Local(_) => None,
+            Backend::Bucket(bucket, _) => Some(bucket),
+        }
     }
 
     /// Every block in the store, with its length; objects that are not blocks are skipped with
     /// a warning.
     pub(crate) fn list(&self) -> Result<Vec<(BlockName, u64)>, StoreError> {
-        block_on(async {
-            let top = self
-                .store
-                .list_with_delimiter(None)
-                .await
-                .map_err(|err| object_error("listing", "the block directory", err))?;
-            let mut out = Vec::new();
-            for prefix in top.common_prefixes {
-                let listing = self
-                    .store
-                    .list_with_delimiter(Some(&prefix))
+        Ok(self
+            .list_with_times()?
+            .into_iter()
+            .map(|(name, len, _)| (name, len))
+            .collect())
+    }
+
+    /// [`Files::list`] with each block's Last-Modified (Unix ms, the store's clock).
+    pub(crate) fn list_with_times(&self) -> Result<Vec<(BlockName, u64, u64)>, StoreError> {
+        let mut out = Vec::new();
+        match &self.backend {
+            Backend::Local(store) => block_on(async {
+                let top = store
+                    .list_with_delimiter(None)
                     .await
-                    .map_err(|err| object_error("listing", prefix.as_ref(), err))?;
-                for object in listing.objects {
-                    match BlockName::parse(&object.location) {
-                        Some(name) => out.push((name, object.size)),
+                    .map_err(|err| object_error("listing", "the block directory", err))?;
+                for prefix in top.common_prefixes {
+                    let listing = store
+                        .list_with_delimiter(Some(&prefix))
+                        .await
+                        .map_err(|err| object_error("listing", prefix.as_ref(), err))?;
+                    for object in listing.objects {
+                        match BlockName::parse(&object.location) {
+                            Some(name) => out.push((name, object.size, millis(&object))),
+                            None => warn!(object = %object.location, "not a block; left alone"),
+                        }
+                    }
+                }
+                for object in top.objects {
+                    warn!(object = %object.location, "not a block; left alone");
+                }
+                Ok::<_, StoreError>(())
+            })?,
+            Backend::Bucket(bucket, _) => {
+                for object in bucket.list(BLOCKS).map_err(bucket_error)? {
+                    let name = bucket
+                        .key(&object.location)
+                        .and_then(|key| key.strip_prefix(BLOCKS))
+                        .and_then(|key| BlockName::parse(&ObjectPath::from(key)));
+                    match name {
+                        Some(name) => out.push((name, object.size, millis(&object))),
                         None => warn!(object = %object.location, "not a block; left alone"),
                     }
                 }
             }
-            for object in top.objects {
-                warn!(object = %object.location, "not a block; left alone");
-            }
-            out.sort();
-            Ok(out)
-        })
+        }
+        out.sort();
+        Ok(out)
     }
 
-    /// Writes block `name` whole; durable when this returns.
+    /// Whether this process wrote block `id` ([`Files::put`], [`Files::upload`]).
+    pub(crate) fn written_here(&self, id: &str) -> bool {
+        self.written.lock().expect("written lock").contains(id)
+    }
+
+    fn note_written(&self, name: &BlockName) {
+        self.written
+            .lock()
+            .expect("written lock")
+            .insert(name.id.clone());
+    }
+
+    /// Writes block `name` whole; durable (fsynced, or stored in the bucket) when this returns.
     pub(crate) fn put(&self, name: &BlockName, bytes: Vec<u8>) -> Result<(), StoreError> {
-        block_on(self.store.put(&name.path(), PutPayload::from(bytes)))
-            .map(|_| ())
-            .map_err(|err| object_error("writing", &name.to_string(), err))
+        self.note_written(name);
+        match &self.backend {
+            Backend::Local(store) => block_on(store.put(&name.path(), PutPayload::from(bytes)))
+                .map(|_| ())
+                .map_err(|err| object_error("writing", &name.to_string(), err)),
+            Backend::Bucket(bucket, cache) => {
+                let bytes = bytes::Bytes::from(bytes);
+                bucket
+                    .put(&bucket_key(name), bytes.clone())
+                    .map_err(bucket_error)?;
+                // A copy the cache has no room for costs a download when the block is read.
+                let mut copy = cache.reserve(name);
+                if copy.write(&bytes) {
+                    copy.finish();
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Starts writing block `name` in pieces; see [`Upload`].
-    pub(crate) fn upload(&self, name: &BlockName) -> Result<Upload, StoreError> {
-        let upload = block_on(self.store.put_multipart(&name.path()))
-            .map_err(|err| object_error("starting", &name.to_string(), err))?;
+    pub(crate) fn upload(&self, name: &BlockName) -> Result<Upload<'_>, StoreError> {
+        self.note_written(name);
+        let writer = match &self.backend {
+            Backend::Local(store) => {
+                let upload = block_on(store.put_multipart(&name.path()))
+                    .map_err(|err| object_error("starting", &name.to_string(), err))?;
+                Writer::Local(WriteMultipart::new(upload))
+            }
+            Backend::Bucket(bucket, cache) => Writer::Bucket {
+                upload: bucket.upload(&bucket_key(name)).map_err(bucket_error)?,
+                copy: cache.reserve(name),
+            },
+        };
         Ok(Upload {
             name: name.clone(),
-            writer: Some(WriteMultipart::new(upload)),
+            writer: Some(writer),
         })
     }
 
-    /// Deletes block `name`; a block already gone is not an error.
+    /// Deletes block `name` (and its cached copy); a block already gone is not an error.
     pub(crate) fn delete(&self, name: &BlockName) -> Result<(), StoreError> {
-        match block_on(self.store.delete(&name.path())) {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(err) => Err(object_error("deleting", &name.to_string(), err)),
+        match &self.backend {
+            Backend::Local(store) => match block_on(store.delete(&name.path())) {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(err) => Err(object_error("deleting", &name.to_string(), err)),
+            },
+            Backend::Bucket(bucket, cache) => {
+                bucket.delete(&bucket_key(name)).map_err(bucket_error)?;
+                cache.forget(name);
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes the cached copy of block `name` (object-storage mode), leaving the bucket's.
+    pub(crate) fn forget_cached(&self, name: &BlockName) {
+        if let Backend::Bucket(_, cache) = &self.backend {
+            cache.forget(name);
         }
     }
 
@@ -259,52 +409,258 @@ impl Files {
         deleted
     }
 
-    /// The local file of block `name`.
-    pub(crate) fn local_path(&self, name: &BlockName) -> Result<PathBuf, StoreError> {
-        self.store
+    /// The file of block `name` in the block directory (local mode).
+    fn local_path(store: &LocalFileSystem, name: &BlockName) -> Result<PathBuf, StoreError> {
+        store
             .path_to_filesystem(&name.path())
             .map_err(|err| object_error("locating", &name.to_string(), err))
     }
 
-    /// Opens block `name` of `len` bytes and decodes what every read needs.
-    pub(crate) fn open_block(&self, name: &BlockName, len: u64) -> Result<BlockFile, OpenError> {
-        let path = self.local_path(name).map_err(OpenError::Store)?;
-        let file = File::open(&path).map_err(|source| {
-            OpenError::Store(StoreError::Io {
-                path: path.clone(),
-                source,
+    /// Block `name` of `len` bytes, whole (`check`); `None` when it is gone. In object-storage
+    /// mode from its cached copy, else downloaded without caching it (a check reads every
+    /// block once, which would only push out what queries read).
+    pub(crate) fn read_whole(
+        &self,
+        name: &BlockName,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let path = match &self.backend {
+            Backend::Local(store) => Files::local_path(store, name)?,
+            Backend::Bucket(bucket, cache) => {
+                if let Some(file) = cache.get(name, len) {
+                    let path = cache.path(name);
+                    return read_at(&file, 0..len)
+                        .map(Some)
+                        .map_err(|source| StoreError::Io { path, source });
+                }
+                return match bucket.get(&bucket_key(name)) {
+                    Ok(bytes) => Ok(Some(bytes.to_vec())),
+                    Err(err) if err.not_found() => Ok(None),
+                    Err(err) => Err(bucket_error(err)),
+                };
+            }
+        };
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(StoreError::Io { path, source }),
+        }
+    }
+
+    /// Opens block `name` of `len` bytes that this store has just written (a cut's or a
+    /// merge's): a block it cannot read back is a failed write.
+    pub(crate) fn open_written(&self, name: &BlockName, len: u64) -> Result<BlockFile, StoreError> {
+        self.open_block(name, len)
+            .map_err(|err| StoreError::Object {
+                what: format!("reading back {name}"),
+                source: Box::new(err),
             })
-        })?;
-        BlockFile::open(name.clone(), &path, file, len)
+    }
+
+    /// Opens block `name` of `len` bytes and decodes what every read needs: from its file, or
+    /// in object-storage mode from its cached copy, else with ranged GETs of its end.
+    pub(crate) fn open_block(&self, name: &BlockName, len: u64) -> Result<BlockFile, OpenError> {
+        let (source, path) = match &self.backend {
+            Backend::Local(store) => {
+                let path = Files::local_path(store, name).map_err(OpenError::Store)?;
+                let file = File::open(&path).map_err(|source| {
+                    OpenError::Store(StoreError::Io {
+                        path: path.clone(),
+                        source,
+                    })
+                })?;
+                (Source::Local(file), path)
+            }
+            Backend::Bucket(bucket, cache) => (
+                Source::Bucket(InBucket {
+                    bucket: Arc::clone(bucket),
+                    cache: Arc::clone(cache),
+                    fetching: std::sync::Mutex::new(()),
+                }),
+                cache.path(name),
+            ),
+        };
+        BlockFile::open(name.clone(), source, len).map_err(|err| match err {
+            Opening::Read(source) if unavailable(&source) => OpenError::Store(StoreError::Object {
+                what: format!("opening {name}"),
+                source: Box::new(source),
+            }),
+            Opening::Read(source) => OpenError::Store(StoreError::Io { path, source }),
+            Opening::Block(err) => OpenError::Block(err),
+        })
     }
 }
 
-/// A block being written in pieces ([`Files::upload`]).
-pub(crate) struct Upload {
-    name: BlockName,
-    writer: Option<WriteMultipart>,
+/// An object's Last-Modified in Unix milliseconds.
+fn millis(object: &object_store::ObjectMeta) -> u64 {
+    u64::try_from(object.last_modified.timestamp_millis()).unwrap_or(0)
 }
 
-impl Upload {
+/// The bucket key of block `name`.
+fn bucket_key(name: &BlockName) -> String {
+    format!("{BLOCKS}{}", name.path())
+}
+
+/// The bucket did not give a block's bytes: not damage, the read fails and the next tries
+/// again. Carried inside the `std::io::Error` of [`BlockFile::read`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Unavailable(RequestError);
+
+/// Whether `err` is a read that the bucket failed ([`Unavailable`]), not damage.
+pub(crate) fn unavailable(err: &std::io::Error) -> bool {
+    err.get_ref().is_some_and(|inner| inner.is::<Unavailable>())
+}
+
+/// Where an open block's bytes are.
+enum Source {
+    /// A file of the block directory (local mode), kept open.
+    Local(File),
+    /// A block of the bucket.
+    Bucket(InBucket),
+}
+
+/// Where a block of the bucket is read from: its cached copy, downloaded whole at its first
+/// read when the cache has room, else ranged GETs.
+struct InBucket {
+    bucket: Arc<Bucket>,
+    cache: Arc<BlockCache>,
+    /// One download of the block at a time: the readers that wait use its copy.
+    fetching: std::sync::Mutex<()>,
+}
+
+impl InBucket {
+    /// The bytes `range` of block `name` of `len` bytes: from its copy, else downloaded whole
+    /// (with `whole`, when the cache has room) or by a ranged GET.
+    fn read(
+        &self,
+        name: &BlockName,
+        len: u64,
+        range: Range<u64>,
+        whole: bool,
+    ) -> std::io::Result<Vec<u8>> {
+        let metrics = self.cache.metrics();
+        // Hits and misses count profile reads: opening a block (its end, `whole` false) costs
+        // a ranged GET whatever the cache holds, and every block another aggregator cuts is
+        // opened, which would dilute the ratio the dashboard shows.
+        if let Some(file) = self.cache.get(name, len) {
+            if whole {
+                metrics.hits.inc();
+            }
+            return read_at(&file, range);
+        }
+        if !whole {
+            return self.read_range(name, range);
+        }
+        metrics.misses.inc();
+        let _fetching = self.fetching.lock().expect("fetch lock");
+        if let Some(file) = self.cache.get(name, len) {
+            return read_at(&file, range);
+        }
+        let mut copy = self.cache.reserve(name);
+        // Room is reserved before the download: a block the cache would not keep (a quarter of
+        // it, or more than the room reads leave) is never downloaded whole, so that a query of
+        // a few series does not download a block many times their size. It is read with
+        // ranged GETs.
+        if copy.reserve(len) {
+            let bytes = self
+                .bucket
+                .get(&bucket_key(name))
+                .map_err(|err| std::io::Error::other(Unavailable(err)))?;
+            metrics.downloads.inc();
+            if bytes.len() as u64 != len {
+                return Err(std::io::Error::other(format!(
+                    "downloaded {} bytes of a block listed with {len}",
+                    bytes.len()
+                )));
+            }
+            let out = slice(&bytes, &range)?;
+            if copy.write(&bytes) {
+                copy.finish();
+            }
+            return Ok(out);
+        }
+        drop(copy);
+        self.read_range(name, range)
+    }
+
+    /// The bytes `range` of block `name`, by a ranged GET.
+    fn read_range(&self, name: &BlockName, range: Range<u64>) -> std::io::Result<Vec<u8>> {
+        self.cache.metrics().ranged_reads.inc();
+        let want = range.end - range.start;
+        let bytes = self
+            .bucket
+            .get_range(&bucket_key(name), range)
+            .map_err(|err| std::io::Error::other(Unavailable(err)))?;
+        if bytes.len() as u64 != want {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+        }
+        Ok(bytes.to_vec())
+    }
+}
+
+/// The bytes `range` of a whole block `bytes`.
+fn slice(bytes: &[u8], range: &Range<u64>) -> std::io::Result<Vec<u8>> {
+    let start = usize::try_from(range.start).unwrap_or(usize::MAX);
+    let end = usize::try_from(range.end).unwrap_or(usize::MAX);
+    bytes
+        .get(start..end)
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))
+}
+
+/// A block being written in pieces ([`Files::upload`]).
+pub(crate) struct Upload<'f> {
+    name: BlockName,
+    writer: Option<Writer<'f>>,
+}
+
+enum Writer<'f> {
+    Local(WriteMultipart),
+    /// To the bucket, and to the cache beside it as far as it has room.
+    Bucket {
+        upload: BucketUpload<'f>,
+        copy: Reservation<'f>,
+    },
+}
+
+impl Upload<'_> {
     /// Appends `bytes`.
     pub(crate) fn write(&mut self, bytes: &[u8]) {
-        self.writer.as_mut().expect("not finished").write(bytes);
+        match self.writer.as_mut().expect("not finished") {
+            Writer::Local(writer) => writer.write(bytes),
+            Writer::Bucket { upload, copy } => {
+                upload.write(bytes);
+                // A copy given up (no room, a failed write) costs a download when it is read.
+                copy.write(bytes);
+            }
+        }
     }
 
     /// Finishes the block; durable when this returns.
     pub(crate) fn finish(mut self) -> Result<(), StoreError> {
-        let writer = self.writer.take().expect("not finished");
-        block_on(writer.finish())
-            .map(|_| ())
-            .map_err(|err| object_error("finishing", &self.name.to_string(), err))
+        match self.writer.take().expect("not finished") {
+            Writer::Local(writer) => block_on(writer.finish())
+                .map(|_| ())
+                .map_err(|err| object_error("finishing", &self.name.to_string(), err)),
+            Writer::Bucket { upload, copy } => {
+                upload.finish().map_err(bucket_error)?;
+                copy.finish();
+                Ok(())
+            }
+        }
     }
 }
 
-impl Drop for Upload {
+impl Drop for Upload<'_> {
     fn drop(&mut self) {
-        if let Some(writer) = self.writer.take() {
+        match self.writer.take() {
             // An abandoned write leaves nothing behind.
-            let _ = block_on(writer.abort());
+            Some(Writer::Local(writer)) => {
+                let _ = block_on(writer.abort());
+            }
+            // The upload is aborted and the copy given up as they drop.
+            Some(Writer::Bucket { .. }) | None => {}
         }
     }
 }
@@ -323,47 +679,72 @@ pub(crate) enum OpenError {
 /// An open block: its name, its decoded footer, index, names and sources, and its file.
 pub(crate) struct BlockFile {
     pub(crate) name: BlockName,
-    file: File,
+    source: Source,
     pub(crate) len: u64,
     pub(crate) footer: Footer,
     pub(crate) index: Index,
     pub(crate) names: Names,
+    /// Where its span chunks are (empty without span profiles).
+    pub(crate) spans: SpanIndex,
     /// Ids of the blocks it replaces.
     pub(crate) sources: Vec<String>,
+    /// The app deletions it was built with, one per app in app order (`deletions.rs`).
+    pub(crate) deletions: Vec<smolder_block::Deletion>,
+    /// The cut blocks whose data it holds: itself, or its sources' (`lineage.rs`).
+    pub(crate) leaves: std::collections::BTreeSet<String>,
     /// Set when a read found damage: reads and compaction leave it alone from then on.
     bad: AtomicBool,
 }
 
+/// Why [`BlockFile::open`] failed.
+enum Opening {
+    Read(std::io::Error),
+    Block(BlockError),
+}
+
 impl BlockFile {
-    fn open(name: BlockName, path: &Path, file: File, len: u64) -> Result<BlockFile, OpenError> {
+    /// Decodes block `name` of `len` bytes from `source`: its end first (tail, directory and
+    /// the small sections, usually in one read), then whatever of the index and names lay
+    /// before it.
+    fn open(name: BlockName, source: Source, len: u64) -> Result<BlockFile, Opening> {
         let limits = Limits::default();
-        let io = |source| {
-            OpenError::Store(StoreError::Io {
-                path: path.to_owned(),
-                source,
-            })
+        // Opening reads only the end of a block of the bucket: its profiles may never be read.
+        let read = |range: Range<u64>| match &source {
+            Source::Local(file) => read_at(file, range),
+            Source::Bucket(in_bucket) => in_bucket.read(&name, len, range, false),
         };
+        let block = Opening::Block;
         let suffix_start = len.saturating_sub(SUFFIX);
-        let suffix = read_at(&file, suffix_start..len).map_err(io)?;
+        let suffix = read(suffix_start..len).map_err(Opening::Read)?;
+        let covering = |range: Range<u64>| covering(&read, suffix_start, &suffix, range);
         let fetched = Fetched::new(suffix_start, &suffix);
-        let tail = Tail::decode(len, &fetched).map_err(OpenError::Block)?;
-        let directory =
-            covering(&file, suffix_start, &suffix, tail.directory_range()).map_err(io)?;
-        let footer = Footer::decode(&tail, &directory.fetched()).map_err(OpenError::Block)?;
-        let index_bytes =
-            covering(&file, suffix_start, &suffix, footer.index_range()).map_err(io)?;
-        let index =
-            Index::decode(&footer, &index_bytes.fetched(), &limits).map_err(OpenError::Block)?;
-        let names_bytes =
-            covering(&file, suffix_start, &suffix, footer.names_range()).map_err(io)?;
-        let names =
-            Names::decode(&footer, &names_bytes.fetched(), &limits).map_err(OpenError::Block)?;
+        let tail = Tail::decode(len, &fetched).map_err(block)?;
+        let directory = covering(tail.directory_range()).map_err(Opening::Read)?;
+        let footer = Footer::decode(&tail, &directory.fetched()).map_err(block)?;
+        let index_bytes = covering(footer.index_range()).map_err(Opening::Read)?;
+        let index = Index::decode(&footer, &index_bytes.fetched(), &limits).map_err(block)?;
+        let names_bytes = covering(footer.names_range()).map_err(Opening::Read)?;
+        let names = Names::decode(&footer, &names_bytes.fetched(), &limits).map_err(block)?;
+        let spans = match footer.span_index_range() {
+            Some(range) => {
+                let bytes = covering(range).map_err(Opening::Read)?;
+                SpanIndex::decode(&footer, &index, &bytes.fetched(), &limits).map_err(block)?
+            }
+            None => {
+                SpanIndex::decode(&footer, &index, &Fetched::new(0, &[]), &limits).map_err(block)?
+            }
+        };
         let sources = match footer.sources_range() {
             Some(range) => {
-                let bytes = covering(&file, suffix_start, &suffix, range).map_err(io)?;
-                footer
-                    .sources(&bytes.fetched(), &limits)
-                    .map_err(OpenError::Block)?
+                let bytes = covering(range).map_err(Opening::Read)?;
+                footer.sources(&bytes.fetched(), &limits).map_err(block)?
+            }
+            None => Vec::new(),
+        };
+        let deletions = match footer.deletions_range() {
+            Some(range) => {
+                let bytes = covering(range).map_err(Opening::Read)?;
+                footer.deletions(&bytes.fetched(), &limits).map_err(block)?
             }
             None => Vec::new(),
         };
@@ -372,7 +753,7 @@ impl BlockFile {
             || meta.span() != name.span
             || meta.tenant != name.tenant.as_str()
         {
-            return Err(OpenError::Block(BlockError::Malformed {
+            return Err(Opening::Block(BlockError::Malformed {
                 section: smolder_block::Section::Meta,
                 offset: 0,
                 problem: smolder_block::Problem::Invalid {
@@ -381,26 +762,43 @@ impl BlockFile {
                 },
             }));
         }
+        let leaves = super::lineage::leaves(&name.id, &sources);
         Ok(BlockFile {
             name,
-            file,
+            source,
             len,
             footer,
             index,
             names,
+            spans,
             sources,
+            deletions,
+            leaves,
             bad: AtomicBool::new(false),
         })
     }
 
-    /// Reads the bytes of `range`.
+    /// Reads the bytes of `range`: from its file, or in object-storage mode from its cached
+    /// copy, downloaded first when it has none. An error that [`unavailable`] recognises is the
+    /// bucket's, not damage.
     pub(crate) fn read(&self, range: Range<u64>) -> std::io::Result<Vec<u8>> {
-        read_at(&self.file, range)
+        match &self.source {
+            Source::Local(file) => read_at(file, range),
+            Source::Bucket(in_bucket) => in_bucket.read(&self.name, self.len, range, true),
+        }
     }
 
     /// Its finest bucket, in seconds.
     pub(crate) fn finest(&self) -> u64 {
         self.index.meta().finest()
+    }
+
+    /// The horizon of the deletion of `app` it was built with, if any.
+    pub(crate) fn listed(&self, app: &str) -> Option<u64> {
+        self.deletions
+            .binary_search_by(|d| d.app.as_str().cmp(app))
+            .ok()
+            .map(|at| self.deletions[at].horizon)
     }
 
     /// Whether a read found it damaged.
@@ -427,9 +825,9 @@ impl Owned {
 }
 
 /// The bytes of `range`: from `suffix` (the block's bytes from `suffix_start` to its end) when
-/// it holds them, else read from `file`.
+/// it holds them, else read.
 fn covering(
-    file: &File,
+    read: &dyn Fn(Range<u64>) -> std::io::Result<Vec<u8>>,
     suffix_start: u64,
     suffix: &[u8],
     range: Range<u64>,
@@ -441,10 +839,10 @@ fn covering(
                 from.saturating_add(usize::try_from(range.end - range.start).unwrap_or(usize::MAX));
             match suffix.get(from..to) {
                 Some(bytes) => bytes.to_vec(),
-                None => read_at(file, range.clone())?,
+                None => read(range.clone())?,
             }
         }
-        None => read_at(file, range.clone())?,
+        None => read(range.clone())?,
     };
     Ok(Owned {
         start: range.start,
@@ -466,8 +864,16 @@ fn read_at(file: &File, range: Range<u64>) -> std::io::Result<Vec<u8>> {
 pub(crate) struct BlockSet {
     /// Live blocks, by tenant, sorted by name (start first).
     pub(crate) blocks: std::collections::BTreeMap<Tenant, Vec<Arc<BlockFile>>>,
-    /// Per block id, the apps whose series it no longer shows (app deletions).
+    /// Object-storage mode: blocks of the bucket opened but not shown, as `lineage.rs`
+    /// resolves them (merges' inputs until a compactor deletes them, merges that lost), by
+    /// tenant, sorted by name; they show again when what hides them goes.
+    pub(crate) held: std::collections::BTreeMap<Tenant, Vec<Arc<BlockFile>>>,
+    /// Per block id, the apps whose series reads hide in it (app deletions, as
+    /// `deletions.rs` marks them).
     pub(crate) hidden: std::collections::HashMap<String, std::collections::BTreeSet<String>>,
+    /// Per block id, the positions of the batches (in its index's markers) whose separable
+    /// trees reads leave out: another block holds them too (object-storage mode, `dedupe.rs`).
+    pub(crate) skip: std::collections::HashMap<String, Arc<std::collections::HashSet<u32>>>,
 }
 
 impl BlockSet {
@@ -495,20 +901,45 @@ impl BlockSet {
         self.hidden.get(id).is_some_and(|apps| apps.contains(app))
     }
 
-    /// Adds `block`.
-    pub(crate) fn insert(&mut self, block: Arc<BlockFile>) {
-        let list = self.blocks.entry(block.name.tenant.clone()).or_default();
-        let at = list.partition_point(|b| b.name < block.name);
-        list.insert(at, block);
+    /// The batches reads of block `id` leave out, if any.
+    pub(crate) fn skipped(&self, id: &str) -> Option<&std::collections::HashSet<u32>> {
+        self.skip.get(id).map(|positions| &**positions)
     }
 
-    /// Removes the blocks named in `ids`; returns them.
+    /// Adds `block`, unless a block of its name is there (shown or held); in object-storage mode
+    /// `dedupe.rs` then says whether it shows.
+    pub(crate) fn insert(&mut self, block: Arc<BlockFile>) {
+        if self
+            .held
+            .get(&block.name.tenant)
+            .is_some_and(|held| held.iter().any(|b| b.name == block.name))
+        {
+            return;
+        }
+        let list = self.blocks.entry(block.name.tenant.clone()).or_default();
+        let at = list.partition_point(|b| b.name < block.name);
+        if list.get(at).is_none_or(|b| b.name != block.name) {
+            list.insert(at, block);
+        }
+    }
+
+    /// Every block known, shown or held.
+    pub(crate) fn candidates(&self) -> impl Iterator<Item = &Arc<BlockFile>> {
+        self.blocks.values().chain(self.held.values()).flatten()
+    }
+
+    /// Whether a block of id `id` is known, shown or held.
+    pub(crate) fn knows(&self, id: &str) -> bool {
+        self.candidates().any(|b| b.name.id == id)
+    }
+
+    /// Removes the blocks named in `ids`, shown or held; returns them.
     pub(crate) fn remove(
         &mut self,
         ids: &std::collections::BTreeSet<String>,
     ) -> Vec<Arc<BlockFile>> {
         let mut removed = Vec::new();
-        for list in self.blocks.values_mut() {
+        for list in self.blocks.values_mut().chain(self.held.values_mut()) {
             list.retain(|b| {
                 let gone = ids.contains(&b.name.id);
                 if gone {
@@ -518,6 +949,10 @@ impl BlockSet {
             });
         }
         self.blocks.retain(|_, list| !list.is_empty());
+        self.held.retain(|_, list| !list.is_empty());
+        for id in ids {
+            self.skip.remove(id);
+        }
         removed
     }
 

@@ -2,21 +2,25 @@
 //! the state lock, briefly) and from a snapshot of the published blocks (without a lock).
 //!
 //! A block that turns out to be damaged while it is read is named in the log, counted, and left
-//! out from then on; the answer is built from the rest.
+//! out from then on; the answer is built from the rest. A block whose bytes the bucket did not
+//! give (object-storage mode, a block not in the local cache) is not damaged: the read fails
+//! with the bucket's error and the next one tries again. A read under limits (`store::limits`)
+//! stops between series once cancelled or past its series limit.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
-use smolder_block::{Accumulator, Fetched, SeriesEntry};
+use smolder_block::{Accumulator, Fetched, Limits, SeriesChunk, SeriesEntry, SpanChunk};
 use smolder_common::series::NAME_LABEL;
-use smolder_common::{Aggregation, ProfileMeta, Selector, Series};
+use smolder_common::{Aggregation, ProfileMeta, Selector, Series, SpanId, Tree};
 
 use super::cache::ChunkError;
-use super::files::{BlockFile, BlockSet};
+use super::files::{BlockFile, BlockSet, unavailable};
 use super::head::HeadSeries;
 use super::{Shared, plan};
+use crate::store::limits::stop;
 use crate::store::plan::TimelinePlan;
-use crate::store::{AppInfo, Merged, MergedTrees, SeriesInfo, TimeRange, Timelines};
+use crate::store::{AppInfo, Merged, MergedTrees, SeriesInfo, StoreError, TimeRange, Timelines};
 use crate::tenant::Tenant;
 
 /// Reads of one block closer than this are read as one.
@@ -27,6 +31,10 @@ const COALESCE: u64 = 64 << 10;
 struct Infos(BTreeMap<Series, SeriesInfo>);
 
 impl Infos {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
     fn add(&mut self, series: &Series, meta: &ProfileMeta, first: u64, last: u64) {
         match self.0.get_mut(series) {
             Some(info) => {
@@ -59,8 +67,8 @@ fn overlaps(first: u64, last: u64, finest: u64, from: u64, until: u64) -> bool {
     first < until && last.saturating_add(finest) > from
 }
 
-/// Calls `f` with every head series of `tenant` with data in `[from, until)`, under the lock,
-/// and returns the published blocks.
+/// Calls `f` with every head series of `tenant` with data in `[from, until)` (the own head's and
+/// the remote head's), under the lock, and returns the published blocks.
 fn head_then_blocks(
     shared: &Shared,
     tenant: &Tenant,
@@ -69,13 +77,13 @@ fn head_then_blocks(
     mut f: impl FnMut(&super::head::HeadRange, &Series, &HeadSeries),
 ) -> Arc<BlockSet> {
     let state = shared.state();
-    for (range, deleted) in state.head.ranges_of(tenant, plan::HEAD_SPAN, from, until) {
-        for (series, data) in &range.series {
-            if deleted.is_some_and(|apps| apps.contains(series.app())) {
-                continue;
-            }
-            if overlaps(data.first, data.last, plan::BUCKET, from, until) {
-                f(range, series, data);
+    // The own head, then other writers' records (object-storage mode): each marker is in one.
+    for head in [&state.head, &state.remote.head] {
+        for range in head.ranges_of(tenant, plan::HEAD_SPAN, from, until) {
+            for (series, data) in &range.series {
+                if overlaps(data.first, data.last, plan::BUCKET, from, until) {
+                    f(range, series, data);
+                }
             }
         }
     }
@@ -135,12 +143,15 @@ pub(super) fn series(
     let (from, until) = range.aligned(plan::BUCKET);
     let mut infos = Infos::default();
     let blocks = head_then_blocks(shared, tenant, from, until, |_, series, data| {
-        if selector.matches(series) {
+        if selector.matches(series) && !stop(infos.len()) {
             infos.add(series, &data.meta, data.first, data.last);
         }
     });
-    for block in blocks.overlapping(tenant, from, until) {
+    'blocks: for block in blocks.overlapping(tenant, from, until) {
         for (_, entry) in selected(&blocks, block, selector, from, until) {
+            if stop(infos.len()) {
+                break 'blocks;
+            }
             infos.add(
                 &entry.series,
                 &entry.meta,
@@ -149,6 +160,8 @@ pub(super) fn series(
             );
         }
     }
+    // The last series added may be the one past the limit.
+    stop(infos.len());
     infos.into_vec()
 }
 
@@ -159,12 +172,12 @@ pub(super) fn merge(
     selector: &Selector,
     range: TimeRange,
     resolution: u64,
-) -> Merged {
+) -> Result<Merged, StoreError> {
     let (from, until) = range.aligned(resolution);
     let mut merged = Merged::default();
     let mut infos = Infos::default();
     let blocks = head_then_blocks(shared, tenant, from, until, |head, series, data| {
-        if !selector.matches(series) {
+        if !selector.matches(series) || stop(infos.len()) {
             return;
         }
         if let Some((tree, writes)) = head.sum(data, from, until) {
@@ -174,14 +187,17 @@ pub(super) fn merge(
             infos.add(series, &data.meta, data.first, data.last);
         }
     });
-    for block in blocks.overlapping(tenant, from, until) {
+    'blocks: for block in blocks.overlapping(tenant, from, until) {
         for (position, entry) in selected(&blocks, block, selector, from, until) {
+            if stop(infos.len()) {
+                break 'blocks;
+            }
             match read_series(
                 shared,
                 block,
                 position,
-                from,
-                until,
+                (from, until),
+                blocks.skipped(&block.name.id),
                 part(&mut merged, &entry.meta),
             ) {
                 Ok(()) => infos.add(
@@ -190,6 +206,7 @@ pub(super) fn merge(
                     entry.first_bucket,
                     entry.last_bucket,
                 ),
+                Err(Damage::Unavailable(err)) => return Err(unavailable_block(block, err)),
                 Err(damage) => {
                     shared.damaged(block, "reading", &damage);
                     break;
@@ -197,8 +214,117 @@ pub(super) fn merge(
             }
         }
     }
+    // The last series added may be the one past the limit.
+    stop(infos.len());
     merged.series = infos.into_vec();
-    merged
+    Ok(merged)
+}
+
+/// The samples of spans `wanted` (sorted) in the series `selector` matches over `range`: from
+/// the head's span trees and the blocks' span chunks, finest buckets only.
+pub(super) fn merge_spans(
+    shared: &Shared,
+    tenant: &Tenant,
+    selector: &Selector,
+    range: TimeRange,
+    wanted: &[SpanId],
+) -> Result<Merged, StoreError> {
+    let (from, until) = range.aligned(plan::BUCKET);
+    let mut merged = Merged::default();
+    let mut infos = Infos::default();
+    let blocks = head_then_blocks(shared, tenant, from, until, |head, series, data| {
+        if !selector.matches(series) || stop(infos.len()) {
+            return;
+        }
+        if let Some((tree, writes)) = head.sum_spans(data, from, until, wanted) {
+            let part = part(&mut merged, &data.meta);
+            part.tree.merge(&tree);
+            part.writes = part.writes.saturating_add(writes);
+            infos.add(series, &data.meta, data.first, data.last);
+        }
+    });
+    'blocks: for block in blocks.overlapping(tenant, from, until) {
+        if block.spans.is_empty() {
+            continue;
+        }
+        for (position, entry) in selected(&blocks, block, selector, from, until) {
+            if stop(infos.len()) {
+                break 'blocks;
+            }
+            if block.spans.chunk_range(position).is_none() {
+                continue;
+            }
+            let mut tree = Tree::new();
+            let skip = blocks.skipped(&block.name.id);
+            match read_spans(block, position, (from, until), wanted, skip, &mut tree) {
+                Ok(0) => {}
+                Ok(writes) => {
+                    let part = part(&mut merged, &entry.meta);
+                    part.tree.merge(&tree);
+                    part.writes = part.writes.saturating_add(writes);
+                    infos.add(
+                        &entry.series,
+                        &entry.meta,
+                        entry.first_bucket,
+                        entry.last_bucket,
+                    );
+                }
+                Err(Damage::Unavailable(err)) => return Err(unavailable_block(block, err)),
+                Err(damage) => {
+                    shared.damaged(block, "reading span profiles", &damage);
+                    break;
+                }
+            }
+        }
+    }
+    // The last series added may be the one past the limit.
+    stop(infos.len());
+    merged.series = infos.into_vec();
+    Ok(merged)
+}
+
+/// Adds the spans `wanted` of series `position` of `block` over `[from, until)` to `tree`:
+/// its span chunk's header, then the bodies of the buckets in the range, in one read; returns
+/// how many bucket entries had any of them.
+fn read_spans(
+    block: &BlockFile,
+    position: usize,
+    (from, until): (u64, u64),
+    wanted: &[SpanId],
+    skip: Option<&HashSet<u32>>,
+    tree: &mut Tree,
+) -> Result<u64, Damage> {
+    let damage = |err: &dyn std::fmt::Display| Damage::Damaged(err.to_string());
+    let header = block
+        .spans
+        .chunk_header_range(position)
+        .expect("a series with a span chunk");
+    let bytes = block.read(header.clone()).map_err(Damage::io)?;
+    let chunk = SpanChunk::decode(
+        &block.index,
+        &block.spans,
+        position,
+        &Fetched::new(header.start, &bytes),
+        &Limits::default(),
+    )
+    .map_err(|e| damage(&e))?;
+    let planned = chunk.plan(from, until);
+    if planned.is_empty() {
+        return Ok(0);
+    }
+    let bodies = chunk.entry_range(planned.start).start..chunk.entry_range(planned.end - 1).end;
+    let bytes = block.read(bodies.clone()).map_err(Damage::io)?;
+    let none = HashSet::new();
+    chunk
+        .read_range_without(
+            (from, until),
+            wanted,
+            skip.unwrap_or(&none),
+            &Fetched::new(bodies.start, &bytes),
+            &block.names,
+            tree,
+        )
+        .map_err(|e| damage(&e))
 }
 
 fn part<'m>(merged: &'m mut Merged, meta: &ProfileMeta) -> &'m mut MergedTrees {
@@ -208,36 +334,66 @@ fn part<'m>(merged: &'m mut Merged, meta: &ProfileMeta) -> &'m mut MergedTrees {
     }
 }
 
-/// Damage found while reading a block.
-struct Damage(String);
+/// Why a block could not be read.
+enum Damage {
+    /// Its bytes are damaged: the block is left out from then on.
+    Damaged(String),
+    /// The bucket did not give its bytes: this read fails, the block is not damaged.
+    Unavailable(std::io::Error),
+}
+
+impl Damage {
+    fn io(err: std::io::Error) -> Damage {
+        if unavailable(&err) {
+            Damage::Unavailable(err)
+        } else {
+            Damage::Damaged(err.to_string())
+        }
+    }
+}
 
 impl std::fmt::Display for Damage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            Damage::Damaged(reason) => f.write_str(reason),
+            Damage::Unavailable(err) => err.fmt(f),
+        }
     }
 }
 
 impl From<ChunkError> for Damage {
     fn from(err: ChunkError) -> Damage {
         match err {
-            ChunkError::Io(err) => Damage(err.to_string()),
-            ChunkError::Block(err) => Damage(err.to_string()),
+            ChunkError::Io(err) => Damage::io(err),
+            ChunkError::Block(err) => Damage::Damaged(err.to_string()),
         }
     }
 }
 
+/// The error of a read that could not have `block`'s bytes from the bucket.
+fn unavailable_block(block: &BlockFile, err: std::io::Error) -> StoreError {
+    StoreError::Object {
+        what: format!("reading {}", block.name),
+        source: Box::new(err),
+    }
+}
+
 /// Adds series `position` of `block` over `[from, until)` to `out`: the fewest trees covering
-/// the range, read with as few reads as their layout allows.
+/// the range, read with as few reads as their layout allows; without the batches at the
+/// positions `skip` names, when another block holds them too.
 fn read_series(
     shared: &Shared,
     block: &BlockFile,
     position: usize,
-    from: u64,
-    until: u64,
+    (from, until): (u64, u64),
+    skip: Option<&HashSet<u32>>,
     out: &mut MergedTrees,
 ) -> Result<(), Damage> {
     let chunk = shared.cache.chunk(block, position)?;
-    let planned = chunk.plan(from, until);
+    let planned = match skip {
+        None => chunk.plan(from, until),
+        Some(skip) => finest_without(&chunk, from, until, skip),
+    };
     if planned.is_empty() {
         return Ok(());
     }
@@ -245,6 +401,9 @@ fn read_series(
     let mut writes = 0u64;
     let mut at = 0;
     while at < planned.len() {
+        if stop(0) {
+            return Ok(());
+        }
         // A run of trees close together, read at once.
         let first = chunk.tree_range(planned[at]);
         let mut end = at + 1;
@@ -257,23 +416,39 @@ fn read_series(
             last = next.end;
             end += 1;
         }
-        let bytes = block
-            .read(first.start..last)
-            .map_err(|err| Damage(err.to_string()))?;
+        let bytes = block.read(first.start..last).map_err(Damage::io)?;
         let fetched = Fetched::new(first.start, &bytes);
         for &entry in &planned[at..end] {
             let tree = chunk
                 .read_tree(entry, &fetched)
-                .map_err(|err| Damage(err.to_string()))?;
+                .map_err(|err| Damage::Damaged(err.to_string()))?;
             sum.add(&tree);
             writes = writes.saturating_add(chunk.entries()[entry].writes);
         }
         at = end;
     }
     sum.merge_into(chunk.shape(), &block.names, &mut out.tree)
-        .map_err(|err| Damage(err.to_string()))?;
+        .map_err(|err| Damage::Damaged(err.to_string()))?;
     out.writes = out.writes.saturating_add(writes);
     Ok(())
+}
+
+/// The finest trees of `chunk` in `[from, until)` but the separable ones of the batches `skip`
+/// names: a rollup sums every batch, so a block with a batch to leave out is read finest.
+pub(super) fn finest_without(
+    chunk: &SeriesChunk,
+    from: u64,
+    until: u64,
+    skip: &HashSet<u32>,
+) -> Vec<usize> {
+    chunk
+        .entries()
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.level == 0 && e.bucket < until && e.bucket >= from)
+        .filter(|(_, e)| !(e.separable && e.markers.iter().all(|m| skip.contains(m))))
+        .map(|(at, _)| at)
+        .collect()
 }
 
 /// Totals per step, per value of `group_by`, from bucket totals: the head's writes and the
@@ -285,7 +460,7 @@ pub(super) fn timelines(
     range: TimeRange,
     step: u64,
     group_by: Option<&str>,
-) -> Timelines {
+) -> Result<Timelines, StoreError> {
     let (from, until) = range.aligned(plan::BUCKET);
     let plan = TimelinePlan::new(from, until, step);
     let mut groups: BTreeMap<Option<String>, Vec<u64>> = BTreeMap::new();
@@ -295,7 +470,7 @@ pub(super) fn timelines(
             .map(str::to_owned)
     };
     let blocks = head_then_blocks(shared, tenant, from, until, |_, series, data| {
-        if !selector.matches(series) {
+        if !selector.matches(series) || stop(0) {
             return;
         }
         let points = groups
@@ -307,14 +482,23 @@ pub(super) fn timelines(
             }
         }
     });
-    for block in blocks.overlapping(tenant, from, until) {
+    'blocks: for block in blocks.overlapping(tenant, from, until) {
         let levels = &block.index.meta().levels;
-        let level = plan.level(levels) as u8;
+        let skip = blocks.skipped(&block.name.id);
+        let level = if skip.is_some() {
+            0
+        } else {
+            plan.level(levels) as u8
+        };
         for (position, entry) in selected(&blocks, block, selector, from, until) {
-            let chunk = match shared.cache.chunk(block, position) {
+            if stop(0) {
+                break 'blocks;
+            }
+            let chunk = match shared.cache.chunk(block, position).map_err(Damage::from) {
                 Ok(chunk) => chunk,
-                Err(err) => {
-                    shared.damaged(block, "reading", &Damage::from(err));
+                Err(Damage::Unavailable(err)) => return Err(unavailable_block(block, err)),
+                Err(damage) => {
+                    shared.damaged(block, "reading", &damage);
                     break;
                 }
             };
@@ -322,7 +506,11 @@ pub(super) fn timelines(
                 .entry(group(&entry.series))
                 .or_insert_with(|| vec![0; plan.points]);
             for tree in chunk.entries().iter().filter(|e| e.level == level) {
-                if tree.bucket < from {
+                if tree.bucket < from
+                    || skip.is_some_and(|skip| {
+                        tree.separable && tree.markers.iter().all(|m| skip.contains(m))
+                    })
+                {
                     continue;
                 }
                 if let Some(slot) = plan.slot(tree.bucket) {
@@ -331,12 +519,12 @@ pub(super) fn timelines(
             }
         }
     }
-    Timelines {
+    Ok(Timelines {
         start: plan.start,
         step: plan.step,
         points: plan.points,
         groups,
-    }
+    })
 }
 
 /// Label names of series with data in `range`, of `app` when given.

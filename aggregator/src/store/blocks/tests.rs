@@ -5,11 +5,18 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use smolder_common::{Aggregation, Profile, ProfileMeta, Selector, Series, Tree};
+use smolder_common::{
+    Aggregation, Profile, ProfileMeta, Selector, Series, SpanId, SpanTrees, Tree,
+};
 
 use super::*;
 use crate::metrics::Metrics;
 use crate::store::BUCKET;
+
+/// Crashes and races: what a restart or a concurrent cut must not lose or count twice.
+mod crash;
+/// Damaged blocks: named, skipped, the rest served.
+mod damage;
 
 fn at(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)
@@ -88,7 +95,10 @@ fn anonymous() -> Tenant {
 }
 
 async fn write(store: &BlockStore, profiles: Vec<Profile>) {
-    store.write(&anonymous(), profiles, None).await.unwrap();
+    store
+        .write(&anonymous(), profiles, Vec::new(), None)
+        .await
+        .unwrap();
 }
 
 fn merge(store: &BlockStore, query: &str, from: u64, until: u64) -> Merged {
@@ -214,8 +224,9 @@ async fn a_batch_is_stored_once_across_cut_compaction_and_reopen_until_retention
     };
     let batch = || vec![profile("app.cpu", base, &[("main;a", 2)])];
     let store = open(dir.path());
-    let send =
-        |store: &BlockStore, sequence| store.write(&anonymous(), batch(), Some(marker(sequence)));
+    let send = |store: &BlockStore, sequence| {
+        store.write(&anonymous(), batch(), Vec::new(), Some(marker(sequence)))
+    };
     assert_eq!(send(&store, 1).await.unwrap(), Written::Stored);
     assert_eq!(send(&store, 1).await.unwrap(), Written::Duplicate);
     store.cut(at(base + 2_000)).await.unwrap();
@@ -234,128 +245,13 @@ async fn a_batch_is_stored_once_across_cut_compaction_and_reopen_until_retention
     assert_eq!(send(&store, 2).await.unwrap(), Written::Stored);
     assert_eq!(total(&store, "app.cpu", base, base + 10), 4);
     let report = store
-        .enforce_retention(at(base + 100 * 86_400))
+        .enforce_retention(at(base + 100 * 86_400), true)
         .await
         .unwrap();
     assert_eq!(
         report.markers, 2,
         "retention forgets markers with their data"
     );
-}
-
-#[tokio::test]
-async fn a_crash_between_writing_a_cut_and_deleting_the_head_counts_nothing_twice() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = base();
-    let store = open(dir.path());
-    write(&store, vec![profile("app.cpu", base, &[("a", 1)])]).await;
-    store
-        .write(
-            &anonymous(),
-            vec![profile("app.cpu", base + 10, &[("b", 2)])],
-            Some(BatchMarker {
-                agent_id: "host".into(),
-                sequence: 7,
-                window_end: base + 20,
-            }),
-        )
-        .await
-        .unwrap();
-    let records = store.inner.shared.wal.records().unwrap();
-    assert_eq!(records.len(), 2);
-    store.cut(at(base + 2_000)).await.unwrap();
-    // As if the process died after the block was written and before the records went.
-    for (range, record) in &records {
-        store
-            .inner
-            .shared
-            .wal
-            .append(*range, &record.frame())
-            .unwrap();
-    }
-    store.inner.shared.wal.flush().unwrap();
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
-    assert!(
-        store.inner.shared.wal.records().unwrap().is_empty(),
-        "replay dropped them"
-    );
-    // Late data for the cut range lands in a new block, merged by the next compaction.
-    write(&store, vec![profile("app.cpu", base + 20, &[("c", 4)])]).await;
-    assert_eq!(total(&store, "app.cpu", base, base + 100), 7);
-    store.cut(at(base + 2_000)).await.unwrap();
-    assert_eq!(block_count(&store), 2);
-    assert_eq!(total(&store, "app.cpu", base, base + 100), 7);
-    store.compact(at(base + 20_000)).await.unwrap();
-    assert_eq!(block_count(&store), 1);
-    assert_eq!(total(&store, "app.cpu", base, base + 100), 7);
-}
-
-/// A write's record durable in its log, the write counter's update not (a kill between the
-/// two syncs): the replayed record is cut into a block, and a later write must not take its
-/// number again, or its marker would equal the block's and the write would be dropped as a
-/// retry (found by the kill -9 test).
-#[tokio::test]
-async fn a_write_number_replayed_from_the_log_is_never_given_out_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = base();
-    let store = open(dir.path());
-    write(&store, vec![profile("app.cpu", base, &[("a", 1)])]).await;
-    // As if the process died after the log's sync and before the database's.
-    let mut batch = sled::Batch::default();
-    wal::Wal::set_meta(&mut batch, "next_write", &1u64.to_be_bytes());
-    store.inner.shared.wal.apply(batch).unwrap();
-    store.inner.shared.wal.flush().unwrap();
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    store.cut(at(base + 2_000)).await.unwrap();
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    write(&store, vec![profile("app.cpu", base + 10, &[("b", 2)])]).await;
-    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
-    // Replayed with the block of its range there: kept, being another write.
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
-    store.cut(at(base + 2_000)).await.unwrap();
-    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
-    store.compact(at(base + 20_000)).await.unwrap();
-    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
-}
-
-#[tokio::test]
-async fn a_crash_between_writing_a_merge_and_deleting_its_inputs_shows_the_merge_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = base();
-    let store = open(dir.path());
-    for i in 0..5 {
-        write(
-            &store,
-            vec![profile("app.cpu", base + i * 1_000, &[("a", 1)])],
-        )
-        .await;
-    }
-    store.cut(at(base + 20_000)).await.unwrap();
-    let inputs: Vec<(std::path::PathBuf, Vec<u8>)> = walk(&dir.path().join("blocks"))
-        .into_iter()
-        .map(|p| {
-            let bytes = std::fs::read(&p).unwrap();
-            (p, bytes)
-        })
-        .collect();
-    assert_eq!(inputs.len(), 5);
-    store.compact(at(base + 20_000)).await.unwrap();
-    assert_eq!(walk(&dir.path().join("blocks")).len(), 1);
-    // As if the process died before the inputs were deleted.
-    for (path, bytes) in &inputs {
-        std::fs::write(path, bytes).unwrap();
-    }
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    assert_eq!(total(&store, "app.cpu", base, base + 10_000), 5);
-    assert_eq!(
-        walk(&dir.path().join("blocks")).len(),
-        1,
-        "replaced inputs deleted at open"
-    );
-    // The merge repeated writes the same block.
-    assert_eq!(store.compact(at(base + 20_000)).await.unwrap().merged, 0);
 }
 
 #[tokio::test]
@@ -383,7 +279,7 @@ async fn late_data_after_compaction_is_queryable_once_and_merged_by_the_next() {
     let batch = vec![profile("app.cpu", base + 5_000, &[("late", 10)])];
     assert_eq!(
         store
-            .write(&anonymous(), batch.clone(), Some(late.clone()))
+            .write(&anonymous(), batch.clone(), Vec::new(), Some(late.clone()))
             .await
             .unwrap(),
         Written::Stored
@@ -393,7 +289,10 @@ async fn late_data_after_compaction_is_queryable_once_and_merged_by_the_next() {
     assert_eq!(block_count(&store), 2);
     assert_eq!(total(&store, "app.cpu", base, base + 100_000), 110);
     assert_eq!(
-        store.write(&anonymous(), batch, Some(late)).await.unwrap(),
+        store
+            .write(&anonymous(), batch, Vec::new(), Some(late))
+            .await
+            .unwrap(),
         Written::Duplicate
     );
     store.compact(at(now + 10)).await.unwrap();
@@ -453,7 +352,7 @@ async fn retention_deletes_whole_blocks_by_age_and_the_oldest_past_the_size_limi
     };
     let before = blocks_bytes();
     let report = store
-        .enforce_retention(at(base + 30 * 86_400 + 10_000))
+        .enforce_retention(at(base + 30 * 86_400 + 10_000), true)
         .await
         .unwrap();
     assert_eq!(report.blocks, 1);
@@ -472,7 +371,10 @@ async fn retention_deletes_whole_blocks_by_age_and_the_oldest_past_the_size_limi
         },
     )
     .await;
-    store.enforce_retention(SystemTime::now()).await.unwrap();
+    store
+        .enforce_retention(SystemTime::now(), true)
+        .await
+        .unwrap();
     assert_eq!(
         block_count(&store),
         0,
@@ -517,7 +419,10 @@ async fn labels_values_apps_and_deletion_across_head_and_blocks() {
         ["app.cpu", "other.cpu"]
     );
     assert_eq!(store.apps(&anonymous()).unwrap().len(), 2);
-    assert_eq!(store.delete_app(&anonymous(), "app.cpu").await.unwrap(), 2);
+    // Deleted as of base + 6 000: everything of the app before that goes.
+    let deleted =
+        |store: &BlockStore| store.delete_app_at(&anonymous(), "app.cpu", at(base + 6_000));
+    assert_eq!(deleted(&store).await.unwrap(), 2);
     assert_eq!(total(&store, "app.cpu", base, base + 10_000), 0);
     assert_eq!(total(&store, "other.cpu", base, base + 10_000), 1);
     let apps = store.apps(&anonymous()).unwrap();
@@ -525,16 +430,31 @@ async fn labels_values_apps_and_deletion_across_head_and_blocks() {
         apps.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(),
         ["other.cpu"]
     );
-    // New data of the app after the deletion is shown, through compaction and a reopen.
+    // Nothing of it left to delete: the caller hears of no such app.
+    assert_eq!(deleted(&store).await.unwrap(), 0);
+    // Data of the app stamped from the horizon on shows; data stamped before it, arriving
+    // late (a spool's backlog), is deleted too.
     write(
         &store,
-        vec![profile("app.cpu", base + 1_000, &[("new", 5)])],
+        vec![
+            profile("app.cpu", base + 7_000, &[("new", 5)]),
+            profile("app.cpu", base + 1_000, &[("late", 3)]),
+        ],
     )
     .await;
+    assert_eq!(total(&store, "app.cpu", base, base + 10_000), 5);
     store.cut(at(base + 20_000)).await.unwrap();
     assert_eq!(total(&store, "app.cpu", base, base + 10_000), 5);
+    // Through a restart (the deletion is in the database), later late data, and compaction.
     let store = reopen(store, dir.path(), StoreConfig::default()).await;
     assert_eq!(total(&store, "app.cpu", base, base + 10_000), 5);
+    write(
+        &store,
+        vec![profile("app.cpu", base + 2_000, &[("later", 4)])],
+    )
+    .await;
+    assert_eq!(total(&store, "app.cpu", base, base + 10_000), 5);
+    store.cut(at(base + 20_000)).await.unwrap();
     store.compact(at(base + 20_000)).await.unwrap();
     assert_eq!(block_count(&store), 1);
     assert_eq!(
@@ -542,9 +462,158 @@ async fn labels_values_apps_and_deletion_across_head_and_blocks() {
         "new 5\n"
     );
     assert_eq!(total(&store, "other.cpu", base, base + 10_000), 1);
+    let block = Arc::clone(store.inner.shared.state().blocks.all().next().unwrap());
+    assert_eq!(
+        block.deletions,
+        [smolder_block::Deletion {
+            app: "app.cpu".into(),
+            horizon: base + 6_000
+        }],
+        "the merge lists the deletion it applied"
+    );
     assert!(
-        store.inner.shared.wal.tombstones().unwrap().is_empty(),
-        "the deletion is applied and forgotten"
+        store.inner.shared.state().blocks.hidden.is_empty(),
+        "and holds nothing of the app to hide"
+    );
+    let stored = store.inner.shared.wal.deletions().unwrap();
+    assert_eq!(stored, [(anonymous(), "app.cpu".to_owned(), base + 6_000)]);
+    // Retention forgets the deletion once every block it could remove data from is gone.
+    let later = base + 10_000 + StoreConfig::default().retention.as_secs() + 86_400;
+    store.enforce_retention(at(later), true).await.unwrap();
+    assert_eq!(block_count(&store), 0);
+    assert!(store.inner.shared.wal.deletions().unwrap().is_empty());
+    assert_eq!(store.inner.shared.state().deletions.len(), 0);
+}
+
+/// A block lists the deletions it was built with, and a store that finds it (a copy of the
+/// block directory here; another aggregator's block in a bucket) learns them: late data of the
+/// app stamped before the horizon is deleted there too, later data shows.
+#[tokio::test]
+async fn a_block_that_lists_a_deletion_teaches_it() {
+    let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let base = base();
+    let store = open(first.path());
+    write(
+        &store,
+        vec![
+            profile("app.cpu", base, &[("a", 1)]),
+            profile("kept.cpu", base, &[("k", 2)]),
+        ],
+    )
+    .await;
+    let horizon = base + 5_000;
+    assert_eq!(
+        store
+            .delete_app_at(&anonymous(), "app.cpu", at(horizon - 3))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(store.cut(at(base + 2_000)).await.unwrap(), 1);
+    store.close().await.unwrap();
+    drop(store);
+    let from = first.path().join("blocks");
+    let to = second.path().join("blocks");
+    for tenant in std::fs::read_dir(&from).unwrap() {
+        let tenant = tenant.unwrap();
+        std::fs::create_dir_all(to.join(tenant.file_name())).unwrap();
+        for block in std::fs::read_dir(tenant.path()).unwrap() {
+            let block = block.unwrap();
+            std::fs::copy(
+                block.path(),
+                to.join(tenant.file_name()).join(block.file_name()),
+            )
+            .unwrap();
+        }
+    }
+
+    let store = open(second.path());
+    assert!(store.inner.shared.wal.deletions().unwrap().is_empty());
+    assert_eq!(
+        store
+            .inner
+            .shared
+            .state()
+            .deletions
+            .horizon(&anonymous(), "app.cpu"),
+        Some(horizon)
+    );
+    write(
+        &store,
+        vec![
+            profile("app.cpu", base + 100, &[("late", 3)]),
+            profile("app.cpu", horizon, &[("new", 4)]),
+        ],
+    )
+    .await;
+    assert_eq!(total(&store, "app.cpu", base, base + 10_000), 4);
+    assert_eq!(total(&store, "kept.cpu", base, base + 10_000), 2);
+}
+
+/// An app deleted that goes on pushing: its block, downsampled, has a 100 s bucket straddling
+/// the horizon that holds only data stamped after it, which stays through the merge with late
+/// data that follows.
+#[tokio::test]
+async fn data_after_a_deletion_stays_through_downsampling_and_a_later_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base();
+    let config = StoreConfig {
+        downsample_to_100s_after: Duration::from_secs(3_600),
+        ..StoreConfig::default()
+    };
+    let store = open_with(dir.path(), config);
+    write(
+        &store,
+        vec![
+            profile("app.cpu", base + 100, &[("old", 1)]),
+            profile("app.cpu", base + 540, &[("old", 2)]),
+        ],
+    )
+    .await;
+    let horizon = base + 550;
+    assert_eq!(
+        store
+            .delete_app_at(&anonymous(), "app.cpu", at(horizon - 5))
+            .await
+            .unwrap(),
+        1
+    );
+    write(
+        &store,
+        vec![
+            profile("app.cpu", base + 560, &[("new", 4)]),
+            profile("app.cpu", base + 590, &[("new", 8)]),
+            profile("app.cpu", base + 700, &[("new", 16)]),
+        ],
+    )
+    .await;
+    let now = base + 100_000;
+    store.cut(at(now)).await.unwrap();
+    store.compact(at(now + 3_600)).await.unwrap();
+    {
+        let blocks = Arc::clone(&store.inner.shared.state().blocks);
+        let block = blocks.all().next().unwrap();
+        assert_eq!(block.finest(), 100);
+        assert_eq!(block.listed("app.cpu"), Some(horizon));
+    }
+    assert_eq!(total(&store, "app.cpu", base, base + 1_000), 28);
+    // Late data of the range: after the horizon it shows, before it it is deleted.
+    write(
+        &store,
+        vec![
+            profile("app.cpu", base + 800, &[("late", 32)]),
+            profile("app.cpu", base + 540, &[("late", 64)]),
+        ],
+    )
+    .await;
+    store.cut(at(now + 3_610)).await.unwrap();
+    assert_eq!(block_count(&store), 2);
+    assert_eq!(total(&store, "app.cpu", base, base + 1_000), 60);
+    store.compact(at(now + 3_610)).await.unwrap();
+    assert_eq!(block_count(&store), 1);
+    assert_eq!(
+        folded(&merge(&store, "app.cpu", base, base + 1_000).sum.tree),
+        "late 32\nnew 28\n"
     );
 }
 
@@ -609,6 +678,7 @@ async fn metadata_of_the_latest_write_wins_average_series_merge_apart_and_tenant
         .write(
             &team,
             vec![profile("app.inuse_space", base, &[("t", 1)])],
+            Vec::new(),
             None,
         )
         .await
@@ -632,7 +702,7 @@ async fn metadata_of_the_latest_write_wins_average_series_merge_apart_and_tenant
     );
     store.close().await.unwrap();
     assert!(matches!(
-        store.write(&anonymous(), vec![], None).await,
+        store.write(&anonymous(), vec![], Vec::new(), None).await,
         Err(StoreError::Closed)
     ));
 }
@@ -693,7 +763,7 @@ async fn two_tenants_agents_never_share_a_batch_marker() {
         let batch = vec![profile("app.cpu", base, &[("main", 2)])];
         assert_eq!(
             store
-                .write(tenant, batch.clone(), Some(marker.clone()))
+                .write(tenant, batch.clone(), Vec::new(), Some(marker.clone()))
                 .await
                 .unwrap(),
             Written::Stored,
@@ -701,7 +771,7 @@ async fn two_tenants_agents_never_share_a_batch_marker() {
         );
         assert_eq!(
             store
-                .write(tenant, batch, Some(marker.clone()))
+                .write(tenant, batch, Vec::new(), Some(marker.clone()))
                 .await
                 .unwrap(),
             Written::Duplicate,
@@ -714,120 +784,6 @@ async fn two_tenants_agents_never_share_a_batch_marker() {
             .unwrap();
         assert_eq!(series.len(), 1, "{tenant}");
     }
-}
-
-#[tokio::test]
-async fn damaged_blocks_are_named_and_the_rest_is_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = base();
-    let store = open(dir.path());
-    for i in 0..3u64 {
-        write(
-            &store,
-            vec![profile("app.cpu", base + i * 1_000, &[("a", 1)])],
-        )
-        .await;
-    }
-    store.cut(at(base + 5_000)).await.unwrap();
-    let mut files = walk(&dir.path().join("blocks"));
-    files.sort();
-    // A flipped byte in the first block's trees (found by a read), a truncated second block
-    // (found at open), a block of a newer format (found at open).
-    let mut bytes = std::fs::read(&files[0]).unwrap();
-    bytes[9] ^= 0xff;
-    std::fs::write(&files[0], &bytes).unwrap();
-    let bytes = std::fs::read(&files[1]).unwrap();
-    std::fs::write(&files[1], &bytes[..bytes.len() - 5]).unwrap();
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    assert_eq!(store.inner.shared.metrics.bad_blocks.get(), 1);
-    assert_eq!(
-        total(&store, "app.cpu", base, base + 3_000),
-        1,
-        "the third block is served"
-    );
-    assert_eq!(
-        store.inner.shared.metrics.bad_blocks.get(),
-        2,
-        "the read named the first"
-    );
-    let mut newer = std::fs::read(&files[2]).unwrap();
-    let at_version = newer.len() - 16;
-    newer[at_version] = 9;
-    std::fs::write(&files[2], &newer).unwrap();
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    assert_eq!(store.inner.shared.metrics.bad_blocks.get(), 2);
-    assert_eq!(total(&store, "app.cpu", base, base + 3_000), 0);
-    let report = crate::store::check(dir.path(), &StoreConfig::default()).unwrap();
-    assert_eq!(report.damaged.len(), 3, "{:?}", report.damaged);
-    assert!(
-        report.damaged.iter().any(|(_, e)| e.contains("version 9")),
-        "{:?}",
-        report.damaged
-    );
-}
-
-/// A flipped byte in each section of one block, in turn (and in its head magic, its section
-/// directory and its tail): the store opens, names that block (metric, `check`), serves the
-/// other block, and never panics.
-#[tokio::test]
-async fn a_flipped_byte_in_any_section_costs_that_block_only() {
-    use smolder_block::{Fetched, Footer, Tail};
-
-    let dir = tempfile::tempdir().unwrap();
-    let base = base();
-    let store = open(dir.path());
-    write(&store, vec![profile("app.cpu", base, &[("a", 1)])]).await;
-    write(&store, vec![profile("app.cpu", base + 1_000, &[("b", 10)])]).await;
-    store.cut(at(base + 3_000)).await.unwrap();
-    let mut files = walk(&dir.path().join("blocks"));
-    files.sort();
-    assert_eq!(files.len(), 2);
-    let good = std::fs::read(&files[0]).unwrap();
-    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
-    let tail = Tail::decode(good.len() as u64, &Fetched::whole(&good)).unwrap();
-    let footer = Footer::decode(&tail, &Fetched::whole(&good)).unwrap();
-    let mut places: Vec<(String, u64)> = footer
-        .sections()
-        .into_iter()
-        .map(|(section, range)| (section.to_string(), (range.start + range.end) / 2))
-        .collect();
-    let directory = tail.directory_range();
-    places.push(("head".into(), 0));
-    places.push(("section directory".into(), directory.start + 1));
-    places.push(("tail".into(), good.len() as u64 - 4));
-    assert!(places.len() >= 9, "{places:?}");
-    let mut store = store;
-    for (section, at_byte) in places {
-        let mut bad = good.clone();
-        bad[at_byte as usize] ^= 0x10;
-        std::fs::write(&files[0], &bad).unwrap();
-        store = reopen(store, dir.path(), StoreConfig::default()).await;
-        // The head magic is outside every checksum and no ranged read fetches it: the
-        // block's data is intact and served; `check` still names it.
-        let expected = if section == "head" { 11 } else { 10 };
-        assert_eq!(
-            total(&store, "app.cpu", base, base + 3_000),
-            expected,
-            "{section}: the other block is served, the damaged one skipped"
-        );
-        assert!(
-            section == "head" || store.inner.shared.metrics.bad_blocks.get() >= 1,
-            "{section}: counted"
-        );
-        let report = crate::store::check(dir.path(), &StoreConfig::default()).unwrap();
-        assert_eq!(report.good, 1, "{section}: {:?}", report.damaged);
-        assert_eq!(report.damaged.len(), 1, "{section}");
-        assert!(
-            report.damaged[0]
-                .0
-                .contains(name.trim_end_matches(".block")),
-            "{section}: names {:?}, not {name}",
-            report.damaged[0]
-        );
-    }
-    std::fs::write(&files[0], &good).unwrap();
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    assert_eq!(total(&store, "app.cpu", base, base + 3_000), 11);
 }
 
 #[tokio::test]
@@ -878,6 +834,7 @@ async fn a_v01_data_directory_is_migrated_on_first_start() {
             .write(
                 &anonymous(),
                 vec![profile("agent.cpu{hostname=h1}", b + 5_000, &[("x", 1)])],
+                Vec::new(),
                 Some(resent)
             )
             .await
@@ -899,117 +856,6 @@ fn everything_after(store: &BlockStore, b: u64) -> Tree {
     merge(store, r#"app.cpu{env="prod"}"#, b, b + 30_000)
         .sum
         .tree
-}
-
-#[tokio::test]
-async fn a_torn_record_at_the_end_of_a_head_log_is_cut_off_and_the_rest_replayed() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = base();
-    let store = open(dir.path());
-    write(&store, vec![profile("app.cpu", base, &[("a", 1)])]).await;
-    write(&store, vec![profile("app.cpu", base + 10, &[("b", 2)])]).await;
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    store.close().await.unwrap();
-    drop(store);
-    // As if the process died halfway through appending a third write.
-    let log = dir
-        .path()
-        .join(format!("head/log/{:012}.log", plan::head_range(base)));
-    let mut bytes = std::fs::read(&log).unwrap();
-    let good = bytes.len();
-    bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3]);
-    std::fs::write(&log, &bytes).unwrap();
-    let store = open(dir.path());
-    assert_eq!(
-        folded(&merge(&store, "app.cpu", base, base + 20).sum.tree),
-        "a 1\nb 2\n"
-    );
-    assert_eq!(std::fs::metadata(&log).unwrap().len(), good as u64);
-    write(&store, vec![profile("app.cpu", base + 20, &[("c", 3)])]).await;
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    assert_eq!(total(&store, "app.cpu", base, base + 30), 6);
-    store.cut(at(base + 2_000)).await.unwrap();
-    assert!(!log.exists(), "a cut deletes its range's log");
-}
-
-#[tokio::test]
-async fn a_write_queued_with_a_cut_of_its_range_is_not_lost_to_the_cut() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = base();
-    let store = open(dir.path());
-    write(&store, vec![profile("app.cpu", base, &[("a", 1)])]).await;
-    // The write and the cut land in one group of the writer.
-    let late = store.write(
-        &anonymous(),
-        vec![profile("app.cpu", base + 10, &[("b", 2)])],
-        None,
-    );
-    let cut = store.cut(at(base + 2_000));
-    let (late, cut) = tokio::join!(late, cut);
-    late.unwrap();
-    cut.unwrap();
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    store.cut(at(base + 2_000)).await.unwrap();
-    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
-}
-
-/// A cut seals its ranges, builds their blocks off the writer and publishes them: a write for
-/// a sealed range and an app deletion that land between the two are kept, counted once and
-/// hidden, before and after the publication and after a restart.
-#[tokio::test]
-async fn writes_and_deletions_during_a_cut_are_kept_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = base();
-    let store = open(dir.path());
-    write(
-        &store,
-        vec![
-            profile("app.cpu", base, &[("a", 1)]),
-            profile("other.cpu", base, &[("o", 5)]),
-        ],
-    )
-    .await;
-    let now = at(base + 2_000);
-    let sealed = store
-        .ask(move |reply| Command::Seal { now, reply })
-        .await
-        .unwrap();
-    assert_eq!(sealed.len(), 1);
-    // While the block is built: a write for the sealed range, and a deletion.
-    write(&store, vec![profile("app.cpu", base + 10, &[("b", 2)])]).await;
-    assert_eq!(
-        store.delete_app(&anonymous(), "other.cpu").await.unwrap(),
-        1
-    );
-    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
-    assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
-    let shared = &store.inner.shared;
-    let blocks = sealed
-        .iter()
-        .map(|s| Arc::new(cut::write_block(shared, &s.tenant, s.start, &s.range).unwrap()))
-        .collect();
-    let start = sealed[0].start;
-    let published = store
-        .ask(move |reply| Command::PublishCut {
-            start,
-            blocks,
-            reply,
-        })
-        .await
-        .unwrap();
-    assert_eq!(published, 1);
-    assert_eq!(block_count(&store), 1);
-    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
-    assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
-    // The late write stayed in the head, in its range's log.
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
-    assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
-    assert_eq!(store.cut(now).await.unwrap(), 1);
-    assert_eq!(store.inner.shared.state().head.series_count(), 0);
-    assert_eq!(block_count(&store), 2);
-    assert_eq!(total(&store, "app.cpu", base, base + 20), 3);
-    assert_eq!(total(&store, "other.cpu", base, base + 20), 0);
 }
 
 /// A parent with more children than a short list holds finds them through the head's map, in
@@ -1041,45 +887,272 @@ async fn wide_parents_in_the_head_sum_each_child_once() {
     assert_eq!(folded(&read), folded(&expected));
 }
 
-/// A cut whose block is durable but whose writes cannot leave the head's log (its directory
-/// made immutable, which even root cannot write): the block is published anyway, once, and
-/// neither the next pass nor a restart counts its writes a second time.
+/// Span `n`'s id.
+fn span(n: u64) -> SpanId {
+    SpanId::from_bytes(n.to_be_bytes()).unwrap()
+}
+
+/// The samples of `spans` in `query`'s series over `from..until`, folded.
+fn span_profile(
+    store: &BlockStore,
+    query: &str,
+    (from, until): (u64, u64),
+    spans: &[SpanId],
+) -> String {
+    let merged = store
+        .merge_spans(&anonymous(), &selector(query), range(from, until), spans)
+        .unwrap();
+    folded(&merged.sum.tree)
+}
+
+/// A profile with two spans (`2i + 1` running `alpha` and `2i + 2` running `beta`) and samples
+/// in no span, with its span trees.
+fn spanned(series: &str, from: u64, i: u64) -> (Profile, SpanTrees) {
+    let profile = profile(
+        series,
+        from,
+        &[("main;alpha", 3), ("main;beta", 2), ("main;idle", 1)],
+    );
+    let mut spans = SpanTrees::new();
+    spans
+        .tree_mut(span(2 * i + 1))
+        .insert_names(["main", "alpha"], 3);
+    spans
+        .tree_mut(span(2 * i + 2))
+        .insert_names(["main", "beta"], 2);
+    (profile, spans)
+}
+
 #[tokio::test]
-async fn a_cut_whose_log_cannot_be_trimmed_publishes_its_block_once() {
+async fn span_profiles_read_the_same_from_the_head_cuts_merges_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let base = base();
+    // 30 writes 70 s apart: three head ranges.
+    for i in 0..30u64 {
+        let (profile, spans) = spanned("app.cpu", base + i * 70, i);
+        store
+            .write(&anonymous(), vec![profile], vec![(0, spans)], None)
+            .await
+            .unwrap();
+    }
+    let all = (base, base + 3_000);
+    let check = |store: &BlockStore, step: &str| {
+        for i in [0u64, 13, 29] {
+            assert_eq!(
+                span_profile(store, "app.cpu", all, &[span(2 * i + 1)]),
+                "main;alpha 3\n",
+                "{step}: span {i}"
+            );
+            assert_eq!(
+                span_profile(store, "app.cpu", all, &[span(2 * i + 1), span(2 * i + 2)]),
+                "main;alpha 3\nmain;beta 2\n",
+                "{step}"
+            );
+            let when = base + i * 70;
+            assert_eq!(
+                span_profile(store, "app.cpu", (when, when + 10), &[span(2 * i + 2)]),
+                "main;beta 2\n",
+                "{step}: the span's own bucket"
+            );
+            assert_eq!(
+                span_profile(store, "app.cpu", (when + 10, when + 70), &[span(2 * i + 2)]),
+                "",
+                "{step}: outside the span's bucket"
+            );
+        }
+        let odd: Vec<SpanId> = (0..30).map(|i| span(2 * i + 1)).collect();
+        let merged = store
+            .merge_spans(
+                &anonymous(),
+                &selector("app.cpu"),
+                range(all.0, all.1),
+                &odd,
+            )
+            .unwrap();
+        assert_eq!(folded(&merged.sum.tree), "main;alpha 90\n", "{step}");
+        assert_eq!(merged.series.len(), 1, "{step}");
+        assert_eq!(span_profile(store, "other.cpu", all, &odd), "", "{step}");
+        assert_eq!(
+            span_profile(store, "app.cpu", all, &[span(999)]),
+            "",
+            "{step}"
+        );
+        // The series' own profile is every sample, span or not.
+        assert_eq!(total(store, "app.cpu", all.0, all.1), 30 * 6, "{step}");
+    };
+    check(&store, "head");
+    let store = reopen(store, dir.path(), StoreConfig::default()).await;
+    check(&store, "head replayed from its log");
+    let now = base + 3_000 + plan::CUT_GRACE;
+    assert_eq!(store.cut(at(now)).await.unwrap(), 3);
+    check(&store, "cut");
+    let report = store.compact(at(base + 200_000)).await.unwrap();
+    assert!(report.merged >= 1, "{report:?}");
+    assert_eq!(block_count(&store), 1);
+    check(&store, "compacted");
+    let store = reopen(store, dir.path(), StoreConfig::default()).await;
+    check(&store, "reopened");
+    let blocks = Arc::clone(&store.inner.shared.state().blocks);
+    let block = blocks.all().next().unwrap();
+    let bytes = block.read(0..block.len).unwrap();
+    let report = smolder_block::verify(&bytes, &smolder_block::Limits::default()).unwrap();
+    assert_eq!(report.spans, 60, "every span tree in the compacted block");
+}
+
+#[tokio::test]
+async fn span_trees_past_the_cap_are_dropped_largest_kept_and_counted() {
     let dir = tempfile::tempdir().unwrap();
     let base = base();
-    let store = open(dir.path());
-    write(
-        &store,
-        vec![profile("app.cpu", base, &[("a", 1), ("b", 2)])],
-    )
-    .await;
-    let log = walk(dir.path())
-        .into_iter()
-        .filter_map(|file| file.parent().map(Path::to_path_buf))
-        .find(|parent| parent.file_name().is_some_and(|name| name == "log"))
-        .expect("the head has a log directory");
-    let chattr = |flag: &str| {
-        let status = std::process::Command::new("chattr")
-            .arg(flag)
-            .arg(&log)
-            .status()
-            .expect("chattr runs");
-        assert!(status.success(), "chattr {flag} {}", log.display());
+    let metrics = Metrics::new();
+    let config = StoreConfig {
+        max_spans_per_bucket: 3,
+        ..StoreConfig::default()
     };
-    chattr("+i");
-    let cut = store.cut(at(base + 2_000)).await;
-    chattr("-i");
-    assert_eq!(cut.unwrap(), 1, "the block is published");
-    assert_eq!(block_count(&store), 1);
-    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
-    store.cut(at(base + 2_000)).await.unwrap();
-    assert_eq!(block_count(&store), 1, "the next pass builds nothing again");
-    let store = reopen(store, dir.path(), StoreConfig::default()).await;
-    assert_eq!(block_count(&store), 1);
-    assert_eq!(total(&store, "app.cpu", base, base + 100), 3);
+    let store = BlockStore::open(
+        dir.path(),
+        config.clone(),
+        StoreMetrics::new(metrics.registry(), &metrics.health),
+    )
+    .unwrap();
+    let mut spans = SpanTrees::new();
+    let mut stacks = Vec::new();
+    for n in 1..=5u64 {
+        spans.tree_mut(span(n)).insert_names(["main", "work"], n);
+        stacks.push(n);
+    }
+    let profile = profile("app.cpu", base, &[("main;work", stacks.iter().sum())]);
+    store
+        .write(
+            &anonymous(),
+            vec![profile.clone()],
+            vec![(0, spans.clone())],
+            None,
+        )
+        .await
+        .unwrap();
+    // A second write in the same bucket has no room left; a new bucket has.
+    let mut later = profile.clone();
+    (later.from, later.until) = (at(base + 10), at(base + 20));
+    for (from, p) in [(base, profile), (base + 10, later)] {
+        let mut one = SpanTrees::new();
+        one.tree_mut(span(100 + from % 100))
+            .insert_names(["main", "work"], 50);
+        store
+            .write(&anonymous(), vec![p], vec![(0, one)], None)
+            .await
+            .unwrap();
+    }
+    let every: Vec<SpanId> = (1..=5).map(span).chain([span(100), span(110)]).collect();
+    let check = |store: &BlockStore, step: &str| {
+        let kept: Vec<u64> = every
+            .iter()
+            .filter(|s| !span_profile(store, "app.cpu", (base, base + 30), &[**s]).is_empty())
+            .map(|s| u64::from_str_radix(&s.to_string(), 16).unwrap())
+            .collect();
+        assert_eq!(
+            kept,
+            [3, 4, 5, 110],
+            "{step}: the three largest of the first bucket"
+        );
+        assert_eq!(
+            total(store, "app.cpu", base, base + 30),
+            3 * 15,
+            "{step}: samples stay"
+        );
+    };
+    check(&store, "head");
+    let text = metrics.render().unwrap();
     assert!(
-        store.inner.shared.wal.records().unwrap().is_empty(),
-        "replay dropped the writes the block holds"
+        text.contains(
+            "smolder_aggregator_dropped_spans_total{intentional=\"true\",reason=\"span_limit\",stage=\"store\"} 3"
+        ),
+        "{text}"
     );
+    assert!(
+        text.contains("smolder_aggregator_store_span_trees_written_total 4"),
+        "{text}"
+    );
+    let store = reopen(store, dir.path(), config).await;
+    check(&store, "replayed");
+    store.cut(at(base + 1_000 + plan::CUT_GRACE)).await.unwrap();
+    check(&store, "cut");
+}
+
+#[tokio::test]
+async fn a_head_over_its_memory_budget_is_cut_early_and_counts_every_write_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        head_max_bytes: 64 << 10,
+        ..StoreConfig::default()
+    };
+    let store = open_with(dir.path(), config.clone());
+    let base = base();
+    // One open head range (not due before base + 1000 + the cut's grace), written in two
+    // rounds: each round alone is over the budget.
+    // 200 writes of 20 stacks each (210 samples), over the range's first 900 s.
+    let round = |first: u64| {
+        (first..first + 200).map(move |i| {
+            let stacks: Vec<(String, u64)> = (0..20)
+                .map(|f| (format!("main;handler{};leaf{f}", i % 7), f + 1))
+                .collect();
+            let stacks: Vec<(&str, u64)> = stacks.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+            profile("app.cpu", base + (i % 90) * 10, &stacks)
+        })
+    };
+    for profile in round(0) {
+        write(&store, vec![profile]).await;
+    }
+    let mut expected = 200 * 210;
+    let head = || store.inner.shared.state().head.bytes();
+    assert!(
+        head() > 64 << 10,
+        "the round fills the head past its budget: {}",
+        head()
+    );
+    let not_due = at(base + 100);
+    let logs = dir.path().join("head/log");
+    let log_bytes = || {
+        walk(&logs)
+            .iter()
+            .map(|f| f.metadata().unwrap().len())
+            .sum::<u64>()
+    };
+    assert!(log_bytes() > 0);
+    assert!(store.cut(not_due).await.unwrap() >= 1, "cut early");
+    assert!(head() <= 32 << 10, "what is left of the head: {}", head());
+    // Its log went aside with it and is gone with the cut, not read back.
+    assert_eq!(walk(&logs), Vec::<std::path::PathBuf>::new());
+    assert_eq!(store.inner.shared.metrics.ranges_sealed_early.get(), 1);
+    assert_eq!(total(&store, "app.cpu", base, base + 1_000), expected);
+    // Later writes to the same range start it again, and are cut early again.
+    for profile in round(200) {
+        write(&store, vec![profile]).await;
+    }
+    expected += 200 * 210;
+    assert_eq!(total(&store, "app.cpu", base, base + 1_000), expected);
+    assert!(store.cut(not_due).await.unwrap() >= 1);
+    assert_eq!(total(&store, "app.cpu", base, base + 1_000), expected);
+    assert!(block_count(&store) >= 2, "a block per early cut");
+    assert_eq!(log_bytes(), 0);
+    // Writes after the cut stay in the range's open log, and a restart replays them alone.
+    for profile in round(400).take(10) {
+        write(&store, vec![profile]).await;
+    }
+    expected += 10 * 210;
+    assert!(log_bytes() > 0);
+    // Restarted, it replays only what no block holds.
+    let store = reopen(store, dir.path(), config).await;
+    assert_eq!(total(&store, "app.cpu", base, base + 1_000), expected);
+    // Closed, the range's last writes are cut as usual, and compaction merges its blocks.
+    let now = base + 1_000 + plan::CUT_GRACE;
+    store.cut(at(now)).await.unwrap();
+    assert_eq!(store.inner.shared.state().head.series_count(), 0);
+    assert_eq!(total(&store, "app.cpu", base, base + 1_000), expected);
+    let report = store
+        .compact(at(base + 10_000 + plan::COMPACTION_GRACE))
+        .await
+        .unwrap();
+    assert!(report.merged >= 1, "{report:?}");
+    assert_eq!(total(&store, "app.cpu", base, base + 1_000), expected);
 }

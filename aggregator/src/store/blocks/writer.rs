@@ -8,24 +8,29 @@
 //! (built in between off this thread, `cut.rs`), app deletions, rules, retention and the
 //! publication of a compaction take the same path, so that none of them races another: a cut
 //! never loses a write that arrived while it ran, and a deletion never misses a block being
-//! published.
+//! published. Nothing here waits for the bucket but the segment upload, bounded by
+//! `upload-timeout`: an app deletion's object is written before the writer learns it, and the
+//! bucket's old deletions are deleted by the retention task (`deletions.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime};
 
-use smolder_block::Marker;
-use smolder_common::{Profile, Series};
+use smolder_block::{HeadProfile, Marker};
+use smolder_common::{Profile, SpanTrees};
 use smolder_daemon::Heartbeat;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
+use super::deletions;
 use super::files::{BlockFile, BlockSet};
-use super::head::{Head, SealedRange};
+use super::head::{Head, SealedRange, SpansAdded};
+use super::sync::Update;
+use super::uploads::{self, Applied, Uploads, in_blocks};
 use super::wal::{Record, Wal};
-use super::{RetentionReport, Shared, Tombstones, block_plans, plan};
-use crate::store::{BatchMarker, StoreError, Written, unix};
+use super::{RetentionReport, Shared, block_plans, plan};
+use crate::store::{BatchMarker, ProfileSpans, StoreError, Written, unix};
 use crate::tenant::Tenant;
 
 /// Requests the writer serves, each answered once what it changed is durable.
@@ -37,20 +42,30 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Result<Written, StoreError>>,
         queued: Instant,
     },
-    /// Delete an app's series.
+    /// Delete an app's data before the horizon of `now` (`deletions.rs`; local mode).
     DeleteApp {
         tenant: Tenant,
         app: String,
+        now: SystemTime,
         reply: oneshot::Sender<Result<u64, StoreError>>,
     },
-    /// Store a recording rule.
+    /// Learn and apply the deletion of an app with `horizon`, stored in the bucket already
+    /// (object-storage mode, `deletions::store`); `series` is how many it takes data from here.
+    LearnDeletion {
+        tenant: Tenant,
+        app: String,
+        horizon: u64,
+        series: u64,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+    /// Store a recording rule (local mode).
     PutRule {
         tenant: Tenant,
         name: String,
         rule: Vec<u8>,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
-    /// Delete a recording rule.
+    /// Delete a recording rule (local mode).
     DeleteRule {
         tenant: Tenant,
         name: String,
@@ -68,10 +83,19 @@ pub(crate) enum Command {
         blocks: Vec<Arc<BlockFile>>,
         reply: oneshot::Sender<Result<u64, StoreError>>,
     },
-    /// Apply retention as of `now`.
+    /// Apply retention as of `now`: to the batch markers, and to the blocks when `blocks`;
+    /// answers with the blocks taken out of the published set, whose files the caller deletes
+    /// (off this thread: in a bucket they are requests).
     Retention {
         now: SystemTime,
-        reply: oneshot::Sender<Result<RetentionReport, StoreError>>,
+        blocks: bool,
+        reply: oneshot::Sender<Result<Retained, StoreError>>,
+    },
+    /// Forget the app deletions that remove nothing any more as of retention's `cutoff`, once
+    /// the blocks retention took out are deleted.
+    ForgetDeletions {
+        cutoff: u64,
+        reply: oneshot::Sender<Result<(), StoreError>>,
     },
     /// Publish a merged block in place of its inputs; answers whether it was (not when an
     /// input is gone or an app was deleted since the merge was planned).
@@ -81,14 +105,27 @@ pub(crate) enum Command {
         generation: u64,
         reply: oneshot::Sender<Result<bool, StoreError>>,
     },
+    /// Apply what a poll of the bucket found (object-storage mode, `sync.rs`).
+    Sync {
+        update: Update,
+        reply: oneshot::Sender<Result<Applied, StoreError>>,
+    },
     /// Flush and stop.
     Close {
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
 }
 
+/// What the writer's part of a retention pass did, and the blocks it took out of the published
+/// set, for the caller to delete.
+pub(crate) type Retained = (RetentionReport, Vec<Arc<BlockFile>>);
+
 /// How many queued requests one fsync may cover.
 const GROUP: usize = 64;
+
+/// How many queued requests one segment upload may cover: under load, an upload interval's
+/// writes.
+const UPLOAD_GROUP: usize = 1024;
 
 /// The marker agent id of the aggregator's own writes (HTTP pushes): no agent can send it,
 /// since agent ids are printable ASCII.
@@ -113,7 +150,8 @@ pub(crate) struct Writer {
     ids: Arc<WriteIds>,
     /// One past the highest write number applied or replayed, as stored with each group.
     next_write: u64,
-    tombstones: Tombstones,
+    /// Object-storage mode: the group commit's segment.
+    uploads: Option<Uploads>,
 }
 
 /// What callers need to prepare a write: its number and the marker of HTTP writes.
@@ -146,12 +184,14 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    /// Numbers `profiles` of `tenant`, splits them by head range and frames each range's
-    /// record (the tree encoding and lz4 of [`Record::frame`], the costly part of a write).
+    /// Numbers `profiles` of `tenant` (with the span trees of those in `spans`), splits them
+    /// by head range and frames each range's record (the tree encoding and lz4 of
+    /// [`Record::frame`], the costly part of a write).
     pub(crate) fn new(
         ids: &WriteIds,
         tenant: Tenant,
         profiles: Vec<Profile>,
+        spans: ProfileSpans,
         marker: Option<&BatchMarker>,
     ) -> Prepared {
         let write = ids.next.fetch_add(1, Ordering::Relaxed);
@@ -168,13 +208,18 @@ impl Prepared {
         };
         let agent = marker.agent_id.clone();
         let count = profiles.len();
-        let mut ranges: BTreeMap<u64, Vec<(u64, Profile)>> = BTreeMap::new();
-        for profile in profiles {
+        let mut spans: BTreeMap<usize, SpanTrees> = spans.into_iter().collect();
+        let mut ranges: BTreeMap<u64, Vec<HeadProfile>> = BTreeMap::new();
+        for (i, profile) in profiles.into_iter().enumerate() {
             let bucket = plan::bucket_of(unix(profile.from), unix(profile.until));
             ranges
                 .entry(plan::head_range(bucket))
                 .or_default()
-                .push((bucket, profile));
+                .push(HeadProfile {
+                    bucket,
+                    profile,
+                    spans: spans.remove(&i).unwrap_or_default(),
+                });
         }
         let records = ranges
             .into_iter()
@@ -216,39 +261,34 @@ enum Pending {
 
 impl Writer {
     /// The writer over `shared`, replaying the head from its database.
-    pub(crate) fn open(shared: Arc<Shared>, tombstones: Tombstones) -> Result<Writer, StoreError> {
-        Writer::replay(shared, tombstones, None)
+    pub(crate) fn open(shared: Arc<Shared>) -> Result<Writer, StoreError> {
+        Writer::replay(shared, None)
     }
 
     /// A writer again over `shared` and the callers' `ids`, after the last one panicked: the
     /// head in memory is rebuilt from its logs (a panic may have left it without a write that
-    /// is durable, or half-changed), the app deletions read again from the database. A cut in
-    /// flight then finds its range no longer sealed and is refused ([`Writer::publish_cut`]).
+    /// is durable, or half-changed). A cut in flight then finds its range no longer sealed and
+    /// is refused ([`Writer::publish_cut`]).
     ///
     /// # Errors
     ///
     /// As [`Writer::open`].
     pub(crate) fn reopen(shared: Arc<Shared>, ids: Arc<WriteIds>) -> Result<Writer, StoreError> {
-        let present: BTreeSet<String> = shared
-            .state()
-            .blocks
-            .all()
-            .map(|b| b.name.id.clone())
-            .collect();
-        let tombstones = super::tombstones(&shared.wal, &present)?;
-        Writer::replay(shared, tombstones, Some(ids))
+        Writer::replay(shared, Some(ids))
     }
 
     /// Replays the head from the database into an empty head; `ids` are the callers' when a
     /// writer is reopened.
-    fn replay(
-        shared: Arc<Shared>,
-        tombstones: Tombstones,
-        ids: Option<Arc<WriteIds>>,
-    ) -> Result<Writer, StoreError> {
+    fn replay(shared: Arc<Shared>, ids: Option<Arc<WriteIds>>) -> Result<Writer, StoreError> {
         let wal = &shared.wal;
-        let id = match wal.meta("aggregator_id")? {
-            Some(id) => String::from_utf8_lossy(&id).into_owned(),
+        let stored = match &shared.bucket {
+            Some(mode) => Some(mode.writer.clone()),
+            None => wal
+                .meta("aggregator_id")?
+                .map(|id| String::from_utf8_lossy(&id).into_owned()),
+        };
+        let id = match stored {
+            Some(id) => id,
             None => {
                 let id = format!("{:016x}", rand::random::<u64>());
                 let mut batch = sled::Batch::default();
@@ -276,60 +316,69 @@ impl Writer {
                 })
             }),
             next_write: 0,
-            tombstones,
+            uploads: None,
         };
+        writer.uploads = writer.shared.bucket.as_ref().map(Uploads::new);
         // Replay: a record whose marker a block of its range holds was cut before a crash.
         let cutoff = plan::retention_cutoff(unix(SystemTime::now()), writer.retention());
         let mut batch = sled::Batch::default();
         let (mut replayed, mut dropped) = (0, 0);
-        let records = writer.shared.wal.records()?;
-        let mut by_range: BTreeMap<u64, Vec<&Record>> = BTreeMap::new();
-        let mut changed: BTreeSet<u64> = BTreeSet::new();
+        // Object-storage mode: the own and adopted segments are the head's log (a writer that
+        // panicked left them; at open there are none yet).
+        let segments = uploads::owned_records(&writer.shared)?;
         {
             let mut state = writer.shared.state_mut();
             state.head = Head::default();
             let blocks = Arc::clone(&state.blocks);
-            for (range, record) in &records {
+            // One log file at a time, one record at a time: a head of hundreds of MiB is never
+            // decoded whole. A file that held records a block holds is rewritten without them.
+            for (range, path) in writer.shared.wal.log_files()? {
+                writer.shared.wal.scan(range, &path, |record| {
+                    next_write = next_write.max(record.write + 1);
+                    if let Some(end) = record.window_end
+                        && !writer
+                            .shared
+                            .wal
+                            .has_batch(&record.marker.agent_id, record.marker.sequence)?
+                    {
+                        // The record was durable, its marker not yet: a crash between the two.
+                        Wal::put_batch(
+                            &mut batch,
+                            &record.marker.agent_id,
+                            record.marker.sequence,
+                            end,
+                        );
+                    }
+                    let cut = in_blocks(&blocks, &record.tenant, range, &record.marker);
+                    if cut || range + plan::HEAD_SPAN <= cutoff {
+                        dropped += 1;
+                        return Ok(false);
+                    }
+                    // Replayed spans were counted when first written. An app deleted since the
+                    // record was written leaves out its profiles before the horizon.
+                    let mut record = record;
+                    state.deletions.filter(&mut record);
+                    state
+                        .head
+                        .add(range, &record, writer.shared.config.max_spans_per_bucket);
+                    replayed += 1;
+                    Ok(true)
+                })?;
+            }
+            for (range, mut record) in segments {
                 next_write = next_write.max(record.write + 1);
-                if let Some(end) = record.window_end
-                    && !writer
-                        .shared
-                        .wal
-                        .has_batch(&record.marker.agent_id, record.marker.sequence)?
-                {
-                    // The record was durable, its marker not yet: a crash between the two.
-                    Wal::put_batch(
-                        &mut batch,
-                        &record.marker.agent_id,
-                        record.marker.sequence,
-                        end,
-                    );
-                }
-                let cut = blocks
-                    .overlapping(&record.tenant, *range, range + plan::HEAD_SPAN)
-                    .any(|b| {
-                        b.name.start <= *range
-                            && b.name.end() >= range + plan::HEAD_SPAN
-                            && b.index.contains_marker(&record.marker)
-                    });
-                let kept = by_range.entry(*range).or_default();
+                let cut = in_blocks(&blocks, &record.tenant, range, &record.marker);
                 if cut || range + plan::HEAD_SPAN <= cutoff {
-                    changed.insert(*range);
                     dropped += 1;
                 } else {
-                    state.head.add(*range, record);
-                    kept.push(record);
+                    state.deletions.filter(&mut record);
+                    state
+                        .head
+                        .add(range, &record, writer.shared.config.max_spans_per_bucket);
                     replayed += 1;
                 }
             }
-            writer
-                .shared
-                .metrics
-                .head_series
-                .set(state.head.series_count() as i64);
-        }
-        for range in changed {
-            writer.shared.wal.rewrite_range(range, &by_range[&range])?;
+            state.head.observe(&writer.shared.metrics);
         }
         // A replayed record's number may be newer than the stored counter (a kill between the
         // log's sync and the database's); once its range is cut, only the counter remembers it,
@@ -360,12 +409,33 @@ impl Writer {
         beat.beat();
         while let Some(first) = queue.blocking_recv() {
             let mut group = vec![first];
-            while group.len() < GROUP {
+            let cap = if self.uploads.is_some() {
+                UPLOAD_GROUP
+            } else {
+                GROUP
+            };
+            while group.len() < cap {
                 match queue.try_recv() {
                     Ok(command) => group.push(command),
                     Err(_) => break,
                 }
             }
+            if let Some(uploads) = &self.uploads
+                && let Some(at) = uploads.next_upload()
+                && group.iter().any(|c| matches!(c, Command::Write { .. }))
+            {
+                // At most one upload per interval: what arrives meanwhile shares it.
+                let until = tokio::time::Instant::from_std(at);
+                uploads.bucket().block_on(async {
+                    while group.len() < cap {
+                        match tokio::time::timeout_at(until, queue.recv()).await {
+                            Ok(Some(command)) => group.push(command),
+                            Ok(None) | Err(_) => break,
+                        }
+                    }
+                });
+            }
+            self.refresh_before_checks(&group);
             let mut pending = Vec::with_capacity(group.len());
             let mut close = None;
             for command in group {
@@ -373,6 +443,8 @@ impl Writer {
                 // acknowledged writes left it: the group's writes so far are made durable and
                 // added to the head first, or a cut would delete a range's log with a write in
                 // it that its block does not hold.
+                // Rules come here in local mode only (in a bucket they are objects of their
+                // own, `rules.rs`), made durable with the writes.
                 let writes = matches!(
                     command,
                     Command::Write { .. } | Command::PutRule { .. } | Command::DeleteRule { .. }
@@ -385,7 +457,14 @@ impl Writer {
             }
             let flushed = self.flush();
             self.answer(pending, &flushed);
-            beat.beat();
+            match &flushed {
+                // The bucket refuses or does not answer: writes are refused (retryable) until
+                // it does; the writer itself is fine.
+                Err(err) if self.uploads.is_some() => {
+                    beat.degraded(format!("uploading a segment: {err}"));
+                }
+                _ => beat.beat(),
+            }
             if let Some(reply) = close {
                 let _ = reply.send(flushed.map_err(|err| StoreError::Flush {
                     reason: err.to_string(),
@@ -412,6 +491,11 @@ impl Writer {
                 reply,
                 queued,
             } => {
+                if let Some(busy) = self.head_full() {
+                    self.shared.metrics.head_full_refusals.inc();
+                    let _ = reply.send(Err(busy));
+                    return;
+                }
                 let result = self.write(write, marker.as_ref());
                 // The test-only fault hook (`smolder_daemon::fault`), where a restart is hardest:
                 // the write is in the head's log, neither durable nor acknowledged nor in the
@@ -432,12 +516,27 @@ impl Writer {
                     }
                 }
             }
-            Command::DeleteApp { tenant, app, reply } => match self.delete_app(&tenant, &app) {
+            Command::DeleteApp {
+                tenant,
+                app,
+                now,
+                reply,
+            } => match self.delete_app(&tenant, &app, now) {
                 Ok(count) => pending.push(Pending::Count(reply, count)),
                 Err(err) => {
                     let _ = reply.send(Err(err));
                 }
             },
+            Command::LearnDeletion {
+                tenant,
+                app,
+                horizon,
+                series,
+                reply,
+            } => {
+                self.learn_deletion(&tenant, &app, horizon, series);
+                let _ = reply.send(Ok(()));
+            }
             Command::PutRule {
                 tenant,
                 name,
@@ -461,12 +560,30 @@ impl Writer {
             },
             Command::Seal { now, reply } => {
                 let now = unix(now);
-                let sealed = self
+                let budget =
+                    usize::try_from(self.shared.config.head_max_bytes).unwrap_or(usize::MAX);
+                let sealing = self
                     .shared
                     .state_mut()
                     .head
-                    .seal(|start| plan::cut_due(start, now));
-                let _ = reply.send(Ok(sealed));
+                    .seal(|start| plan::cut_due(start, now), budget);
+                // The ranges' logs follow them aside, so that publishing the cut deletes exactly
+                // the files its blocks hold. A log that cannot be moved stays open: the cut
+                // still publishes, and a replay drops from it what the blocks hold.
+                for start in &sealing.starts {
+                    if let Err(err) = self.shared.wal.seal_range(*start) {
+                        warn!(start, error = %err, "setting a sealed range's log aside failed; it is kept whole until the range is cut again");
+                    }
+                }
+                let early = sealing.early;
+                if early > 0 {
+                    self.shared.metrics.ranges_sealed_early.inc_by(early as u64);
+                    debug!(
+                        ranges = early,
+                        budget, "head over its memory budget: ranges cut early"
+                    );
+                }
+                let _ = reply.send(Ok(sealing.ranges));
             }
             Command::PublishCut {
                 start,
@@ -475,8 +592,11 @@ impl Writer {
             } => {
                 let _ = reply.send(self.publish_cut(start, blocks));
             }
-            Command::Retention { now, reply } => {
-                let _ = reply.send(self.retention_pass(unix(now)));
+            Command::Retention { now, blocks, reply } => {
+                let _ = reply.send(self.retention_pass(unix(now), blocks));
+            }
+            Command::ForgetDeletions { cutoff, reply } => {
+                let _ = reply.send(self.forget_deletions(cutoff));
             }
             Command::Publish {
                 output,
@@ -486,13 +606,28 @@ impl Writer {
             } => {
                 let _ = reply.send(self.publish(output, &inputs, generation));
             }
+            Command::Sync { update, reply } => {
+                let _ = reply.send(uploads::apply_sync(&self.shared, update));
+            }
             Command::Close { reply } => *close = Some(reply),
         }
     }
 
-    fn flush(&self) -> Result<(), StoreError> {
+    /// [`StoreError::Busy`] when the own head holds more than twice `store.head-max-bytes`:
+    /// cuts (early ones included) do not keep up, and taking more would grow memory without
+    /// bound; refused writes are retried by their clients.
+    fn head_full(&self) -> Option<StoreError> {
+        let limit = self.shared.config.head_max_bytes.saturating_mul(2);
+        let head_bytes = self.shared.state().head.bytes() as u64;
+        (head_bytes > limit).then_some(StoreError::Busy { head_bytes, limit })
+    }
+
+    fn flush(&mut self) -> Result<(), StoreError> {
         let started = Instant::now();
-        let flushed = self.shared.wal.flush();
+        let flushed = match (&mut self.uploads, &self.shared.bucket) {
+            (Some(uploads), Some(mode)) => uploads.upload(&self.shared, mode),
+            _ => self.shared.wal.flush(),
+        };
         self.shared
             .metrics
             .flush_duration
@@ -511,6 +646,13 @@ impl Writer {
         ) {
             let answer = match flushed {
                 Ok(()) => Ok(value),
+                // Only a segment's upload fails with the object store in a flush.
+                Err(StoreError::Object { what, source }) => Err(StoreError::Unavailable {
+                    reason: format!("{what}: {source}"),
+                }),
+                Err(StoreError::Unavailable { reason }) => Err(StoreError::Unavailable {
+                    reason: reason.clone(),
+                }),
                 Err(err) => Err(StoreError::Flush {
                     reason: err.to_string(),
                 }),
@@ -519,17 +661,25 @@ impl Writer {
         }
         if flushed.is_ok() {
             let mut state = self.shared.state_mut();
+            let max_spans = self.shared.config.max_spans_per_bucket;
+            let mut spans = SpansAdded::default();
             for item in &pending {
                 if let Pending::Write { records, .. } = item {
                     for (range, record) in records {
-                        state.head.add(*range, record);
+                        let added = state.head.add(*range, record, max_spans);
+                        spans.kept += added.kept;
+                        spans.dropped += added.dropped;
                     }
                 }
             }
-            self.shared
-                .metrics
-                .head_series
-                .set(state.head.series_count() as i64);
+            let metrics = &self.shared.metrics;
+            state.head.observe(metrics);
+            metrics.span_trees_written.inc_by(spans.kept);
+            if spans.dropped > 0 {
+                metrics
+                    .dropped_spans
+                    .add("store", "span_limit", true, spans.dropped);
+            }
         }
         for item in pending {
             match item {
@@ -562,13 +712,34 @@ impl Writer {
     /// the head in memory gets once the group is durable.
     fn write(
         &mut self,
-        prepared: Prepared,
+        mut prepared: Prepared,
         marker: Option<&BatchMarker>,
     ) -> Result<(Written, Appended), StoreError> {
+        {
+            // Data an app deletion removes, arriving late (a spool's backlog, a retry): never
+            // logged or uploaded. Rare, so framed again here.
+            let state = self.shared.state();
+            prepared.records.retain_mut(|(_, record, frame)| {
+                if state.deletions.filter(record) > 0 {
+                    if record.profiles.is_empty() {
+                        return false;
+                    }
+                    *frame = record.frame();
+                }
+                true
+            });
+        }
         let wal = &self.shared.wal;
         let mut batch = sled::Batch::default();
         if let Some(marker) = marker {
-            if wal.has_batch(&prepared.batch_agent, marker.sequence)? {
+            let in_group = self
+                .uploads
+                .as_ref()
+                .is_some_and(|u| u.in_group(&prepared.batch_agent, marker.sequence));
+            if in_group
+                || wal.has_batch(&prepared.batch_agent, marker.sequence)?
+                || self.held_elsewhere(&prepared, marker.sequence)
+            {
                 debug!(
                     agent_id = %marker.agent_id,
                     tenant = %prepared.tenant,
@@ -577,12 +748,27 @@ impl Writer {
                 );
                 return Ok((Written::Duplicate, (0, Vec::new())));
             }
-            Wal::put_batch(
-                &mut batch,
-                &prepared.batch_agent,
-                marker.sequence,
-                marker.window_end,
+            if self.uploads.is_none() {
+                Wal::put_batch(
+                    &mut batch,
+                    &prepared.batch_agent,
+                    marker.sequence,
+                    marker.window_end,
+                );
+            }
+        }
+        if let Some(uploads) = &mut self.uploads {
+            uploads.push(
+                &prepared.records,
+                marker.map(|m| (prepared.batch_agent.clone(), m.sequence, m.window_end)),
             );
+            self.next_write = self.next_write.max(prepared.write + 1);
+            let records = prepared
+                .records
+                .into_iter()
+                .map(|(range, record, _)| (range, record))
+                .collect();
+            return Ok((Written::Stored, (prepared.profiles, records)));
         }
         for (range, _, frame) in &prepared.records {
             wal.append(*range, frame)?;
@@ -599,11 +785,62 @@ impl Writer {
         Ok((Written::Stored, (prepared.profiles, records)))
     }
 
-    /// Publishes the blocks a cut built from the sealed ranges starting at `start`: the apps
-    /// deleted from those ranges meanwhile hidden in them (durably), then the range's log rid
-    /// of what the blocks hold (deleted, unless writes arrived for the range since it was
-    /// sealed), then the blocks in the published set and the sealed ranges out of the head, in
-    /// one step for reads.
+    /// Object-storage mode: reads the segments other aggregators uploaded since the last poll
+    /// when `group` holds agent batches and that poll is older than one upload interval, so
+    /// that the batches are checked against everything uploaded before then (a poll in
+    /// progress elsewhere is not waited for).
+    fn refresh_before_checks(&self, group: &[Command]) {
+        let Some(mode) = &self.shared.bucket else {
+            return;
+        };
+        let batches = group.iter().any(|c| {
+            matches!(
+                c,
+                Command::Write {
+                    marker: Some(_),
+                    ..
+                }
+            )
+        });
+        if !batches {
+            return;
+        }
+        let Ok(mut sync) = mode.sync.try_lock() else {
+            return;
+        };
+        match sync.recent_segments(&self.shared, mode.upload_interval) {
+            Ok(Some(update)) => {
+                if let Err(err) = uploads::apply_sync(&self.shared, update) {
+                    warn!(error = %err, "applying other aggregators' segments failed");
+                }
+            }
+            Ok(None) => {}
+            Err(err) => {
+                warn!(error = %err, "listing other aggregators' segments before checking batches failed; checked against the last poll");
+            }
+        }
+    }
+
+    /// Whether a copy of agent batch `sequence` of `prepared`'s agent is held where the marker
+    /// index does not look: another writer's segment (object-storage mode), or a block of one
+    /// of its head ranges.
+    fn held_elsewhere(&self, prepared: &Prepared, sequence: u64) -> bool {
+        let marker = Marker {
+            agent_id: prepared.batch_agent.clone(),
+            sequence,
+        };
+        let state = self.shared.state();
+        state.remote.holds(&prepared.tenant, &marker)
+            || prepared
+                .records
+                .iter()
+                .any(|(range, _, _)| in_blocks(&state.blocks, &prepared.tenant, *range, &marker))
+    }
+
+    /// Publishes the blocks a cut built from the sealed ranges starting at `start`: the range's
+    /// log rid of what the blocks hold (deleted, unless writes arrived for the range since it
+    /// was sealed), then the blocks in the published set and the sealed ranges out of the head,
+    /// in one step for reads.
     fn publish_cut(&mut self, start: u64, blocks: Vec<Arc<BlockFile>>) -> Result<u64, StoreError> {
         if let Some(block) = blocks.iter().find(|block| {
             !self
@@ -619,151 +856,85 @@ impl Writer {
                 block: block.name.to_string(),
             });
         }
-        let deleted: Vec<(Arc<BlockFile>, BTreeSet<String>)> = {
-            let state = self.shared.state();
-            blocks
-                .iter()
-                .map(|block| {
-                    (
-                        Arc::clone(block),
-                        state.head.deleted_in_sealed(&block.name.tenant, start),
-                    )
-                })
-                .collect()
-        };
-        if deleted.iter().any(|(_, apps)| !apps.is_empty()) {
-            let mut batch = sled::Batch::default();
-            for (block, apps) in &deleted {
-                for app in apps {
-                    let key = (block.name.tenant.clone(), app.clone());
-                    let hidden = self.tombstones.entry(key).or_default();
-                    hidden.insert(block.name.id.clone());
-                    Wal::put_tombstone(&mut batch, &block.name.tenant, app, hidden);
-                }
-            }
-            self.shared.wal.apply(batch)?;
-            self.shared.wal.flush()?;
-        }
-        if let Err(err) = self.trim_cut_range(start, &blocks) {
+        if let Err(err) = self.trim_cut_range(start) {
             // The blocks are durable, so they are published all the same: failing here would
             // have the next pass build them a second time, and a restart load both. The
             // records left in the log are the ones a restart's replay drops by their markers.
             warn!(start, error = %err, "removing a cut range's writes from its log failed; its blocks are published and the next restart drops those writes");
         }
         let count = blocks.len() as u64;
-        let mut state = self.shared.state_mut();
+        let mut guard = self.shared.state_mut();
+        let state = &mut *guard;
         let mut set = BlockSet::clone(&state.blocks);
-        for (block, apps) in deleted {
-            state.head.unseal(&block.name.tenant, start);
-            for app in apps {
-                set.hidden
-                    .entry(block.name.id.clone())
-                    .or_default()
-                    .insert(app);
-            }
+        state.head.unseal(start);
+        for block in blocks {
             set.insert(block);
         }
+        self.shared.dedupe(&mut set);
+        // A deletion learnt while the block was built hides the app in it (the block does not
+        // list it): `deletions.rs`.
+        state.deletions.mark(&mut set);
         state.blocks = Arc::new(set);
-        self.shared
-            .metrics
-            .head_series
-            .set(state.head.series_count() as i64);
+        state.head.observe(&self.shared.metrics);
         self.update_gauges(&state.blocks);
         Ok(count)
     }
 
-    /// Removes from the log of head range `start` the writes `blocks` hold: the whole log, or,
-    /// when writes arrived for the range while it was cut, everything but theirs (the rule a
-    /// restart's replay applies).
-    fn trim_cut_range(&self, start: u64, blocks: &[Arc<BlockFile>]) -> Result<(), StoreError> {
-        if !self.shared.state().head.has_live(start) {
-            return self.shared.wal.remove_range(start);
-        }
-        let kept: Vec<Record> = self
-            .shared
-            .wal
-            .range_records(start)?
-            .into_iter()
-            .filter(|record| {
-                !blocks.iter().any(|block| {
-                    block.name.tenant == record.tenant
-                        && block.index.contains_marker(&record.marker)
-                })
-            })
-            .collect();
-        let kept: Vec<&Record> = kept.iter().collect();
-        self.shared.wal.rewrite_range(start, &kept)
+    /// Removes from the disk the writes of head range `start` that its cut's `blocks` hold:
+    /// the range's sealed logs, whole. The writes that arrived for the range while it was cut
+    /// are in its open log, untouched.
+    fn trim_cut_range(&self, start: u64) -> Result<(), StoreError> {
+        self.shared.wal.remove_sealed(start)
     }
 
-    /// Deletes every series of `app` of `tenant`: from the head (memory and records) and, as
-    /// a deletion naming the blocks that hold it, from every live block (reads hide it at once,
-    /// compaction leaves it out of its output).
-    fn delete_app(&mut self, tenant: &Tenant, app: &str) -> Result<u64, StoreError> {
-        let mut deleted: BTreeSet<Series> = BTreeSet::new();
+    /// Deletes `app` of `tenant` as of `now` in local mode (`deletions.rs`): counts the series
+    /// here with data before the horizon (none: nothing is stored, and the caller answers that
+    /// no such app exists), makes the deletion durable in the database, then applies it
+    /// ([`Writer::learn_deletion`]). Returns the series counted.
+    fn delete_app(
+        &mut self,
+        tenant: &Tenant,
+        app: &str,
+        now: SystemTime,
+    ) -> Result<u64, StoreError> {
+        let millis = super::sync::unix_millis(now);
+        let (horizon, series) = deletions::plan(&self.shared.state(), tenant, app, millis);
+        if series.is_empty() {
+            return Ok(0);
+        }
         let mut batch = sled::Batch::default();
-        let mut by_range: BTreeMap<u64, Vec<Record>> = BTreeMap::new();
-        let mut changed: BTreeSet<u64> = BTreeSet::new();
-        for (range, mut record) in self.shared.wal.records()? {
-            if record.tenant == *tenant
-                && record.profiles.iter().any(|(_, p)| p.series.app() == app)
-            {
-                record.profiles.retain(|(_, p)| p.series.app() != app);
-                changed.insert(range);
-            }
-            by_range.entry(range).or_default().push(record);
-        }
-        for range in changed {
-            let kept: Vec<&Record> = by_range[&range]
-                .iter()
-                .filter(|r| !r.profiles.is_empty())
-                .collect();
-            self.shared.wal.rewrite_range(range, &kept)?;
-        }
-        let mut state = self.shared.state_mut();
-        let mut set = BlockSet::clone(&state.blocks);
-        let key = (tenant.clone(), app.to_owned());
-        let mut hidden = self.tombstones.get(&key).cloned().unwrap_or_default();
-        for block in set.overlapping(tenant, 0, u64::MAX) {
-            if set.hides(&block.name.id, app) {
-                continue;
-            }
-            let positions = block
-                .index
-                .postings(smolder_common::series::NAME_LABEL, app);
-            if positions.is_empty() {
-                continue;
-            }
-            deleted.extend(
-                positions
-                    .iter()
-                    .map(|&p| block.index.series()[p as usize].series.clone()),
-            );
-            hidden.insert(block.name.id.clone());
-        }
-        Wal::put_tombstone(&mut batch, tenant, app, &hidden);
+        Wal::put_deletion(&mut batch, tenant, app, horizon, millis);
         self.shared.wal.apply(batch)?;
-        for id in &hidden {
-            set.hidden
-                .entry(id.clone())
-                .or_default()
-                .insert(app.to_owned());
-        }
-        deleted.extend(state.head.delete_app(tenant, app));
-        self.tombstones.insert(key, hidden);
-        state.blocks = Arc::new(set);
-        state.generation += 1;
-        self.shared
-            .metrics
-            .head_series
-            .set(state.head.series_count() as i64);
-        info!(app, series = deleted.len(), "app deleted");
-        Ok(deleted.len() as u64)
+        self.shared.wal.flush()?;
+        let series = series.len() as u64;
+        self.learn_deletion(tenant, app, horizon, series);
+        Ok(series)
     }
 
-    /// Deletes what [`plan::retention`] names and forgets batch markers older than the
-    /// retention.
-    fn retention_pass(&mut self, now: u64) -> Result<RetentionReport, StoreError> {
-        let started = Instant::now();
+    /// Applies the deletion of `app` of `tenant` with `horizon`, durable already (in the
+    /// database, or in the bucket), which takes data from `series` series here: the heads in
+    /// memory, the blocks marked. The head's logs (and in a bucket the segments) keep the
+    /// deleted profiles until the range is cut: a replay leaves them out, as every reader does,
+    /// and reading every log back here would stall the writer for as long as the head is large.
+    fn learn_deletion(&self, tenant: &Tenant, app: &str, horizon: u64, series: u64) {
+        let mut guard = self.shared.state_mut();
+        let state = &mut *guard;
+        if state.deletions.learn(tenant, app, horizon) {
+            deletions::apply(state, &[(tenant.clone(), app.to_owned(), horizon)]);
+        }
+        let mut set = BlockSet::clone(&state.blocks);
+        state.deletions.mark(&mut set);
+        state.blocks = Arc::new(set);
+        let metrics = &self.shared.metrics;
+        state.head.observe(metrics);
+        metrics.app_deletions.set(state.deletions.len() as i64);
+        info!(tenant = %tenant.as_str(), app, horizon, series, "app deleted");
+    }
+
+    /// Takes what [`plan::retention`] names (when `blocks`: a compactor, in object-storage
+    /// mode) out of the published set and forgets batch markers older than the retention;
+    /// returns the blocks taken out, for the caller to delete.
+    fn retention_pass(&mut self, now: u64, delete_blocks: bool) -> Result<Retained, StoreError> {
         let _span = tracing::info_span!("retention").entered();
         let config = &self.shared.config;
         let blocks = Arc::clone(&self.shared.state().blocks);
@@ -780,68 +951,80 @@ impl Writer {
             self.shared.wal.size_on_disk(),
         )
         .into_iter()
+        .filter(|_| delete_blocks)
         .collect();
+        let cutoff = plan::retention_cutoff(now, config.retention.as_secs());
         let mut report = RetentionReport::default();
         let mut batch = sled::Batch::default();
-        report.markers = self.shared.wal.expire_batches(
-            &mut batch,
-            plan::retention_cutoff(now, config.retention.as_secs()),
-        )?;
-        if !doomed.is_empty() {
-            let removed = self.unpublish(&doomed, None, &mut batch);
-            self.shared.wal.apply(batch)?;
-            self.shared.wal.flush()?;
-            for block in &removed {
-                self.shared.files.delete(&block.name)?;
-                self.shared.cache.forget(&block.name.id);
-                info!(block = %block.name, "retention deleted a block");
-            }
-            report.blocks = removed.len() as u64;
-            self.shared
-                .metrics
-                .blocks_deleted_retention
-                .inc_by(report.blocks);
+        report.markers = self.shared.wal.expire_batches(&mut batch, cutoff)?;
+        let removed = if doomed.is_empty() {
+            Vec::new()
         } else {
-            self.shared.wal.apply(batch)?;
+            self.unpublish(&doomed, None)
+        };
+        self.shared.wal.apply(batch)?;
+        if !removed.is_empty() {
+            self.shared.wal.flush()?;
         }
-        self.shared
-            .metrics
-            .retention_duration
-            .observe(started.elapsed().as_secs_f64());
-        Ok(report)
+        Ok((report, removed))
     }
 
-    /// Takes the blocks `ids` out of the published set, in one step with adding `output`, and
-    /// out of the app deletions (adding the changes to `batch`); returns them.
+    /// Forgets the app deletions that remove nothing any more as of retention's `cutoff`
+    /// (`deletions.rs`): from memory, and from the database (local mode). In a bucket a
+    /// compactor's retention task deletes their objects afterwards (`deletions::prune`), off
+    /// this thread; a poll learns again those whose objects are still there.
+    fn forget_deletions(&self, cutoff: u64) -> Result<(), StoreError> {
+        let forgotten = {
+            let mut state = self.shared.state_mut();
+            let blocks = Arc::clone(&state.blocks);
+            let forgotten = state.deletions.forget_expired(&blocks, cutoff);
+            self.shared
+                .metrics
+                .app_deletions
+                .set(state.deletions.len() as i64);
+            forgotten
+        };
+        for (tenant, app, horizon) in &forgotten {
+            info!(tenant = %tenant.as_str(), app, horizon, "app deletion forgotten: retention removed all it could remove");
+        }
+        if self.shared.bucket.is_none() && !forgotten.is_empty() {
+            let mut batch = sled::Batch::default();
+            for (tenant, app, _) in &forgotten {
+                Wal::remove_deletion(&mut batch, tenant, app);
+            }
+            self.shared.wal.apply(batch)?;
+            self.shared.wal.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Takes the blocks `ids` out of the published set, in one step with adding `output`;
+    /// returns them.
     fn unpublish(
         &mut self,
         ids: &BTreeSet<String>,
         output: Option<Arc<BlockFile>>,
-        batch: &mut sled::Batch,
     ) -> Vec<Arc<BlockFile>> {
-        let mut state = self.shared.state_mut();
+        let mut guard = self.shared.state_mut();
+        let state = &mut *guard;
         let mut set = BlockSet::clone(&state.blocks);
         let removed = set.remove(ids);
         if let Some(output) = output {
+            let learnt = state.deletions.learn_block(&output);
+            deletions::apply(state, &learnt);
             set.insert(output);
         }
-        for id in ids {
-            set.hidden.remove(id);
-        }
-        for ((tenant, app), hidden) in &mut self.tombstones {
-            if hidden.iter().any(|id| ids.contains(id)) {
-                hidden.retain(|id| !ids.contains(id));
-                Wal::put_tombstone(batch, tenant, app, hidden);
-            }
-        }
-        self.tombstones.retain(|_, hidden| !hidden.is_empty());
+        self.shared.dedupe(&mut set);
+        state.deletions.mark(&mut set);
         state.blocks = Arc::new(set);
         self.update_gauges(&state.blocks);
         removed
     }
 
     /// Publishes a merged block in place of its inputs, unless one of them is gone or an app
-    /// was deleted since the merge was planned.
+    /// was deleted since the merge was planned. In object-storage mode the inputs stay known
+    /// (hidden) until a compactor deletes them after the grace, and the merge is published
+    /// only if `lineage.rs` shows it.
     fn publish(
         &mut self,
         output: Arc<BlockFile>,
@@ -850,15 +1033,28 @@ impl Writer {
     ) -> Result<bool, StoreError> {
         {
             let state = self.shared.state();
-            let present: BTreeSet<&String> = state.blocks.all().map(|b| &b.name.id).collect();
-            if state.generation != generation || inputs.iter().any(|id| !present.contains(id)) {
+            if state.generation != generation || inputs.iter().any(|id| !state.blocks.knows(id)) {
                 return Ok(false);
             }
         }
-        let mut batch = sled::Batch::default();
-        self.unpublish(inputs, Some(output), &mut batch);
-        self.shared.wal.apply(batch)?;
-        self.shared.wal.flush()?;
+        if self.shared.bucket.is_some() {
+            let mut guard = self.shared.state_mut();
+            let state = &mut *guard;
+            let mut set = BlockSet::clone(&state.blocks);
+            let id = output.name.id.clone();
+            set.insert(Arc::clone(&output));
+            self.shared.dedupe(&mut set);
+            if !set.all().any(|b| b.name.id == id) {
+                return Ok(false);
+            }
+            let learnt = state.deletions.learn_block(&output);
+            deletions::apply(state, &learnt);
+            state.deletions.mark(&mut set);
+            state.blocks = Arc::new(set);
+            self.update_gauges(&state.blocks);
+        } else {
+            self.unpublish(inputs, Some(output));
+        }
         for id in inputs {
             self.shared.cache.forget(id);
         }
@@ -866,14 +1062,6 @@ impl Writer {
     }
 
     fn update_gauges(&self, blocks: &BlockSet) {
-        let metrics = &self.shared.metrics;
-        metrics.blocks.set(blocks.all().count() as i64);
-        metrics
-            .block_bytes
-            .set(i64::try_from(blocks.bytes()).unwrap_or(i64::MAX));
-        let disk = blocks.bytes() + self.shared.wal.size_on_disk();
-        metrics
-            .disk_bytes
-            .set(i64::try_from(disk).unwrap_or(i64::MAX));
+        self.shared.update_block_gauges(blocks);
     }
 }

@@ -1,4 +1,7 @@
-// The single view: one selection's timeline, flame graph, top table and sandwich.
+// The single view: one selection's timeline, flame graph, top table and sandwich. With
+// `spanSelector` (span ids, as a trace's "profiles for this span" link carries them), the
+// span view: the flame graph, table and exports of those spans' samples only, beside the
+// timeline of the whole selection they ran in.
 
 import type { ComponentChildren } from "preact";
 import { useEffect, useMemo, useState } from "preact/hooks";
@@ -32,9 +35,12 @@ export function Single(props: { params: Params; apps: App[]; refresh: number }) 
   const tab = (TABS.some((t) => t.id === p.tab) ? p.tab : "both") as Tab;
   const sort = (p.sort as SortKey) || "self";
   const maxNodes = p.maxNodes;
+  const spans = spanIds(p.spanSelector);
+  const spanSelector = spans.join(",") || undefined;
 
-  const render = useLoad(query ? JSON.stringify([query, from, until, maxNodes, props.refresh]) : null, (signal) =>
-    api.render({ query, from, until, maxNodes }, signal),
+  const render = useLoad(
+    query ? JSON.stringify([query, from, until, maxNodes, spanSelector, props.refresh]) : null,
+    (signal) => api.render({ query, from, until, maxNodes, spanSelector }, signal),
   );
   const model = useMemo(() => {
     if (!render.data) return null;
@@ -138,10 +144,15 @@ export function Single(props: { params: Params; apps: App[]; refresh: number }) 
         )}
         <span class="exports" aria-label="Export">
           <span class="muted">Export</span>
-          <a class="button" data-testid="export-pprof" href={renderUrl({ query, from, until, format: "pprof" })} download>
+          <a class="button" data-testid="export-pprof" href={renderUrl({ query, from, until, spanSelector, format: "pprof" })} download>
             pprof
           </a>
-          <a class="button" data-testid="export-collapsed" href={renderUrl({ query, from, until, format: "collapsed" })} download>
+          <a
+            class="button"
+            data-testid="export-collapsed"
+            href={renderUrl({ query, from, until, spanSelector, format: "collapsed" })}
+            download
+          >
             collapsed
           </a>
           <button type="button" data-testid="export-json" onClick={downloadJson} disabled={!render.data}>
@@ -150,6 +161,13 @@ export function Single(props: { params: Params; apps: App[]; refresh: number }) 
         </span>
       </div>
       <LabelFilter query={query} from={from} until={until} onChange={(q) => set({ query: q, focus: undefined })} />
+      {spans.length > 0 && (
+        <SpanBanner
+          spans={spans}
+          wholeHref={href({ ...p, spanSelector: undefined, focus: undefined })}
+          onWhole={() => set({ spanSelector: undefined, focus: undefined })}
+        />
+      )}
       {render.error !== null && <ErrorBox error={render.error} />}
       {render.data?.timeline && (
         <Timeline
@@ -211,10 +229,18 @@ export function Single(props: { params: Params; apps: App[]; refresh: number }) 
       </div>
       {model && model.numTicks === 0 && !render.loading && (
         <div class="empty" data-testid="no-samples">
-          <p>
-            <strong>No samples for {query} in this range.</strong> Widen the time range, remove a label filter, or pick
-            another profile type.
-          </p>
+          {spans.length > 0 ? (
+            <p>
+              <strong>No samples of {spans.length === 1 ? "this span" : "these spans"} in {query} in this range.</strong>{" "}
+              A span has samples only if the profiler caught it running (short spans often have none), and only its root
+              span's id is on them; widen the time range or show the whole profile.
+            </p>
+          ) : (
+            <p>
+              <strong>No samples for {query} in this range.</strong> Widen the time range, remove a label filter, or pick
+              another profile type.
+            </p>
+          )}
         </div>
       )}
       {model && model.numTicks > 0 && tab === "both" && (
@@ -237,6 +263,44 @@ export function Single(props: { params: Params; apps: App[]; refresh: number }) 
         />
       )}
     </section>
+  );
+}
+
+/** The span ids of a `spanSelector` parameter: comma-separated, blanks ignored. */
+function spanIds(param: string | undefined): string[] {
+  return (param ?? "")
+    .split(",")
+    .map((id) => id.trim())
+    .filter(Boolean);
+}
+
+/** Says that the view holds the samples of given spans only, with the way back to the whole profile. */
+function SpanBanner(props: { spans: string[]; wholeHref: string; onWhole: () => void }) {
+  const shown = props.spans.slice(0, 3);
+  return (
+    <div class="span-banner" role="status" data-testid="span-banner">
+      <span>
+        <strong>Span profile</strong>: only the samples that ran in {props.spans.length === 1 ? "span" : `${props.spans.length} spans`}{" "}
+        {shown.map((id) => (
+          <code key={id} data-testid="span-id">
+            {id}
+          </code>
+        ))}
+        {props.spans.length > shown.length && ` and ${props.spans.length - shown.length} more`}. The timeline shows the
+        whole selection they ran in.
+      </span>
+      <a
+        class="button"
+        data-testid="span-whole"
+        href={props.wholeHref}
+        onClick={(e) => {
+          e.preventDefault();
+          props.onWhole();
+        }}
+      >
+        Whole profile
+      </a>
+    </div>
   );
 }
 

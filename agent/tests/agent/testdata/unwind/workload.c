@@ -8,6 +8,8 @@
  *   plt     main calls strlen and memchr through the PLT in a tight loop
  *   dlopen  main spins for 3 s, then prints "dlopen <Unix ms>", dlopen()s LIBRARY and spins
  *           inside it forever
+ *   vdso    main calls clock_gettime and gettimeofday in a tight loop: the time is read in the
+ *           vDSO, without a system call
  * It runs until killed.
  */
 #define _GNU_SOURCE
@@ -94,6 +96,20 @@ __attribute__((noipa)) uint64_t plt_loop(void)
 	return total;
 }
 
+__attribute__((noipa)) uint64_t clock_loop(void)
+{
+	uint64_t total = 0;
+	for (;;) {
+		struct timespec now;
+		struct timeval tv;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		gettimeofday(&tv, NULL);
+		total += (uint64_t)now.tv_nsec + (uint64_t)tv.tv_usec;
+		sink = total;
+	}
+	return total;
+}
+
 __attribute__((noipa)) void spin_for(double seconds)
 {
 	struct timespec start, now;
@@ -128,6 +144,10 @@ int main(int argc, char **argv)
 	depth = atoi(argv[2]);
 	if (strcmp(mode, "plt") == 0) {
 		sink = plt_loop();
+		return 0;
+	}
+	if (strcmp(mode, "vdso") == 0) {
+		sink = clock_loop();
 		return 0;
 	}
 	if (strcmp(mode, "dlopen") == 0) {
