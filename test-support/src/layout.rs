@@ -235,13 +235,39 @@ fn code(line: &str) -> &str {
     line
 }
 
-/// The paths a `use` or an expression continues with after `crate::` or `super::`: `x::y`
-/// from `x::y::Z`, and each item of a group `{a::B, c}`.
-fn items(rest: &str) -> Vec<&str> {
-    let rest = rest.trim_start();
-    let Some(group) = rest.strip_prefix('{') else {
-        return vec![rest];
-    };
+/// The paths a `use` or an expression continues with after `crate::` or `super::`: `[x, y, Z]`
+/// from `x::y::Z`, and each path of a group, nested groups and groups spread over several lines
+/// included: `a::{b::C, d}` gives `[a, b, C]` and `[a, d]`.
+fn paths(rest: &str) -> Vec<Vec<String>> {
+    let mut prefix = Vec::new();
+    let mut rest = rest.trim_start();
+    loop {
+        if let Some(group) = rest.strip_prefix('{') {
+            return group_items(group)
+                .into_iter()
+                .flat_map(paths)
+                .map(|path| prefix.iter().cloned().chain(path).collect())
+                .collect();
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if name.is_empty() {
+            break;
+        }
+        rest = rest[name.len()..].trim_start();
+        prefix.push(name);
+        match rest.strip_prefix("::") {
+            Some(next) => rest = next.trim_start(),
+            None => break,
+        }
+    }
+    vec![prefix]
+}
+
+/// The items of a group whose opening brace `group` follows: `a::B, c}` gives `a::B` and `c`.
+fn group_items(group: &str) -> Vec<&str> {
     let mut items = Vec::new();
     let (mut depth, mut start) = (0, 0);
     for (i, c) in group.char_indices() {
@@ -280,44 +306,27 @@ fn starts<'l>(line: &'l str, keyword: &'l str) -> impl Iterator<Item = usize> + 
 }
 
 /// The module paths one file's code reaches through `crate::` and `super::` paths, resolved
-/// from `module`, the file's own module path.
+/// from `module`, the file's own module path. The file is read whole, comments removed, so that
+/// a group rustfmt spreads over several lines counts.
 fn targets(module: &[String], text: &str) -> BTreeSet<Vec<String>> {
+    let text: String = text.lines().map(code).collect::<Vec<_>>().join("\n");
     let mut found = BTreeSet::new();
-    for line in text.lines().map(code) {
-        for pos in starts(line, "crate::") {
-            for item in items(&line[pos + "crate::".len()..]) {
-                found.insert(segments(item));
-            }
+    for pos in starts(&text, "crate::") {
+        found.extend(paths(&text[pos + "crate::".len()..]));
+    }
+    for pos in starts(&text, "super::") {
+        // `super` is the parent of `x` for `x.rs` and for `x/mod.rs` alike.
+        let mut base = module.to_vec();
+        let mut rest = &text[pos..];
+        while let Some(next) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = next;
         }
-        for pos in starts(line, "super::") {
-            // `super` is the parent of `x` for `x.rs` and for `x/mod.rs` alike.
-            let mut base = module.to_vec();
-            let mut rest = &line[pos..];
-            while let Some(next) = rest.strip_prefix("super::") {
-                base.pop();
-                rest = next;
-            }
-            for item in items(rest) {
-                let mut path = base.clone();
-                path.extend(segments(item));
-                found.insert(path);
-            }
+        for path in paths(rest) {
+            found.insert(base.iter().cloned().chain(path).collect());
         }
     }
     found
-}
-
-/// `a::b::{…}` as `[a, b]`; `a` as `[a]`.
-fn segments(item: &str) -> Vec<String> {
-    item.split("::")
-        .map(|s| {
-            s.trim()
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect::<String>()
-        })
-        .take_while(|s| !s.is_empty())
-        .collect()
 }
 
 #[cfg(test)]
@@ -335,7 +344,11 @@ mod tests {
         let text = "use crate::{api_error::ApiError, store::{Store, TimeRange}};\n\
                     use super::super::metrics::Errors; // crate::app in a comment\n\
                     let url = \"http://x\"; crate::tenant::Tenant::anonymous();\n\
-                    /// [`x`](crate::app::start)\n";
+                    /// [`x`](crate::app::start)\n\
+                    use crate::rules::{\n    \
+                        check::Rule,\n    \
+                        metrics::{Counters, Gauges},\n\
+                    };\n";
         let module: Vec<String> = ["ingest", "quic", "connection"]
             .iter()
             .map(|s| (*s).to_owned())
@@ -344,12 +357,32 @@ mod tests {
             .iter()
             .filter_map(|t| layout.node(t))
             .collect();
-        let expected: BTreeSet<String> = ["api_error", "store", "ingest", "tenant"]
+        let expected: BTreeSet<String> = ["api_error", "store", "ingest", "tenant", "rules"]
             .iter()
             .map(|s| (*s).to_owned())
             .collect();
         // `super::super` from `ingest::quic::connection` is `ingest`, and `ingest::metrics` is
         // part of it.
+        assert_eq!(found, expected);
+    }
+
+    #[test]
+    fn a_substage_named_inside_a_group_is_its_own_node() {
+        let layout = Layout {
+            src: PathBuf::new(),
+            substages: &["ingest::quic"],
+            allowed: &[],
+            heading: "",
+        };
+        let text = "use crate::ingest::{\n    quic::Listener,\n    push,\n};\n";
+        let found: BTreeSet<String> = targets(&["app".to_owned()], text)
+            .iter()
+            .filter_map(|t| layout.node(t))
+            .collect();
+        let expected: BTreeSet<String> = ["ingest::quic", "ingest"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
         assert_eq!(found, expected);
     }
 

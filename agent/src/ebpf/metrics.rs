@@ -454,6 +454,21 @@ impl PythonMetrics {
         for stack in ["mixed", "python_only", "native"] {
             metrics.samples.with_label_values(&[stack]);
         }
+        // The reasons a walked sample or a frame's name can fail exist from the start, so that
+        // "nothing failed" reads as 0 rather than as a missing series.
+        for reason in [
+            "thread_state",
+            "frame",
+            "thread_limit",
+            "truncated",
+            "read",
+            "not_code",
+            "not_string",
+            "stale_code",
+            "unknown_process",
+        ] {
+            metrics.read_failures.with_label_values(&[reason]);
+        }
         metrics
     }
 

@@ -59,7 +59,7 @@ pub struct ShipMetrics {
 impl ShipMetrics {
     /// Creates the shipper's metrics in `registry`.
     pub(crate) fn new(registry: &Registry, tier: &TierCounters) -> Self {
-        ShipMetrics {
+        let metrics = ShipMetrics {
             batches_sent: counter(
                 registry,
                 "smolder_agent_ship_batches_sent_total",
@@ -150,7 +150,13 @@ impl ShipMetrics {
                     .chain([(DroppedUnit::Series, DropCause::forced(OTHER))])
                     .collect::<Vec<_>>(),
             ),
+        };
+        // Both label values exist from the start, so that "no batch refused" reads as 0 rather
+        // than as a missing series.
+        for retryable in ["true", "false"] {
+            metrics.batches_rejected.with_label_values(&[retryable]);
         }
+        metrics
     }
 
     /// Shows `addr` as the current aggregator, `shown` being the one shown so far.

@@ -339,9 +339,7 @@ async fn aggregators_started_together_share_one_ca_and_tokens_and_one_agent_ship
     }
     let metrics = crate::transport::agent_metrics(&agent).await;
     assert_eq!(
-        metrics
-            .find("smolder_agent_ship_batches_rejected_total", &[])
-            .unwrap_or(0.0),
+        metrics.value("smolder_agent_ship_batches_rejected_total", &[]),
         0.0,
         "{metrics:?}"
     );

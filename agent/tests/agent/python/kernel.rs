@@ -5,6 +5,7 @@
 //! native stack of the interpreter that ran them.
 
 use smolder_agent::ebpf::Recording;
+use smolder_test_support::prometheus::Metrics;
 
 use super::*;
 
@@ -649,22 +650,6 @@ fn python_stacks_of_a_process_in_its_own_pid_namespace() {
     );
 }
 
-/// Sums the values of `name`'s series whose labels include every `label` pair.
-fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|line| {
-            line.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .filter(|line| {
-            labels
-                .iter()
-                .all(|(k, v)| line.contains(&format!("{k}=\"{v}\"")))
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[test]
 fn the_daemon_counts_python_processes_by_release_and_the_frames_it_reads() {
     let _host = crate::util::exclusive();
@@ -712,12 +697,12 @@ fn the_daemon_counts_python_processes_by_release_and_the_frames_it_reads() {
     let text = runtime.block_on(async {
         let agent = smolder_agent::app::start(config).await.unwrap();
         let url = format!("http://{}/metrics", agent.addr());
-        let mut text = String::new();
+        let mut text = Metrics::default();
         for _ in 0..120 {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            text = reqwest::get(&url).await.unwrap().text().await.unwrap();
-            if metric(&text, "smolder_agent_python_frames_total", &[]) > 0.0
-                && metric(&text, "smolder_agent_ebpf_drains_total", &[]) >= 3.0
+            text = Metrics::scrape(&url).await;
+            if text.value("smolder_agent_python_frames_total", &[]) > 0.0
+                && text.value("smolder_agent_ebpf_drains_total", &[]) >= 3.0
             {
                 break;
             }
@@ -726,39 +711,32 @@ fn the_daemon_counts_python_processes_by_release_and_the_frames_it_reads() {
         text
     });
     let found = |version: &str, support: &str| {
-        metric(
-            &text,
+        text.value(
             "smolder_agent_python_processes_total",
             &[("version", version), ("support", support)],
         )
     };
-    assert_eq!(found("older", "older"), 1.0, "{text}");
-    assert_eq!(found("3.11", "supported"), 2.0, "{text}");
-    assert_eq!(found("3.12", "supported"), 1.0, "{text}");
-    assert_eq!(found("3.13", "supported"), 1.0, "{text}");
+    assert_eq!(found("older", "older"), 1.0, "{text:?}");
+    assert_eq!(found("3.11", "supported"), 2.0, "{text:?}");
+    assert_eq!(found("3.12", "supported"), 1.0, "{text:?}");
+    assert_eq!(found("3.13", "supported"), 1.0, "{text:?}");
     assert_eq!(
-        metric(&text, "smolder_agent_python_processes", &[]),
+        text.value("smolder_agent_python_processes", &[]),
         4.0,
-        "{text}"
+        "{text:?}"
     );
     assert!(
-        metric(&text, "smolder_agent_python_frames_total", &[]) > 0.0,
-        "{text}"
+        text.value("smolder_agent_python_frames_total", &[]) > 0.0,
+        "{text:?}"
     );
-    let stack = |stack: &str| {
-        metric(
-            &text,
-            "smolder_agent_python_samples_total",
-            &[("stack", stack)],
-        )
-    };
+    let stack = |stack: &str| text.value("smolder_agent_python_samples_total", &[("stack", stack)]);
     let (mixed, alone, native) = (stack("mixed"), stack("python_only"), stack("native"));
-    assert!(mixed + alone >= 0.95 * (mixed + alone + native), "{text}");
-    assert!(mixed > 0.0, "{text}");
+    assert!(mixed + alone >= 0.95 * (mixed + alone + native), "{text:?}");
+    assert!(mixed > 0.0, "{text:?}");
     assert_eq!(
-        metric(&text, "smolder_agent_python_read_failures_total", &[]),
+        text.value("smolder_agent_python_read_failures_total", &[]),
         0.0,
-        "{text}"
+        "{text:?}"
     );
 }
 
