@@ -43,8 +43,8 @@ use std::time::{Duration, Instant};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Request, State};
-use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, COOKIE, SET_COOKIE};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, COOKIE, HOST, ORIGIN, SET_COOKIE};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -560,16 +560,23 @@ impl Auth {
     /// Who a request is: its credential or session first; then, with no credentials
     /// configured, the loopback rule (which also serves a client on this host presenting a
     /// credential that is not one of ours, as SDKs configured for another service do).
-    fn authenticate(&self, headers: &HeaderMap, peer: Option<&Peer>) -> Authentication {
+    fn authenticate(
+        &self,
+        method: &Method,
+        headers: &HeaderMap,
+        peer: Option<&Peer>,
+    ) -> Authentication {
         let configured = self.configured();
         match self.presented(headers) {
             Some(found @ Authentication::Principal(_)) => found,
-            _ if !configured && loopback(peer, headers) => Authentication::Principal(Principal {
-                name: "loopback".into(),
-                scopes: Scopes::ALL,
-                tenant: None,
-                via: Via::Loopback,
-            }),
+            _ if !configured && loopback(peer, method, headers) => {
+                Authentication::Principal(Principal {
+                    name: "loopback".into(),
+                    scopes: Scopes::ALL,
+                    tenant: None,
+                    via: Via::Loopback,
+                })
+            }
             Some(invalid) => invalid,
             None => Authentication::Anonymous {
                 unconfigured: !configured,
@@ -664,8 +671,12 @@ fn basic(encoded: &str) -> Option<(String, String)> {
     Some((user.to_owned(), password.to_owned()))
 }
 
-/// Whether a request comes from this host itself: a loopback peer, not relaying anyone.
-fn loopback(peer: Option<&Peer>, headers: &HeaderMap) -> bool {
+/// Whether a request comes from this host itself: a loopback peer, not relaying anyone, and
+/// not a web page of another site that a browser on this host was made to send. Such a page
+/// either renamed its own site to 127.0.0.1 (DNS rebinding: its `Host` is the site's name, not
+/// one of this host's) or posts across sites (its `Origin` is another site; a browser sends
+/// `Origin` with every cross-site request but GET and HEAD, and reads no cross-site answer).
+fn loopback(peer: Option<&Peer>, method: &Method, headers: &HeaderMap) -> bool {
     let on_host = peer.is_some_and(|p| match p.addr.ip() {
         IpAddr::V4(ip) => ip.is_loopback(),
         IpAddr::V6(ip) => ip.to_canonical().is_loopback(),
@@ -673,7 +684,61 @@ fn loopback(peer: Option<&Peer>, headers: &HeaderMap) -> bool {
     let relayed = ["forwarded", "x-forwarded-for", "x-real-ip"]
         .iter()
         .any(|name| headers.contains_key(*name));
-    on_host && !relayed
+    let names_this_host = |value: Option<&HeaderValue>, strip_scheme: bool| {
+        value.is_none_or(|value| {
+            value.to_str().is_ok_and(|text| {
+                let authority = if strip_scheme {
+                    text.split_once("://").map_or("", |(_, rest)| rest)
+                } else {
+                    text
+                };
+                this_host(authority)
+            })
+        })
+    };
+    let safe = *method == Method::GET || *method == Method::HEAD;
+    on_host
+        && !relayed
+        && names_this_host(headers.get(HOST), false)
+        && (safe || names_this_host(headers.get(ORIGIN), true))
+}
+
+/// Whether `authority` (`name[:port]`, as `Host` and `Origin` carry it) names this host: a
+/// loopback address, `localhost` or a name under it, or this machine's own host name.
+fn this_host(authority: &str) -> bool {
+    let host = match authority.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map_or(rest, |(host, _)| host),
+        None => authority
+            .rsplit_once(':')
+            .map_or(authority, |(host, _)| host),
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return match ip {
+            IpAddr::V4(ip) => ip.is_loopback(),
+            IpAddr::V6(ip) => ip.to_canonical().is_loopback(),
+        };
+    }
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || machine_names().iter().any(|name| *name == host)
+}
+
+/// This machine's host name, as the kernel has it, and its first label (`web1` of
+/// `web1.example.com`), lower case; read once.
+fn machine_names() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let Ok(name) = std::fs::read_to_string("/proc/sys/kernel/hostname") else {
+            return Vec::new();
+        };
+        let name = name.trim().to_ascii_lowercase();
+        let short = name.split('.').next().unwrap_or_default().to_owned();
+        [name, short]
+            .into_iter()
+            .filter(|name| !name.is_empty())
+            .collect()
+    })
 }
 
 /// The auth layer: authenticates every request ([`Authentication`] and, for a credential with
@@ -684,7 +749,7 @@ pub(crate) async fn layer(
     next: Next,
 ) -> Response {
     let peer = request.extensions().get::<Peer>().copied();
-    let authentication = auth.authenticate(request.headers(), peer.as_ref());
+    let authentication = auth.authenticate(request.method(), request.headers(), peer.as_ref());
     if let Authentication::Principal(principal) = &authentication {
         debug!(credential = %principal.name, via = principal.via.name(), "authenticated");
         if let Some(tenant) = &principal.tenant {
@@ -926,14 +991,73 @@ mod tests {
     #[test]
     fn loopback_is_this_host_not_relaying() {
         let none = HeaderMap::new();
-        assert!(loopback(Some(&peer("127.0.0.1:5")), &none));
-        assert!(loopback(Some(&peer("[::1]:5")), &none));
-        assert!(loopback(Some(&peer("[::ffff:127.0.0.1]:5")), &none));
-        assert!(!loopback(Some(&peer("10.0.0.1:5")), &none));
-        assert!(!loopback(None, &none));
+        let get = &Method::GET;
+        assert!(loopback(Some(&peer("127.0.0.1:5")), get, &none));
+        assert!(loopback(Some(&peer("[::1]:5")), get, &none));
+        assert!(loopback(Some(&peer("[::ffff:127.0.0.1]:5")), get, &none));
+        assert!(!loopback(Some(&peer("10.0.0.1:5")), get, &none));
+        assert!(!loopback(None, get, &none));
         let mut relayed = HeaderMap::new();
         relayed.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.9"));
-        assert!(!loopback(Some(&peer("127.0.0.1:5")), &relayed));
+        assert!(!loopback(Some(&peer("127.0.0.1:5")), get, &relayed));
+    }
+
+    #[test]
+    fn loopback_is_not_a_page_of_another_site() {
+        let on_host = peer("127.0.0.1:5");
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, HeaderValue::from_static(value));
+            }
+            map
+        };
+        // This host by any of its names, and the UI's own page posting.
+        for host in [
+            "localhost:4040",
+            "127.0.0.1:4040",
+            "[::1]:4040",
+            "app.localhost",
+        ] {
+            assert!(loopback(
+                Some(&on_host),
+                &Method::GET,
+                &headers(&[("host", host)])
+            ));
+        }
+        let own_page = headers(&[
+            ("host", "localhost:4040"),
+            ("origin", "http://localhost:4040"),
+        ]);
+        assert!(loopback(Some(&on_host), &Method::POST, &own_page));
+        // A site renamed to 127.0.0.1 sends its own name.
+        let rebound = headers(&[("host", "evil.example:4040")]);
+        assert!(!loopback(Some(&on_host), &Method::GET, &rebound));
+        // A page of another site posting: its Origin; a GET carries none and reads nothing.
+        let cross = headers(&[
+            ("host", "127.0.0.1:4040"),
+            ("origin", "https://evil.example"),
+        ]);
+        assert!(!loopback(Some(&on_host), &Method::POST, &cross));
+        assert!(!loopback(Some(&on_host), &Method::DELETE, &cross));
+        assert!(loopback(Some(&on_host), &Method::GET, &cross));
+        let opaque = headers(&[("host", "127.0.0.1:4040"), ("origin", "null")]);
+        assert!(!loopback(Some(&on_host), &Method::POST, &opaque));
+    }
+
+    #[test]
+    fn this_host_is_read_from_host_and_origin_authorities() {
+        assert!(this_host("localhost"));
+        assert!(this_host("LOCALHOST.:80"));
+        assert!(this_host("127.1.2.3:1"));
+        assert!(this_host("[::1]"));
+        assert!(!this_host("[2001:db8::1]:4040"));
+        assert!(!this_host("localhost.evil.example"));
+        assert!(!this_host("10.0.0.1:4040"));
+        assert!(!this_host(""));
+        if let Some(name) = machine_names().first() {
+            assert!(this_host(&format!("{name}:4040")));
+        }
     }
 
     #[test]

@@ -240,7 +240,9 @@ async fn require(State(access): State<Access>, request: Request, next: Next) -> 
             StatusCode::UNAUTHORIZED,
             "loopback_only",
             "no credentials are configured (auth.credentials, auth.credential-files), so only \
-             clients on the aggregator's host are served; configure credentials and present one \
+             clients on the aggregator's host are served (a loopback peer, not relayed by a \
+             proxy, naming this host in Host and, for a change, in Origin: localhost, a loopback \
+             address or the host's name); configure credentials and present one \
              (Authorization: Bearer <token>, or basic auth)"
                 .to_owned(),
         ),

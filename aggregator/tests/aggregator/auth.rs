@@ -271,6 +271,29 @@ async fn without_credentials_only_this_host_is_served() {
             .status(),
         StatusCode::OK
     );
+    // A web page of another site that a browser on this host was made to send: renamed to
+    // 127.0.0.1 (its Host), or posting across sites (its Origin).
+    let rebound = http
+        .get(format!("{loopback}/api/apps"))
+        .header("Host", format!("rebound.example:{port}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status(), StatusCode::UNAUTHORIZED);
+    let posted = http
+        .post(format!("{loopback}/ingest?name=csrf.cpu&from=1&until=2"))
+        .header("Origin", "https://evil.example")
+        .header("Content-Type", "text/plain")
+        .body("main;evil 1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), StatusCode::UNAUTHORIZED);
+    let apps = get(&loopback, As::Nobody, false).await.unwrap();
+    assert!(
+        !apps.text().await.unwrap().contains("csrf"),
+        "nothing stored"
+    );
     // A real client on another address of this machine, when it has one.
     let local = std::net::UdpSocket::bind("0.0.0.0:0")
         .and_then(|s| s.connect("192.0.2.254:9").map(|()| s))
