@@ -87,6 +87,20 @@ static __always_inline void regs_of(const struct pt_regs *regs, struct unwind_re
 	out->bp = regs->rbp;
 }
 
+/* The user registers `task` saved at its entry into the kernel; 0 when it has none (a kernel
+ * thread). Only the four registers used are read, not the whole pt_regs: its 168 bytes on the
+ * stack left on_switch's walk over the verifier's 512-byte limit for a call chain. */
+static __always_inline int task_user_regs(struct task_struct *task, struct unwind_regs *out)
+{
+	struct pt_regs *saved = (struct pt_regs *)bpf_task_pt_regs(task);
+	unsigned long cs;
+	if (bpf_probe_read_kernel(&cs, sizeof(cs), &saved->cs) || (cs & 3) != 3)
+		return 0;
+	return bpf_probe_read_kernel(&out->ip, sizeof(out->ip), &saved->rip) == 0 &&
+	       bpf_probe_read_kernel(&out->sp, sizeof(out->sp), &saved->rsp) == 0 &&
+	       bpf_probe_read_kernel(&out->bp, sizeof(out->bp), &saved->rbp) == 0;
+}
+
 /* The user registers of the interrupted task: the sample's own when it interrupted user mode,
  * else those saved at the task's entry into the kernel. 0 when it has none (a kernel thread). */
 static __always_inline int sample_user_regs(struct bpf_perf_event_data *ctx, struct unwind_regs *out)
@@ -95,14 +109,7 @@ static __always_inline int sample_user_regs(struct bpf_perf_event_data *ctx, str
 		regs_of(&ctx->regs, out);
 		return 1;
 	}
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct pt_regs regs;
-	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)))
-		return 0;
-	if (!user_mode(&regs))
-		return 0;
-	regs_of(&regs, out);
-	return 1;
+	return task_user_regs(bpf_get_current_task_btf(), out);
 }
 
 static __always_inline struct unwind_scratch *scratch(void *map, __u32 kind, __u64 pid_tgid)
@@ -242,9 +249,8 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, int 
 	if (!is_profiled(tgid))
 		return;
 	/* Kernel threads have no user registers saved: they are not sampled. */
-	struct pt_regs regs;
-	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(prev)) ||
-	    !user_mode(&regs))
+	struct unwind_regs user;
+	if (!task_user_regs(prev, &user))
 		return;
 	struct offcpu_pending *pending = bpf_task_storage_get(&offcpu_pending, prev, 0,
 							      BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -256,8 +262,6 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, int 
 	__u64 now = bpf_ktime_get_ns();
 	st->sample.value = now;
 	st->sample.threshold = threshold;
-	struct unwind_regs user;
-	regs_of(&regs, &user);
 	unwind_user(st, &user, tgid);
 	unwind_kernel(ctx, st, SMOLDER_SWITCH_SKIP_FRAMES);
 	python_frames(st, pid_tgid);

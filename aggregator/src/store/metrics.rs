@@ -88,6 +88,12 @@ pub(crate) struct StoreMetrics {
     pub(crate) segments_deleted: IntCounter,
     /// `smolder_aggregator_store_segments_pending`: own or adopted segments waiting for blocks.
     pub(crate) segments_pending: IntGauge,
+    /// `smolder_aggregator_store_segments_doubtful`: own segments whose upload failed, not yet
+    /// known to be absent from the bucket or read from it.
+    pub(crate) segments_doubtful: IntGauge,
+    /// `smolder_aggregator_store_segments_landed_late_total`: own segments found in the bucket
+    /// after their upload failed, taken into the own head.
+    pub(crate) segments_landed_late: IntCounter,
     /// `smolder_aggregator_store_remote_segments`: other writers' segments read and held.
     pub(crate) remote_segments: IntGauge,
     /// `smolder_aggregator_store_remote_head_series`: series in the remote head.
@@ -280,6 +286,14 @@ impl StoreMetrics {
             segments_pending: g(
                 "smolder_aggregator_store_segments_pending",
                 "Own or adopted segments in the bucket waiting for blocks to hold their records.",
+            ),
+            segments_doubtful: g(
+                "smolder_aggregator_store_segments_doubtful",
+                "Own segments whose upload failed, not yet known to be absent from the bucket or read from it.",
+            ),
+            segments_landed_late: c(
+                "smolder_aggregator_store_segments_landed_late_total",
+                "Own segments found in the bucket after their upload failed (their writes were refused), taken into the own head.",
             ),
             remote_segments: g(
                 "smolder_aggregator_store_remote_segments",

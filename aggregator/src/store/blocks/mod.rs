@@ -90,7 +90,7 @@ use self::files::{BlockFile, BlockSet, Files, OpenError};
 use self::head::Head;
 use self::remote::Remote;
 use self::rules::BucketRules;
-use self::segment::Owned;
+use self::segment::{Doubtful, Owned};
 use self::uploads::BucketMode;
 use self::wal::Wal;
 use self::writer::{Command, Prepared, WriteIds};
@@ -333,6 +333,7 @@ impl BlockStore {
                     compacting: std::sync::atomic::AtomicBool::new(false),
                     grace: s3.compaction_grace,
                     owned: Mutex::new(Owned::default()),
+                    doubtful: Mutex::new(Doubtful::default()),
                 })
             }
             _ => None,

@@ -14,7 +14,8 @@
 //! before the last poll's time finds what was added since; the writer id and a per-run counter
 //! keep two segments of one millisecond apart.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use smolder_block::Marker;
 
@@ -204,6 +205,55 @@ impl Owned {
     }
 }
 
+/// How long after a failed upload a segment may still land: past it, a full listing that does
+/// not show the segment settles that it never will. A PUT given up at `upload-timeout` may be
+/// committed by the store after the client left; stores commit within seconds of the body's
+/// end, so this is generous.
+pub(crate) const LATE_LANDING: Duration = Duration::from_secs(30);
+
+/// This writer's segments whose upload failed (or whose markers could not be indexed after it),
+/// which may be in the bucket all the same: their writes were refused, but the store may have
+/// committed the PUT after the client gave up. Until settled, the sync loop reads them like
+/// another writer's segments; one found in the bucket is taken into the own head (as an
+/// adopted segment is), so that every aggregator shows it and a cut settles it; one that a
+/// full listing [`LATE_LANDING`] after the failure does not show is forgotten.
+#[derive(Default)]
+pub(crate) struct Doubtful {
+    segments: BTreeMap<String, Instant>,
+}
+
+impl Doubtful {
+    /// Notes segment `key`, whose upload failed now.
+    pub(crate) fn add(&mut self, key: String) {
+        self.segments.insert(key, Instant::now());
+    }
+
+    /// Whether segment `key` is in doubt.
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        self.segments.contains_key(key)
+    }
+
+    /// Settles `key`, found in the bucket and read.
+    pub(crate) fn remove(&mut self, key: &str) {
+        self.segments.remove(key);
+    }
+
+    /// Forgets the segments that a full listing started at `listed_at` does not show although
+    /// [`LATE_LANDING`] had passed since their failure; returns how many.
+    pub(crate) fn forget_absent(&mut self, listed: &BTreeSet<String>, listed_at: Instant) -> usize {
+        let before = self.segments.len();
+        self.segments.retain(|key, failed| {
+            listed.contains(key) || listed_at.saturating_duration_since(*failed) < LATE_LANDING
+        });
+        before - self.segments.len()
+    }
+
+    /// Segments in doubt.
+    pub(crate) fn len(&self) -> usize {
+        self.segments.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
@@ -212,6 +262,23 @@ mod tests {
     use smolder_common::{Profile, ProfileMeta, Series, SpanTrees, Tree};
 
     use super::*;
+
+    #[test]
+    fn a_doubtful_segment_is_forgotten_only_when_a_late_listing_misses_it() {
+        let mut doubtful = Doubtful::default();
+        doubtful.add("a".into());
+        doubtful.add("b".into());
+        let listed: BTreeSet<String> = ["b".to_owned()].into();
+        // A listing right after the failure proves nothing: the PUT may land yet.
+        assert_eq!(doubtful.forget_absent(&listed, Instant::now()), 0);
+        let late = Instant::now() + LATE_LANDING;
+        assert_eq!(doubtful.forget_absent(&listed, late), 1);
+        assert!(!doubtful.contains("a"));
+        // Listed: it landed, and stays in doubt until the sync loop reads it.
+        assert!(doubtful.contains("b"));
+        doubtful.remove("b");
+        assert_eq!(doubtful.len(), 0);
+    }
 
     fn record(sequence: u64, bucket: u64) -> Record {
         let mut tree = Tree::new();

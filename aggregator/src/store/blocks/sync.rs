@@ -66,6 +66,8 @@ pub(crate) struct Update {
     pub(crate) gone: BTreeSet<String>,
     /// Other writers' segments not read before, decoded.
     pub(crate) segments: Vec<(SegmentKey, Vec<(u64, Record)>)>,
+    /// This writer's doubtful segments found in the bucket (`segment.rs`, `Doubtful`), decoded.
+    pub(crate) landed: Vec<(SegmentKey, Vec<(u64, Record)>)>,
     /// Every segment key a full listing showed (`None`: this poll listed only recent ones).
     pub(crate) listed: Option<BTreeSet<String>>,
     /// Writers whose segments this aggregator adopts now.
@@ -347,7 +349,16 @@ impl Sync {
     /// Lists segments (whole, or those since the previous poll) and reads the new ones of other
     /// writers.
     fn read_segments(&mut self, shared: &Shared, update: &mut Update) -> Result<(), StoreError> {
-        self.last_segments = Some(Instant::now());
+        let listed_at = Instant::now();
+        self.last_segments = Some(listed_at);
+        let doubtful = |key: &str| {
+            shared.bucket.as_ref().is_some_and(|mode| {
+                mode.doubtful
+                    .lock()
+                    .expect("doubtful segments lock")
+                    .contains(key)
+            })
+        };
         let full = self.last_full.is_none_or(|at| at.elapsed() >= FULL_LISTING);
         let objects = match self.last_poll {
             Some(last) if !full => {
@@ -372,12 +383,17 @@ impl Sync {
                 self.seen.insert(key);
                 continue;
             };
-            if parsed.writer == self.writer {
+            let own = parsed.writer == self.writer;
+            if own && !doubtful(&key) {
                 self.seen.insert(key);
                 continue;
             }
             match self.bucket.get(&key) {
                 Ok(bytes) => match segment::decode(&bytes) {
+                    Ok(records) if own => {
+                        update.landed.push((parsed, records));
+                        self.seen.insert(key);
+                    }
                     Ok(records) => {
                         update.segments.push((parsed, records));
                         self.seen.insert(key);
@@ -385,6 +401,13 @@ impl Sync {
                     Err(reason) => {
                         error!(segment = %key, %reason, "segment damaged; its records are not read (its writer's cut still holds them if it lives)");
                         shared.metrics.bad_segments.inc();
+                        if own && let Some(mode) = &shared.bucket {
+                            // Its writes were refused: nothing of it is owed to anyone.
+                            mode.doubtful
+                                .lock()
+                                .expect("doubtful segments lock")
+                                .remove(&key);
+                        }
                         self.seen.insert(key);
                     }
                 },
@@ -396,6 +419,17 @@ impl Sync {
             }
         }
         if full {
+            if let Some(mode) = &shared.bucket {
+                let mut doubtful = mode.doubtful.lock().expect("doubtful segments lock");
+                let absent = doubtful.forget_absent(&listed, listed_at);
+                if absent > 0 {
+                    info!(
+                        segments = absent,
+                        "segments whose upload failed never reached the bucket"
+                    );
+                }
+                shared.metrics.segments_doubtful.set(doubtful.len() as i64);
+            }
             self.seen.retain(|key| listed.contains(key));
             self.last_full = Some(Instant::now());
             update.listed = Some(listed);

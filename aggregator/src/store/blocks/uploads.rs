@@ -20,7 +20,7 @@ use tracing::{debug, info, warn};
 use super::bucket::Bucket;
 use super::deletions::{self, Deletions};
 use super::files::{BlockFile, BlockSet, bucket_error};
-use super::segment::{Held, Owned, Pending, SegmentKey};
+use super::segment::{Doubtful, Held, Owned, Pending, SegmentKey};
 use super::sync::{Sync, Update, unix_millis};
 use super::wal::{Record, Wal};
 use super::{Shared, plan};
@@ -47,6 +47,8 @@ pub(crate) struct BucketMode {
     /// Own and adopted segments, until blocks hold them. Outlives a writer that panicked, whose
     /// successor reads them back into the head.
     pub(crate) owned: Mutex<Owned>,
+    /// This writer's segments whose upload failed but which may have landed (`segment.rs`).
+    pub(crate) doubtful: Mutex<Doubtful>,
     /// The sync loop's memory; one poll at a time.
     pub(crate) sync: Mutex<Sync>,
 }
@@ -161,6 +163,8 @@ impl Uploads {
             {
                 shared.metrics.segment_upload_failures.inc();
                 self.failed = Some((Instant::now(), err.to_string()));
+                // Given up on, the PUT may still be committed: the sync loop settles it.
+                doubt(shared, mode, key);
                 return Err(bucket_error(err));
             }
             self.failed = None;
@@ -170,17 +174,36 @@ impl Uploads {
                 .observe(started.elapsed().as_secs_f64());
             shared.metrics.segments_uploaded.inc();
             shared.metrics.segment_bytes_uploaded.inc_by(len);
+            if let Err(err) = index(shared, &markers) {
+                // The segment is in the bucket but its writes are refused: the sync loop takes
+                // it into the head as it does a segment that landed late.
+                doubt(shared, mode, key);
+                return Err(err);
+            }
             let mut owned = mode.owned.lock().expect("owned segments lock");
             owned.add(key, held);
             shared.metrics.segments_pending.set(owned.len() as i64);
+            return Ok(());
         }
-        let mut batch = sled::Batch::default();
-        for (agent, sequence, end) in &markers {
-            Wal::put_batch(&mut batch, agent, *sequence, *end);
-        }
-        shared.wal.apply(batch)?;
-        shared.wal.flush()
+        index(shared, &markers)
     }
+}
+
+/// Stores a group's agent batch markers in the index, and flushes it.
+fn index(shared: &Shared, markers: &[(String, u64, u64)]) -> Result<(), StoreError> {
+    let mut batch = sled::Batch::default();
+    for (agent, sequence, end) in markers {
+        Wal::put_batch(&mut batch, agent, *sequence, *end);
+    }
+    shared.wal.apply(batch)?;
+    shared.wal.flush()
+}
+
+/// Notes segment `key` as in doubt (`segment.rs`, [`Doubtful`]).
+fn doubt(shared: &Shared, mode: &BucketMode, key: String) {
+    let mut doubtful = mode.doubtful.lock().expect("doubtful segments lock");
+    doubtful.add(key);
+    shared.metrics.segments_doubtful.set(doubtful.len() as i64);
 }
 
 /// Whether a block of `blocks` covering head range `range` of `tenant` holds `marker`: the
@@ -218,6 +241,7 @@ pub(crate) fn apply_sync(shared: &Shared, update: Update) -> Result<Applied, Sto
     let mut applied = Applied::default();
     let mut batch = sled::Batch::default();
     let mut adopted: Vec<(String, Vec<Held>)> = Vec::new();
+    let mut landed: Vec<(String, Vec<Held>)> = Vec::new();
     {
         let mut guard = shared.state_mut();
         let state = &mut *guard;
@@ -287,6 +311,39 @@ pub(crate) fn apply_sync(shared: &Shared, update: Update) -> Result<Applied, Sto
                     .with_label_values(&["head"])
                     .inc_by(own as u64);
             }
+        }
+        // This writer's segments that landed after their upload failed: their writes were
+        // refused, so a retry may have stored an agent batch again since (then the copy here
+        // is dropped); the rest is this writer's own from now on, cut and settled like it.
+        for (key, records) in update.landed {
+            let mut held = Vec::new();
+            for (range, record) in &records {
+                if let Some(end) = record.window_end {
+                    let marker = &record.marker;
+                    let stored = in_blocks(&set, &record.tenant, *range, marker)
+                        || shared
+                            .wal
+                            .has_batch(&marker.agent_id, marker.sequence)
+                            .unwrap_or(false);
+                    if stored {
+                        continue;
+                    }
+                    Wal::put_batch(&mut batch, &marker.agent_id, marker.sequence, end);
+                }
+                state
+                    .head
+                    .add(*range, record, shared.config.max_spans_per_bucket);
+                held.push(Held::of(*range, record));
+            }
+            warn!(segment = %key.key(), records = held.len(), "a segment whose upload failed reached the bucket after all; its writes are kept (a client that retried a refused push may have stored it twice)");
+            shared.metrics.segments_landed_late.inc();
+            if let Some(mode) = &shared.bucket {
+                mode.doubtful
+                    .lock()
+                    .expect("doubtful segments lock")
+                    .remove(&key.key());
+            }
+            landed.push((key.key(), held));
         }
         let wal = &shared.wal;
         for (key, records) in update.segments {
@@ -358,6 +415,9 @@ pub(crate) fn apply_sync(shared: &Shared, update: Update) -> Result<Applied, Sto
         for (key, held) in adopted {
             owned.add(key, held);
             shared.metrics.adopted_segments.inc();
+        }
+        for (key, held) in landed {
+            owned.add(key, held);
         }
     }
     Ok(applied)
