@@ -580,7 +580,7 @@ async fn over_a_hundred_hostile_inputs_are_refused_store_nothing_and_the_next_go
     // A request line no client library would send.
     let answer = raw_request(
         agg.addr(),
-        b"GET /render?query=a.cpu{env=\"prod\"} HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /render?query=a.cpu{env=\"prod\"} HTTP/1.1\r\nHost: localhost\r\n\r\n",
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");

@@ -20,7 +20,7 @@ async fn an_unencoded_quote_in_a_query_is_a_400_that_says_to_encode_it() {
     let agg = Aggregator::start().await;
     let answer = raw(
         &agg,
-        "GET /render?query=app.cpu{env=\"prod\"} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "GET /render?query=app.cpu{env=\"prod\"} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
     )
     .await;
     assert!(
@@ -34,7 +34,7 @@ async fn an_unencoded_quote_in_a_query_is_a_400_that_says_to_encode_it() {
     // The same request, encoded, is served.
     let answer = raw(
         &agg,
-        "GET /render?query=app.cpu{env=%22prod%22} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "GET /render?query=app.cpu{env=%22prod%22} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");

@@ -1614,3 +1614,79 @@ async fn an_app_deletion_the_bucket_does_not_answer_holds_up_no_write() {
     assert_eq!(agg.collapsed("kept.cpu").await, "main;kept 5");
     agg.stop().await;
 }
+
+/// A segment whose upload timed out while the bucket stalled may be committed by the store
+/// once it answers again (Garage reads the request its client gave up on): the aggregator that
+/// refused its writes then reads it back and shows it as the other aggregator of the bucket
+/// does, or, had it not landed, neither shows it. Either way the two answer alike, and the
+/// refused write sent again is stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_segment_that_lands_after_its_upload_failed_is_shown_alike_everywhere() {
+    let garage = garage().await;
+    let on = |upload_timeout| {
+        config(S3Config {
+            poll_interval: Duration::from_millis(200),
+            orphan_after: Duration::from_secs(30),
+            upload_timeout,
+            request_timeout: Duration::from_secs(20),
+            ..s3(&garage)
+        })
+    };
+    let a = Aggregator::with_config(on(Duration::from_secs(1))).await;
+    let b = Aggregator::with_config(on(Duration::from_secs(5))).await;
+    let at = now() / 10 * 10 - 100;
+    ingest(&a, "late.cpu", at, "main;before 3\n").await;
+    let http = reqwest::Client::new();
+    everywhere(&[&a, &b], "late.cpu", at, at + 100, 3).await;
+
+    garage.pause();
+    let refused = a
+        .http
+        .post(a.url("/ingest"))
+        .query(&[
+            ("name", "late.cpu"),
+            ("from", &(at + 10).to_string()),
+            ("until", &(at + 20).to_string()),
+        ])
+        .body("main;stalled 7\n")
+        .send()
+        .await
+        .expect("ingest request");
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        metrics(&a)
+            .await
+            .value("smolder_aggregator_store_segments_doubtful", &[]),
+        1.0
+    );
+    garage.resume();
+
+    // Whatever the store made of the stalled PUT, both aggregators settle on one answer.
+    eventually(
+        Duration::from_secs(30),
+        "both aggregators answer alike",
+        || async {
+            let ours = total(&http, a.addr(), "late.cpu", at, at + 100).await;
+            let theirs = total(&http, b.addr(), "late.cpu", at, at + 100).await;
+            let landed = metrics(&a)
+                .await
+                .value("smolder_aggregator_store_segments_landed_late_total", &[]);
+            ours == theirs && (ours == 3 || (ours == 10 && landed == 1.0))
+        },
+    )
+    .await;
+    let settled = total(&http, a.addr(), "late.cpu", at, at + 100).await;
+    eprintln!(
+        "the stalled segment {}",
+        if settled == 10 {
+            "landed once the bucket answered, and was read back"
+        } else {
+            "never reached the bucket"
+        }
+    );
+    // The client sends it again, as told: stored, and shown alike.
+    ingest(&a, "late.cpu", at + 20, "main;again 5\n").await;
+    everywhere(&[&a, &b], "late.cpu", at, at + 100, settled + 5).await;
+    a.stop().await;
+    b.stop().await;
+}
