@@ -560,23 +560,21 @@ impl Auth {
     /// Who a request is: its credential or session first; then, with no credentials
     /// configured, the loopback rule (which also serves a client on this host presenting a
     /// credential that is not one of ours, as SDKs configured for another service do).
-    fn authenticate(
-        &self,
-        method: &Method,
-        headers: &HeaderMap,
-        peer: Option<&Peer>,
-    ) -> Authentication {
+    fn authenticate(&self, request: &Request, peer: Option<&Peer>) -> Authentication {
+        let headers = request.headers();
         let configured = self.configured();
+        let local = || {
+            let authority = authority_of(request);
+            loopback(peer, request.method(), authority.as_deref(), headers)
+        };
         match self.presented(headers) {
             Some(found @ Authentication::Principal(_)) => found,
-            _ if !configured && loopback(peer, method, headers) => {
-                Authentication::Principal(Principal {
-                    name: "loopback".into(),
-                    scopes: Scopes::ALL,
-                    tenant: None,
-                    via: Via::Loopback,
-                })
-            }
+            _ if !configured && local() => Authentication::Principal(Principal {
+                name: "loopback".into(),
+                scopes: Scopes::ALL,
+                tenant: None,
+                via: Via::Loopback,
+            }),
             Some(invalid) => invalid,
             None => Authentication::Anonymous {
                 unconfigured: !configured,
@@ -672,11 +670,17 @@ fn basic(encoded: &str) -> Option<(String, String)> {
 }
 
 /// Whether a request comes from this host itself: a loopback peer, not relaying anyone, and
-/// not a web page of another site that a browser on this host was made to send. Such a page
-/// either renamed its own site to 127.0.0.1 (DNS rebinding: its `Host` is the site's name, not
-/// one of this host's) or posts across sites (its `Origin` is another site; a browser sends
-/// `Origin` with every cross-site request but GET and HEAD, and reads no cross-site answer).
-fn loopback(peer: Option<&Peer>, method: &Method, headers: &HeaderMap) -> bool {
+/// not a web page that a browser on this host was made to send. Such a page either renamed its
+/// own site to 127.0.0.1 (DNS rebinding: the authority it addresses, `Host` or HTTP/2's
+/// `:authority`, is the site's name, not one of this host's) or posts from another origin (a
+/// browser sends `Origin` with every request but GET and HEAD from another origin, and lets no
+/// page read another origin's answer): a change must come from no page or from this origin.
+fn loopback(
+    peer: Option<&Peer>,
+    method: &Method,
+    authority: Option<&str>,
+    headers: &HeaderMap,
+) -> bool {
     let on_host = peer.is_some_and(|p| match p.addr.ip() {
         IpAddr::V4(ip) => ip.is_loopback(),
         IpAddr::V6(ip) => ip.to_canonical().is_loopback(),
@@ -684,23 +688,35 @@ fn loopback(peer: Option<&Peer>, method: &Method, headers: &HeaderMap) -> bool {
     let relayed = ["forwarded", "x-forwarded-for", "x-real-ip"]
         .iter()
         .any(|name| headers.contains_key(*name));
-    let names_this_host = |value: Option<&HeaderValue>, strip_scheme: bool| {
-        value.is_none_or(|value| {
-            value.to_str().is_ok_and(|text| {
-                let authority = if strip_scheme {
-                    text.split_once("://").map_or("", |(_, rest)| rest)
-                } else {
-                    text
-                };
-                this_host(authority)
-            })
-        })
+    if !on_host || relayed || !authority.is_none_or(this_host) {
+        return false;
+    }
+    if *method == Method::GET || *method == Method::HEAD {
+        return true;
+    }
+    let Some(origin) = headers.get(ORIGIN) else {
+        return true;
     };
-    let safe = *method == Method::GET || *method == Method::HEAD;
-    on_host
-        && !relayed
-        && names_this_host(headers.get(HOST), false)
-        && (safe || names_this_host(headers.get(ORIGIN), true))
+    let Some(origin) = origin
+        .to_str()
+        .ok()
+        .and_then(|origin| origin.split_once("://"))
+        .map(|(_, rest)| rest)
+    else {
+        return false;
+    };
+    match authority {
+        Some(authority) => origin.eq_ignore_ascii_case(authority),
+        None => this_host(origin),
+    }
+}
+
+/// The authority a request addresses: its `Host`, else (HTTP/2) its URI's.
+fn authority_of(request: &Request) -> Option<String> {
+    match request.headers().get(HOST) {
+        Some(host) => Some(host.to_str().unwrap_or_default().to_owned()),
+        None => request.uri().authority().map(|a| a.as_str().to_owned()),
+    }
 }
 
 /// Whether `authority` (`name[:port]`, as `Host` and `Origin` carry it) names this host: a
@@ -749,7 +765,7 @@ pub(crate) async fn layer(
     next: Next,
 ) -> Response {
     let peer = request.extensions().get::<Peer>().copied();
-    let authentication = auth.authenticate(request.method(), request.headers(), peer.as_ref());
+    let authentication = auth.authenticate(&request, peer.as_ref());
     if let Authentication::Principal(principal) = &authentication {
         debug!(credential = %principal.name, via = principal.via.name(), "authenticated");
         if let Some(tenant) = &principal.tenant {
@@ -992,57 +1008,64 @@ mod tests {
     fn loopback_is_this_host_not_relaying() {
         let none = HeaderMap::new();
         let get = &Method::GET;
-        assert!(loopback(Some(&peer("127.0.0.1:5")), get, &none));
-        assert!(loopback(Some(&peer("[::1]:5")), get, &none));
-        assert!(loopback(Some(&peer("[::ffff:127.0.0.1]:5")), get, &none));
-        assert!(!loopback(Some(&peer("10.0.0.1:5")), get, &none));
-        assert!(!loopback(None, get, &none));
+        assert!(loopback(Some(&peer("127.0.0.1:5")), get, None, &none));
+        assert!(loopback(Some(&peer("[::1]:5")), get, None, &none));
+        assert!(loopback(
+            Some(&peer("[::ffff:127.0.0.1]:5")),
+            get,
+            None,
+            &none
+        ));
+        assert!(!loopback(Some(&peer("10.0.0.1:5")), get, None, &none));
+        assert!(!loopback(None, get, None, &none));
         let mut relayed = HeaderMap::new();
         relayed.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.9"));
-        assert!(!loopback(Some(&peer("127.0.0.1:5")), get, &relayed));
+        assert!(!loopback(Some(&peer("127.0.0.1:5")), get, None, &relayed));
     }
 
     #[test]
-    fn loopback_is_not_a_page_of_another_site() {
-        let on_host = peer("127.0.0.1:5");
-        let headers = |pairs: &[(&'static str, &'static str)]| {
+    fn loopback_is_not_a_page_of_another_origin() {
+        let on_host = Some(peer("127.0.0.1:5"));
+        let origin = |value: &'static str| {
             let mut map = HeaderMap::new();
-            for (name, value) in pairs {
-                map.insert(*name, HeaderValue::from_static(value));
-            }
+            map.insert("origin", HeaderValue::from_static(value));
             map
         };
-        // This host by any of its names, and the UI's own page posting.
+        let none = HeaderMap::new();
+        // This host by any of its names.
         for host in [
             "localhost:4040",
             "127.0.0.1:4040",
             "[::1]:4040",
             "app.localhost",
         ] {
-            assert!(loopback(
-                Some(&on_host),
-                &Method::GET,
-                &headers(&[("host", host)])
-            ));
+            assert!(loopback(on_host.as_ref(), &Method::GET, Some(host), &none));
         }
-        let own_page = headers(&[
-            ("host", "localhost:4040"),
-            ("origin", "http://localhost:4040"),
-        ]);
-        assert!(loopback(Some(&on_host), &Method::POST, &own_page));
-        // A site renamed to 127.0.0.1 sends its own name.
-        let rebound = headers(&[("host", "evil.example:4040")]);
-        assert!(!loopback(Some(&on_host), &Method::GET, &rebound));
-        // A page of another site posting: its Origin; a GET carries none and reads nothing.
-        let cross = headers(&[
-            ("host", "127.0.0.1:4040"),
-            ("origin", "https://evil.example"),
-        ]);
-        assert!(!loopback(Some(&on_host), &Method::POST, &cross));
-        assert!(!loopback(Some(&on_host), &Method::DELETE, &cross));
-        assert!(loopback(Some(&on_host), &Method::GET, &cross));
-        let opaque = headers(&[("host", "127.0.0.1:4040"), ("origin", "null")]);
-        assert!(!loopback(Some(&on_host), &Method::POST, &opaque));
+        // The UI's own page posting, and a client that is no page.
+        let own = origin("http://localhost:4040");
+        assert!(loopback(
+            on_host.as_ref(),
+            &Method::POST,
+            Some("localhost:4040"),
+            &own
+        ));
+        assert!(loopback(
+            on_host.as_ref(),
+            &Method::POST,
+            Some("localhost:4040"),
+            &none
+        ));
+        // A site renamed to 127.0.0.1 addresses its own name.
+        let rebound = Some("evil.example:4040");
+        assert!(!loopback(on_host.as_ref(), &Method::GET, rebound, &none));
+        // Pages of other origins posting: another site, another port of this host, no origin.
+        for other in ["https://evil.example", "http://localhost:8080", "null"] {
+            let headers = origin(other);
+            let host = Some("localhost:4040");
+            assert!(!loopback(on_host.as_ref(), &Method::POST, host, &headers));
+            assert!(!loopback(on_host.as_ref(), &Method::DELETE, host, &headers));
+            assert!(loopback(on_host.as_ref(), &Method::GET, host, &headers));
+        }
     }
 
     #[test]

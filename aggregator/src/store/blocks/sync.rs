@@ -383,9 +383,10 @@ impl Sync {
                 self.seen.insert(key);
                 continue;
             };
+            // Own segments are never marked seen: one listed before its failed upload was
+            // noted in doubt must still be read at a later listing.
             let own = parsed.writer == self.writer;
             if own && !doubtful(&key) {
-                self.seen.insert(key);
                 continue;
             }
             match self.bucket.get(&key) {
@@ -403,10 +404,10 @@ impl Sync {
                         shared.metrics.bad_segments.inc();
                         if own && let Some(mode) = &shared.bucket {
                             // Its writes were refused: nothing of it is owed to anyone.
-                            mode.doubtful
-                                .lock()
-                                .expect("doubtful segments lock")
-                                .remove(&key);
+                            let mut doubtful =
+                                mode.doubtful.lock().expect("doubtful segments lock");
+                            doubtful.remove(&key);
+                            shared.metrics.segments_doubtful.set(doubtful.len() as i64);
                         }
                         self.seen.insert(key);
                     }

@@ -174,16 +174,9 @@ impl Uploads {
                 .observe(started.elapsed().as_secs_f64());
             shared.metrics.segments_uploaded.inc();
             shared.metrics.segment_bytes_uploaded.inc_by(len);
-            if let Err(err) = index(shared, &markers) {
-                // The segment is in the bucket but its writes are refused: the sync loop takes
-                // it into the head as it does a segment that landed late.
-                doubt(shared, mode, key);
-                return Err(err);
-            }
             let mut owned = mode.owned.lock().expect("owned segments lock");
             owned.add(key, held);
             shared.metrics.segments_pending.set(owned.len() as i64);
-            return Ok(());
         }
         index(shared, &markers)
     }
@@ -242,6 +235,9 @@ pub(crate) fn apply_sync(shared: &Shared, update: Update) -> Result<Applied, Sto
     let mut batch = sled::Batch::default();
     let mut adopted: Vec<(String, Vec<Held>)> = Vec::new();
     let mut landed: Vec<(String, Vec<Held>)> = Vec::new();
+    // The agent batches landed segments put in the own head in this step, whose markers reach
+    // the index only at its end.
+    let mut landed_batches: HashSet<(Tenant, Marker)> = HashSet::new();
     {
         let mut guard = shared.state_mut();
         let state = &mut *guard;
@@ -321,6 +317,8 @@ pub(crate) fn apply_sync(shared: &Shared, update: Update) -> Result<Applied, Sto
                 if let Some(end) = record.window_end {
                     let marker = &record.marker;
                     let stored = in_blocks(&set, &record.tenant, *range, marker)
+                        || state.remote.holds(&record.tenant, marker)
+                        || !landed_batches.insert((record.tenant.clone(), marker.clone()))
                         || shared
                             .wal
                             .has_batch(&marker.agent_id, marker.sequence)
@@ -338,10 +336,9 @@ pub(crate) fn apply_sync(shared: &Shared, update: Update) -> Result<Applied, Sto
             warn!(segment = %key.key(), records = held.len(), "a segment whose upload failed reached the bucket after all; its writes are kept (a client that retried a refused push may have stored it twice)");
             shared.metrics.segments_landed_late.inc();
             if let Some(mode) = &shared.bucket {
-                mode.doubtful
-                    .lock()
-                    .expect("doubtful segments lock")
-                    .remove(&key.key());
+                let mut doubtful = mode.doubtful.lock().expect("doubtful segments lock");
+                doubtful.remove(&key.key());
+                shared.metrics.segments_doubtful.set(doubtful.len() as i64);
             }
             landed.push((key.key(), held));
         }
@@ -353,9 +350,10 @@ pub(crate) fn apply_sync(shared: &Shared, update: Update) -> Result<Applied, Sto
                 .add(&key, records, deletions, |tenant, range, marker| {
                     if in_blocks(&set, tenant, range, marker) {
                         Some(true)
-                    } else if wal
-                        .has_batch(&marker.agent_id, marker.sequence)
-                        .unwrap_or(false)
+                    } else if landed_batches.contains(&(tenant.clone(), marker.clone()))
+                        || wal
+                            .has_batch(&marker.agent_id, marker.sequence)
+                            .unwrap_or(false)
                     {
                         Some(false)
                     } else {
@@ -409,7 +407,7 @@ pub(crate) fn apply_sync(shared: &Shared, update: Update) -> Result<Applied, Sto
         state.head.observe(&shared.metrics);
         shared.update_block_gauges(&state.blocks);
     }
-    shared.wal.apply(batch)?;
+    // Owned before the markers are stored: a failure there leaves no segment unowned.
     if let Some(mode) = &shared.bucket {
         let mut owned = mode.owned.lock().expect("owned segments lock");
         for (key, held) in adopted {
@@ -420,6 +418,7 @@ pub(crate) fn apply_sync(shared: &Shared, update: Update) -> Result<Applied, Sto
             owned.add(key, held);
         }
     }
+    shared.wal.apply(batch)?;
     Ok(applied)
 }
 
