@@ -735,9 +735,7 @@ fn this_host(authority: &str) -> bool {
             IpAddr::V6(ip) => ip.to_canonical().is_loopback(),
         };
     }
-    host == "localhost"
-        || host.ends_with(".localhost")
-        || machine_names().iter().any(|name| *name == host)
+    host == "localhost" || host.ends_with(".localhost") || machine_names().contains(&host)
 }
 
 /// This machine's host name, as the kernel has it, and its first label (`web1` of
