@@ -681,9 +681,16 @@ async fn blocking<T: Send + 'static>(
     let running = querier.metrics.running.clone();
     let task_limits = limits.clone();
     let task = tokio::task::spawn_blocking(move || {
+        // Counted down when the read ends, by a panic too.
+        struct Running(prometheus::IntGauge);
+        impl Drop for Running {
+            fn drop(&mut self) {
+                self.0.dec();
+            }
+        }
         running.inc();
+        let _running = Running(running);
         let answer = with_limits(&task_limits, || read(store.as_ref()));
-        running.dec();
         drop(slot);
         answer
     });

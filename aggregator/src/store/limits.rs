@@ -49,12 +49,18 @@ impl ReadLimits {
     }
 }
 
-/// Runs `read` on this thread under `limits`.
+/// Runs `read` on this thread under `limits`; the thread's limits are put back when it ends,
+/// by a panic too (the blocking pool reuses the thread for other reads).
 pub(crate) fn with_limits<T>(limits: &ReadLimits, read: impl FnOnce() -> T) -> T {
-    let outer = CURRENT.with(|current| current.replace(Some(limits.clone())));
-    let answer = read();
-    CURRENT.with(|current| *current.borrow_mut() = outer);
-    answer
+    struct Restore(Option<ReadLimits>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take();
+            CURRENT.with(|current| *current.borrow_mut() = outer);
+        }
+    }
+    let _restore = Restore(CURRENT.with(|current| current.replace(Some(limits.clone()))));
+    read()
 }
 
 /// Whether the read on this thread must stop now, having matched `series` series so far:
