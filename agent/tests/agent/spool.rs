@@ -345,10 +345,12 @@ fn a_slow_spool_disk_never_stalls_sampling() {
         })
         .await;
         let before = accounted(&base).await;
-        // 4 KiB/s: a window's batch (about 10 KiB on an idle host) takes seconds to sync,
-        // longer than the window, so the spool falls behind; a window would need 120 KiB to
-        // hold the spool loop past its stuck limit (30 s).
-        let throttle = Throttle::new(&disk.numbers(), 4 << 10, 4, agent.id());
+        // 4 KiB/s and one write a second: a window's batch (about 10 KiB on an idle host, a
+        // file write and its sync, each some writes) takes seconds to sync, longer than the
+        // window, so the spool falls behind (at four writes a second a small window kept pace);
+        // a window would need 120 KiB or 30 writes to hold the spool loop past its stuck limit
+        // (30 s).
+        let throttle = Throttle::new(&disk.numbers(), 4 << 10, 1, agent.id());
         let ready = until(&base, "/readyz", "the spool degraded by a slow disk", |a| {
             a.is("spool", "degraded")
         })

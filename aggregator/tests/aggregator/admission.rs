@@ -17,6 +17,7 @@ use smolder_common::wire::frame;
 use smolder_common::wire::{BatchMessage, FrameKind};
 use smolder_test_support::process::{Process, daemon};
 use smolder_test_support::prometheus::Metrics;
+use smolder_test_support::wait::eventually;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::quic::{connect, exchange, hello, kind, reject};
@@ -648,12 +649,19 @@ async fn queries_time_out_stop_when_their_client_leaves_and_are_bounded() {
         "stopped {stop:?} after the client left; the whole merge takes {whole:?}"
     );
 
-    // Past max-queued: one runs, one waits, the third is refused with Retry-After.
+    // Past max-queued: one runs, one waits, the third is refused with Retry-After. The third
+    // is sent once the aggregator says one runs and one waits (a fixed delay raced the first
+    // two requests' arrival on a loaded machine).
     let (a, b, c) = tokio::join!(
         timed_render(&http, &base, "slow.cpu{}", None),
         timed_render(&http, &base, "slow.cpu{}", None),
         async {
-            tokio::time::sleep(limit / 8).await;
+            eventually(limit, "one query running and one queued", || async {
+                let metrics = Metrics::scrape(&format!("{base}/metrics")).await;
+                metrics.value("smolder_aggregator_query_running", &[]) == 1.0
+                    && metrics.value("smolder_aggregator_query_queued", &[]) == 1.0
+            })
+            .await;
             http.get(format!("{base}/render"))
                 .query(&[("query", "slow.cpu{}"), ("from", "now-1h")])
                 .send()

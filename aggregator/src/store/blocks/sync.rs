@@ -347,7 +347,8 @@ impl Sync {
     }
 
     /// Lists segments (whole, or those since the previous poll) and reads the new ones of other
-    /// writers.
+    /// writers, and this writer's segments in doubt; one that cannot be read is read again at
+    /// the next poll.
     fn read_segments(&mut self, shared: &Shared, update: &mut Update) -> Result<(), StoreError> {
         let listed_at = Instant::now();
         self.last_segments = Some(listed_at);
@@ -416,7 +417,12 @@ impl Sync {
                 Err(err) if err.not_found() => {
                     self.seen.insert(key);
                 }
-                Err(err) => return Err(bucket_error(err)),
+                // Not marked seen: read again at the next listing. Returning the error would
+                // drop the segments this listing already read and marked seen.
+                Err(err) => {
+                    warn!(segment = %key, error = %err, "reading a segment failed; read again at the next poll");
+                    shared.metrics.sync_failures.inc();
+                }
             }
         }
         if full {
