@@ -21,7 +21,9 @@
 //! With no credentials configured (`auth.credentials` and `auth.credential-files` empty), only
 //! clients on the aggregator's host are served without one (a loopback peer, and no
 //! `Forwarded`, `X-Forwarded-For` or `X-Real-IP` header, which a proxy on this host would add
-//! for a remote client); others get 401 naming those keys. The first start then writes a
+//! for a remote client; and no web page of another origin that a browser on this host sends:
+//! `Host` names this host, and a change's `Origin` is the aggregator's own); others get 401
+//! naming those keys. The first start then writes a
 //! development admin token next to the development CA, `<data-dir>/tls/admin-token`
 //! (`identity`; in object-storage mode the one every aggregator of the bucket shares), which
 //! works from anywhere, as the development agent token does for QUIC.
