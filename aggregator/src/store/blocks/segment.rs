@@ -213,10 +213,10 @@ pub(crate) const LATE_LANDING: Duration = Duration::from_secs(30);
 
 /// This writer's segments whose upload failed, which may be in the bucket all the same: their
 /// writes were refused, but the store may have committed the PUT after the client gave up.
-/// Until settled, the sync loop reads them like
-/// another writer's segments; one found in the bucket is taken into the own head (as an
-/// adopted segment is), so that every aggregator shows it and a cut settles it; one that a
-/// full listing [`LATE_LANDING`] after the failure does not show is forgotten.
+/// Until settled, the sync loop reads them like another writer's segments; one found in the
+/// bucket is taken into the own head (as an adopted segment is), so that every aggregator shows
+/// it and a cut settles it; one that a full listing [`LATE_LANDING`] after the failure does not
+/// show is forgotten.
 #[derive(Default)]
 pub(crate) struct Doubtful {
     segments: BTreeMap<String, Instant>,
