@@ -65,10 +65,15 @@ fn half_an_hour_ago() -> u64 {
     (now - 1800) / 1000 * 1000
 }
 
-/// Pushes folded `body` for `name` over `[at, at + 10)`.
+/// Pushes folded `body` for `name` over `[at, at + 10)`, and asserts it was stored.
 async fn ingest(agg: &Aggregator, name: &str, at: u64, body: &str) {
-    let response = agg
-        .http
+    let response = push(agg, name, at, body).await;
+    assert_eq!(response.status(), StatusCode::OK, "ingest {name}");
+}
+
+/// Pushes folded `body` for `name` over `[at, at + 10)`; the answer, whatever it is.
+async fn push(agg: &Aggregator, name: &str, at: u64, body: &str) -> reqwest::Response {
+    agg.http
         .post(agg.url("/ingest"))
         .query(&[
             ("name", name),
@@ -78,8 +83,7 @@ async fn ingest(agg: &Aggregator, name: &str, at: u64, body: &str) {
         .body(body.to_owned())
         .send()
         .await
-        .expect("ingest request");
-    assert_eq!(response.status(), StatusCode::OK, "ingest {name}");
+        .expect("ingest request")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -641,18 +645,7 @@ async fn an_aggregator_cut_off_from_the_bucket_acknowledges_nothing_and_catches_
     garage.kill();
     // Refused at once, as retryable: nothing it could not upload is acknowledged.
     let started = std::time::Instant::now();
-    let refused = agg
-        .http
-        .post(agg.url("/ingest"))
-        .query(&[
-            ("name", "pushed.cpu"),
-            ("from", &(at + 10).to_string()),
-            ("until", &(at + 20).to_string()),
-        ])
-        .body("main;during 1000\n")
-        .send()
-        .await
-        .expect("ingest request");
+    let refused = push(&agg, "pushed.cpu", at + 10, "main;during 1000\n").await;
     assert!(refused.status().is_server_error(), "{}", refused.status());
     assert!(
         started.elapsed() < Duration::from_secs(10),
@@ -1571,18 +1564,7 @@ async fn an_app_deletion_the_bucket_does_not_answer_holds_up_no_write() {
     // The deletion reaches the store first (were it later, the write would only show less).
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = std::time::Instant::now();
-    let write = agg
-        .http
-        .post(agg.url("/ingest"))
-        .query(&[
-            ("name", "during.cpu"),
-            ("from", &(at + 10).to_string()),
-            ("until", &(at + 20).to_string()),
-        ])
-        .body("main;during 1\n")
-        .send()
-        .await
-        .expect("ingest request");
+    let write = push(&agg, "during.cpu", at + 10, "main;during 1\n").await;
     let waited = started.elapsed();
     assert_eq!(write.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(
@@ -1639,18 +1621,7 @@ async fn a_segment_that_lands_after_its_upload_failed_is_shown_alike_everywhere(
     everywhere(&[&a, &b], "late.cpu", at, at + 100, 3).await;
 
     garage.pause();
-    let refused = a
-        .http
-        .post(a.url("/ingest"))
-        .query(&[
-            ("name", "late.cpu"),
-            ("from", &(at + 10).to_string()),
-            ("until", &(at + 20).to_string()),
-        ])
-        .body("main;stalled 7\n")
-        .send()
-        .await
-        .expect("ingest request");
+    let refused = push(&a, "late.cpu", at + 10, "main;stalled 7\n").await;
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         metrics(&a)
