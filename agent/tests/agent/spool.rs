@@ -236,6 +236,16 @@ async fn accounted(base: &str) -> Figures {
 }
 
 /// The frames in a spool directory's batch files, each decoded.
+/// The size of the largest batch file in the spool, in bytes.
+fn largest_batch_file(spool: &Path) -> u64 {
+    std::fs::read_dir(spool.join("batches"))
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.metadata().ok())
+        .map(|meta| meta.len())
+        .max()
+        .unwrap_or(0)
+}
+
 fn spooled_batches(spool: &Path) -> Vec<BatchMessage> {
     let own = FrameLimits {
         max_compressed: u32::MAX,
@@ -345,12 +355,16 @@ fn a_slow_spool_disk_never_stalls_sampling() {
         })
         .await;
         let before = accounted(&base).await;
-        // 4 KiB/s and one write a second: a window's batch (about 10 KiB on an idle host, a
-        // file write and its sync, each some writes) takes seconds to sync, longer than the
-        // window, so the spool falls behind (at four writes a second a small window kept pace);
-        // a window would need 120 KiB or 30 writes to hold the spool loop past its stuck limit
-        // (30 s).
-        let throttle = Throttle::new(&disk.numbers(), 4 << 10, 1, agent.id());
+        // One write a second, and a byte rate at which a window's batch (its file write and
+        // sync) takes about four seconds: longer than the window and than the spool's slow
+        // limit (2 s), so the spool falls behind, and far from its stuck limit (30 s). The rate
+        // follows the batches this host spooled so far, as their size follows what it runs,
+        // counted in whole pages as the sync writes them.
+        let pages = largest_batch_file(&data.join("spool"))
+            .div_ceil(4096)
+            .max(1);
+        let rate = pages * 4096 / 4;
+        let throttle = Throttle::new(&disk.numbers(), rate, 1, agent.id());
         let ready = until(&base, "/readyz", "the spool degraded by a slow disk", |a| {
             a.is("spool", "degraded")
         })

@@ -132,8 +132,12 @@ impl Throttle {
         let throttle =
             if std::fs::read_to_string(v2).is_ok_and(|c| c.split_whitespace().any(|c| c == "io")) {
                 let root = Path::new("/sys/fs/cgroup");
-                // The controller must be enabled for the root's children.
-                let _ = std::fs::write(root.join("cgroup.subtree_control"), "+io");
+                // The controller must be enabled for the root's children, and so must the
+                // memory controller: without it, writeback (a sync's writes included) is
+                // charged to the root cgroup, not to the process that dirtied the pages.
+                for controller in ["+io", "+memory"] {
+                    let _ = std::fs::write(root.join("cgroup.subtree_control"), controller);
+                }
                 let cgroup = root.join(name);
                 std::fs::create_dir_all(&cgroup).unwrap();
                 let max = cgroup.join("io.max");
