@@ -22,7 +22,7 @@ pub use crate::auth::{Access, Route, Scope};
 use crate::config::Config;
 use crate::http::{self, RequestMetrics};
 use crate::identity;
-use crate::ingest::{self, IngestMetrics, Ingester, quic};
+use crate::ingest::{self, IngestMetrics, Ingester, Limits, quic};
 use crate::metrics::Metrics;
 use crate::query::{self, Querier, QueryMetrics};
 use crate::rules::{self, Rules, RulesMetrics};
@@ -160,8 +160,10 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         )
         .context("loading the credentials (auth)")?,
     );
+    let tenant_limits = config.tenant.limits()?;
     let admission = Arc::new(Admission::new(
         &config.admission,
+        &tenant_limits,
         registry,
         metrics.refused.clone(),
     ));
@@ -182,7 +184,7 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         Arc::clone(&shared),
         Arc::clone(&rules),
         config.ingest.clone(),
-        config.store.retention,
+        Limits::new(&config.ingest, &tenant_limits, config.store.retention),
         IngestMetrics::new(registry),
         metrics.errors.clone(),
         metrics.dropped_series.clone(),
@@ -248,7 +250,7 @@ pub async fn start(config: Config, data_dir: &Path) -> anyhow::Result<Running> {
         auth,
         admission,
     );
-    let router = router.layer(tenant::layer(config.tenant));
+    let router = router.layer(tenant::layer(&config.tenant));
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let served = listener

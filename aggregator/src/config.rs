@@ -18,7 +18,7 @@ pub use crate::query::QueryConfig;
 pub use crate::rules::RulesConfig;
 pub use crate::store::{LocalConfig, ObjectStoreConfig, S3Config, StoreConfig};
 use crate::tenant::Tenant;
-pub use crate::tenant::TenantConfig;
+pub use crate::tenant::{TenantConfig, TenantLimits};
 pub use smolder_common::rules::RuleSpec;
 
 /// The whole configuration file.
@@ -89,9 +89,10 @@ impl Config {
     ///
     /// # Errors
     ///
-    /// An invalid or repeated token, or `ingest.quic.tenant-tokens` without
-    /// `tenant.multitenancy-enabled`.
+    /// An invalid or repeated token, `ingest.quic.tenant-tokens` without
+    /// `tenant.multitenancy-enabled`, or an invalid `tenant.limits`.
     pub(crate) fn check_tenants(&self) -> anyhow::Result<()> {
+        self.tenant.limits()?;
         let tokens = self.ingest.quic.token_tenants()?;
         let anonymous = Tenant::anonymous();
         if !self.tenant.multitenancy_enabled
@@ -108,6 +109,23 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tenant_limits_name_valid_tenants_that_requests_can_be() {
+        let check = |yaml: &str| {
+            smolder_daemon::parse::<Config>(yaml)
+                .map(|_| ())
+                .map_err(|err| format!("{err:#}"))
+        };
+        let limits = "  limits:\n    team-a:\n      max-active-series: 5\n";
+        assert!(check(&format!("tenant:\n  multitenancy-enabled: true\n{limits}")).is_ok());
+        let err = check(&format!("tenant:\n{limits}")).unwrap_err();
+        assert!(err.contains("multitenancy-enabled is false"), "{err}");
+        assert!(check("tenant:\n  limits:\n    anonymous:\n      max-active-series: 5\n").is_ok());
+        let err = check("tenant:\n  multitenancy-enabled: true\n  limits:\n    \"a/b\": {}\n")
+            .unwrap_err();
+        assert!(err.contains("tenant.limits: key \"a/b\""), "{err}");
+    }
 
     #[test]
     fn check_config_refuses_missing_tls_files_and_a_rule_given_twice() {

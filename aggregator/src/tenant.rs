@@ -21,10 +21,14 @@
 //! (`tenant.ValidTenantID`), so that an id valid there is valid here and can name a directory or
 //! an object-store prefix as it is.
 //!
+//! The section also holds tenants' own limits ([`TenantLimits`], `tenant.limits`), checked here
+//! and applied by `admission` (ingest rate) and `ingest` (active series).
+//!
 //! `GET /api/tenant` answers the tenant a request is served as, `{"tenant": "anonymous"}`
 //! without multitenancy, so that the web UI shows whose data it shows, through the same
 //! extractor as every other route.
 
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -46,8 +50,8 @@ pub(crate) const MAX_TENANT_BYTES: usize = 150;
 /// The tenant of an installation without multitenancy.
 pub(crate) const ANONYMOUS: &str = "anonymous";
 
-/// Multitenancy: whether HTTP requests name their tenant.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+/// Multitenancy: whether HTTP requests name their tenant, and tenants' own limits.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct TenantConfig {
     /// Whether every HTTP API request must name its tenant in `X-Scope-OrgID` (Pyroscope's
@@ -56,7 +60,54 @@ pub struct TenantConfig {
     /// then name no tenant (nor may the deprecated `ingest.quic.tenant-tokens`). Default
     /// `false`.
     pub multitenancy_enabled: bool,
+    /// Limits of named tenants in place of the defaults every tenant gets (Mimir's and
+    /// Pyroscope's per-tenant overrides), keyed by tenant id: a key left out keeps the default.
+    /// Default none.
+    pub limits: BTreeMap<String, TenantLimits>,
 }
+
+/// One tenant's own limits; each left out is the default's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct TenantLimits {
+    /// In place of `admission.tenant-ingest-bytes-per-second`; 0 means no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ingest_bytes_per_second: Option<u64>,
+    /// In place of `admission.tenant-ingest-burst-bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ingest_burst_bytes: Option<u64>,
+    /// In place of `ingest.max-active-series-per-tenant`; 0 means no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_active_series: Option<usize>,
+}
+
+impl TenantConfig {
+    /// The tenants with limits of their own, their ids checked.
+    ///
+    /// # Errors
+    ///
+    /// A key of `tenant.limits` that is not a valid tenant id, or a limit given to a tenant
+    /// other than `anonymous` without multitenancy (no request could be that tenant's).
+    pub(crate) fn limits(&self) -> anyhow::Result<HashMap<Tenant, TenantLimits>> {
+        self.limits
+            .iter()
+            .map(|(id, limits)| {
+                let tenant = Tenant::new(id)
+                    .map_err(|err| anyhow::anyhow!("tenant.limits: key {id:?}: {err}"))?;
+                if !self.multitenancy_enabled && tenant != Tenant::anonymous() {
+                    anyhow::bail!(
+                        "tenant.limits names tenant {id:?}, but tenant.multitenancy-enabled is false, so every request is the anonymous tenant's; enable it, or name \"anonymous\""
+                    );
+                }
+                Ok((tenant, *limits))
+            })
+            .collect()
+    }
+}
+
+/// Whether requests name their tenant, as [`layer`] installs it for the [`Tenant`] extractor.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Multitenancy(bool);
 
 /// A validated tenant id: 1 to [`MAX_TENANT_BYTES`] bytes of ASCII letters, digits and
 /// `!-_.*'()`, neither `.` nor `..`. Cheap to clone.
@@ -135,8 +186,8 @@ impl fmt::Display for Tenant {
 }
 
 /// Installs `config` on a router, for the [`Tenant`] extractor of every route under it.
-pub(crate) fn layer(config: TenantConfig) -> Extension<TenantConfig> {
-    Extension(config)
+pub(crate) fn layer(config: &TenantConfig) -> Extension<Multitenancy> {
+    Extension(Multitenancy(config.multitenancy_enabled))
 }
 
 /// The tenant a request's credential is limited to, put on the request by `auth`.
@@ -166,7 +217,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Tenant {
             )
             .into_response()
         };
-        let Some(config) = parts.extensions.get::<TenantConfig>().copied() else {
+        let Some(Multitenancy(multitenancy)) = parts.extensions.get::<Multitenancy>().copied()
+        else {
             return Err(refuse(
                 parts,
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -174,7 +226,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Tenant {
             ));
         };
         let granted = parts.extensions.get::<Granted>().cloned();
-        if !config.multitenancy_enabled {
+        if !multitenancy {
             return Ok(granted.map_or_else(Tenant::anonymous, |g| g.tenant));
         }
         let mut values = parts.headers.get_all(HEADER).iter();
@@ -290,9 +342,7 @@ mod tests {
         }
         let (mut parts, ()) = request.body(()).unwrap().into_parts();
         if let Some(enabled) = enabled {
-            parts.extensions.insert(TenantConfig {
-                multitenancy_enabled: enabled,
-            });
+            parts.extensions.insert(Multitenancy(enabled));
         }
         if let Some(granted) = granted {
             parts.extensions.insert(Granted {

@@ -21,6 +21,7 @@
 mod budget;
 mod rate;
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -40,12 +41,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::api_error::{Protocol, Refusal};
 use crate::metrics::Refused;
-use crate::tenant::Tenant;
+use crate::tenant::{Tenant, TenantLimits};
 use smolder_daemon::metrics::gauge;
 
 use self::budget::Budget;
 pub(crate) use self::budget::Charge;
-use self::rate::TenantRates;
+use self::rate::{Rate, TenantRates};
 
 /// How long a client refused for the budget is asked to wait: requests in flight finish in
 /// well under a second at the benchmarked ingest rates.
@@ -125,7 +126,7 @@ pub(crate) enum Overload {
     },
     /// The tenant sent more than its rate allows.
     #[error(
-        "tenant {tenant} is over its ingest rate of {rate} bytes/s (admission.tenant-ingest-bytes-per-second); retry in {} s",
+        "tenant {tenant} is over its ingest rate of {rate} bytes/s ({setting}); retry in {} s",
         crate::api_error::retry_after_secs(*retry_after)
     )]
     TenantRate {
@@ -133,6 +134,8 @@ pub(crate) enum Overload {
         tenant: String,
         /// Its rate.
         rate: u64,
+        /// The setting that gives it.
+        setting: String,
         /// When it may send again.
         retry_after: Duration,
     },
@@ -187,15 +190,20 @@ pub(crate) struct Admission {
     budget: Arc<Budget>,
     /// Held to look up and charge one tenant, never across I/O.
     rates: Option<Mutex<TenantRates>>,
-    rate: u64,
     refused: Refused,
     /// `smolder_aggregator_refused_total{stage="http",reason="too_large"}`.
     too_large: IntCounter,
 }
 
 impl Admission {
-    /// Admission under `config`; its gauge in `registry`, its refusals in `refused`.
-    pub(crate) fn new(config: &AdmissionConfig, registry: &Registry, refused: Refused) -> Self {
+    /// Admission under `config` and the `tenants` with limits of their own; its gauge in
+    /// `registry`, its refusals in `refused`.
+    pub(crate) fn new(
+        config: &AdmissionConfig,
+        tenants: &HashMap<Tenant, TenantLimits>,
+        registry: &Registry,
+        refused: Refused,
+    ) -> Self {
         let in_flight = gauge(
             registry,
             "smolder_aggregator_admission_in_flight_bytes",
@@ -207,16 +215,24 @@ impl Admission {
             "admission.max-in-flight-bytes: the in-flight budget.",
         );
         limit.set(i64::try_from(config.max_in_flight_bytes).unwrap_or(i64::MAX));
-        let rates = (config.tenant_ingest_bytes_per_second > 0).then(|| {
-            Mutex::new(TenantRates::new(
-                config.tenant_ingest_bytes_per_second,
-                config.tenant_ingest_burst_bytes,
-            ))
-        });
+        let default = Rate {
+            per_second: config.tenant_ingest_bytes_per_second,
+            burst: config.tenant_ingest_burst_bytes,
+        };
+        let own = tenants
+            .iter()
+            .map(|(tenant, limits)| {
+                let rate = Rate {
+                    per_second: limits.ingest_bytes_per_second.unwrap_or(default.per_second),
+                    burst: limits.ingest_burst_bytes.unwrap_or(default.burst),
+                };
+                (tenant.clone(), rate)
+            })
+            .collect();
+        let rates = TenantRates::new(default, own);
         Admission {
             budget: Arc::new(Budget::new(config.max_in_flight_bytes, in_flight)),
-            rates,
-            rate: config.tenant_ingest_bytes_per_second,
+            rates: rates.any().then(|| Mutex::new(rates)),
             too_large: refused.counter("http", "too_large"),
             refused,
         }
@@ -250,7 +266,8 @@ impl Admission {
             .admit(tenant, now)
             .map_err(|retry_after| Overload::TenantRate {
                 tenant: tenant.to_string(),
-                rate: self.rate,
+                rate: rates.rate(tenant).per_second,
+                setting: rates.setting(tenant),
                 retry_after,
             })?;
         if let Some(bytes) = declared {
@@ -509,6 +526,7 @@ mod tests {
         let rate = Overload::TenantRate {
             tenant: "a".into(),
             rate: 1,
+            setting: "admission.tenant-ingest-bytes-per-second".into(),
             retry_after: Duration::from_millis(2500),
         };
         assert_eq!(rate.status(), StatusCode::TOO_MANY_REQUESTS);

@@ -23,9 +23,12 @@ pub(crate) const ACTIVE_WINDOW: Duration = Duration::from_secs(3_600);
 /// the tenant.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
-/// The active series of every tenant, under one limit per tenant.
+/// The active series of every tenant, each under its limit.
 pub(crate) struct ActiveSeries {
+    /// Every tenant's limit but those in `own`; 0 for none.
     limit: usize,
+    /// Tenants' own limits (`tenant.limits`).
+    own: HashMap<Tenant, usize>,
     /// Held for one request's lookups and inserts, never across I/O.
     tenants: Mutex<HashMap<Tenant, TenantSeries>>,
 }
@@ -50,10 +53,11 @@ impl TenantSeries {
 }
 
 impl ActiveSeries {
-    /// No active series yet; `limit` series per tenant, 0 for no limit.
-    pub(crate) fn new(limit: usize) -> ActiveSeries {
+    /// No active series yet; `limit` series per tenant, or a tenant's `own`, 0 for no limit.
+    pub(crate) fn new(limit: usize, own: HashMap<Tenant, usize>) -> ActiveSeries {
         ActiveSeries {
             limit,
+            own,
             tenants: Mutex::new(HashMap::new()),
         }
     }
@@ -67,7 +71,8 @@ impl ActiveSeries {
         series: impl IntoIterator<Item = &'s Series>,
         now: u64,
     ) -> Vec<bool> {
-        if self.limit == 0 {
+        let limit = self.limit(tenant);
+        if limit == 0 {
             return series.into_iter().map(|_| true).collect();
         }
         let mut tenants = self
@@ -82,10 +87,10 @@ impl ActiveSeries {
                     *last = now;
                     return true;
                 }
-                if active.last_write.len() >= self.limit {
+                if active.last_write.len() >= limit {
                     active.sweep(now);
                 }
-                if active.last_write.len() >= self.limit {
+                if active.last_write.len() >= limit {
                     return false;
                 }
                 active.last_write.insert(series.clone(), now);
@@ -94,9 +99,18 @@ impl ActiveSeries {
             .collect()
     }
 
-    /// The limit, as the refusal names it.
-    pub(crate) fn limit(&self) -> usize {
-        self.limit
+    /// `tenant`'s limit.
+    pub(crate) fn limit(&self, tenant: &Tenant) -> usize {
+        self.own.get(tenant).copied().unwrap_or(self.limit)
+    }
+
+    /// The setting that gives `tenant` its limit, as the refusal names it.
+    pub(crate) fn setting(&self, tenant: &Tenant) -> String {
+        if self.own.contains_key(tenant) {
+            format!("tenant.limits.{tenant}.max-active-series")
+        } else {
+            "ingest.max-active-series-per-tenant".to_owned()
+        }
     }
 }
 
@@ -110,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_tenant_at_its_limit_keeps_its_series_and_gets_no_new_one() {
-        let active = ActiveSeries::new(2);
+        let active = ActiveSeries::new(2, HashMap::new());
         let (a, b) = (Tenant::anonymous(), Tenant::new("team-b").unwrap());
         let [x, y, z] = [series("x.cpu"), series("y.cpu"), series("z.cpu")];
         assert_eq!(active.admit(&a, [&x, &y, &z], 1_000), [true, true, false]);
@@ -126,8 +140,28 @@ mod tests {
     }
 
     #[test]
+    fn a_tenants_own_limit_replaces_the_default() {
+        let (a, b) = (
+            Tenant::new("team-a").unwrap(),
+            Tenant::new("team-b").unwrap(),
+        );
+        let active = ActiveSeries::new(1, HashMap::from([(a.clone(), 3), (b.clone(), 0)]));
+        let all: Vec<Series> = (0..5).map(|i| series(&format!("s{i}.cpu"))).collect();
+        assert_eq!(active.admit(&a, &all, 1), [true, true, true, false, false]);
+        assert!(active.admit(&b, &all, 1).into_iter().all(|ok| ok), "none");
+        let c = Tenant::anonymous();
+        assert_eq!(active.admit(&c, &all[..2], 1), [true, false], "the default");
+        assert_eq!(
+            (active.limit(&a), active.limit(&b), active.limit(&c)),
+            (3, 0, 1)
+        );
+        assert_eq!(active.setting(&a), "tenant.limits.team-a.max-active-series");
+        assert_eq!(active.setting(&c), "ingest.max-active-series-per-tenant");
+    }
+
+    #[test]
     fn zero_means_no_limit() {
-        let active = ActiveSeries::new(0);
+        let active = ActiveSeries::new(0, HashMap::new());
         let all: Vec<Series> = (0..100).map(|i| series(&format!("s{i}.cpu"))).collect();
         assert!(
             active

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use smolder_common::Profile;
 use smolder_common::wire::{BatchLimits, Refusal, RefusalReason};
@@ -113,14 +113,14 @@ pub(crate) struct Ingester {
 }
 
 impl Ingester {
-    /// An ingest path writing to `store`, counting in `rules`, under the limits of `config`
-    /// and the store's `retention`; refused series are counted in `dropped`
+    /// An ingest path writing to `store`, counting in `rules`, under `config` and its series'
+    /// `limits`; refused series are counted in `dropped`
     /// (`smolder_aggregator_dropped_series_total`).
     pub(crate) fn new(
         store: Arc<dyn Store>,
         rules: Arc<Rules>,
         config: IngestConfig,
-        retention: Duration,
+        limits: Limits,
         metrics: IngestMetrics,
         errors: Errors,
         dropped: Dropped,
@@ -131,7 +131,7 @@ impl Ingester {
         Ingester {
             store,
             rules,
-            limits: Limits::new(&config, retention),
+            limits,
             config,
             metrics,
             errors,
@@ -321,8 +321,8 @@ mod tests {
     //! The ingest path driven directly, against a real block store in a temporary directory:
     //! no listener, no HTTP, no QUIC.
 
-    use std::collections::BTreeMap;
-    use std::time::UNIX_EPOCH;
+    use std::collections::{BTreeMap, HashMap};
+    use std::time::{Duration, UNIX_EPOCH};
 
     use smolder_common::rules::RuleSpec;
     use smolder_common::{ProfileMeta, Selector, Series, SpanId, SpanTrees, Tree};
@@ -365,11 +365,12 @@ mod tests {
                 )
                 .unwrap(),
             );
+            let limits = Limits::new(&config, &HashMap::new(), StoreConfig::default().retention);
             let ingester = Ingester::new(
                 shared,
                 Arc::clone(&rules),
                 config,
-                StoreConfig::default().retention,
+                limits,
                 IngestMetrics::new(metrics.registry()),
                 metrics.errors.clone(),
                 metrics.dropped_series.clone(),

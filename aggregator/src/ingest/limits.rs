@@ -4,6 +4,7 @@
 //! output: those that pass, and a [`Refused`] for each of the others. Sans IO: the time is the
 //! caller's. Caller: the [`Ingester`](super::Ingester), which stores the ones that pass.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use smolder_common::Profile;
@@ -13,7 +14,7 @@ use super::IngestConfig;
 use super::active::ActiveSeries;
 use super::ingester::Refused;
 use crate::store::unix;
-use crate::tenant::Tenant;
+use crate::tenant::{Tenant, TenantLimits};
 
 /// How far past the aggregator's clock a profile may end: agents' clocks drift, but a profile
 /// from the future would sit in a bucket no query reaches and that retention never deletes.
@@ -32,15 +33,24 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
-    /// The limits of `config`, with the store's `retention`.
-    pub(crate) fn new(config: &IngestConfig, retention: Duration) -> Limits {
+    /// The limits of `config` and of the `tenants` with limits of their own, with the store's
+    /// `retention`.
+    pub(crate) fn new(
+        config: &IngestConfig,
+        tenants: &HashMap<Tenant, TenantLimits>,
+        retention: Duration,
+    ) -> Limits {
+        let own = tenants
+            .iter()
+            .filter_map(|(tenant, limits)| Some((tenant.clone(), limits.max_active_series?)))
+            .collect();
         Limits {
             max_batch_bytes: config.quic.max_batch_bytes,
             max_series_per_request: config.max_series_per_request,
             max_labels_per_series: config.max_labels_per_series,
             max_label_bytes: config.max_label_bytes,
             retention,
-            active: ActiveSeries::new(config.max_active_series_per_tenant),
+            active: ActiveSeries::new(config.max_active_series_per_tenant, own),
         }
     }
 
@@ -112,9 +122,10 @@ impl Limits {
                     refusal: Refusal {
                         reason: RefusalReason::TenantSeriesLimit,
                         message: format!(
-                            "series {} is new and tenant {tenant} has {} active series, its limit (ingest.max-active-series-per-tenant)",
+                            "series {} is new and tenant {tenant} has {} active series, its limit ({})",
                             profile.series,
-                            self.active.limit()
+                            self.active.limit(tenant),
+                            self.active.setting(tenant)
                         ),
                     },
                 });

@@ -66,6 +66,7 @@ use crate::store::StoreError;
 use crate::tenant::Tenant;
 
 pub(crate) use self::ingester::{AgentBatch, Ingester, ProfileSet, Refused, Stored, Transport};
+pub(crate) use self::limits::Limits;
 pub(crate) use self::metrics::IngestMetrics;
 use self::params::{BodyFormat, IngestParams, SUPPORTED_FORMATS};
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::StatusCode;
 use smolder_aggregator::app;
-use smolder_aggregator::config::Config;
+use smolder_aggregator::config::{Config, TenantLimits};
 use smolder_common::Tree;
 use smolder_common::wire::frame;
 use smolder_common::wire::{BatchMessage, FrameKind};
@@ -777,5 +777,80 @@ async fn connections_past_the_caps_are_refused_and_counted() {
             "{stage}: {metrics:?}"
         );
     }
+    agg.stop().await;
+}
+
+/// A tenant's own limits (`tenant.limits`) replace the defaults for it alone, and a refusal
+/// names the setting that gave the limit.
+#[tokio::test]
+async fn a_tenants_own_limits_replace_the_defaults_for_it_alone() {
+    let mut config = Config::default();
+    config.tenant.multitenancy_enabled = true;
+    config.tenant.limits.insert(
+        "team-a".to_owned(),
+        TenantLimits {
+            ingest_bytes_per_second: Some(100_000),
+            ingest_burst_bytes: Some(100_000),
+            ..TenantLimits::default()
+        },
+    );
+    config.tenant.limits.insert(
+        "team-c".to_owned(),
+        TenantLimits {
+            max_active_series: Some(1),
+            ..TenantLimits::default()
+        },
+    );
+    let agg = Aggregator::with_config(config).await;
+    let body = folded(8_000, 2);
+    let push = |tenant: &str, name: &str| {
+        let t = now();
+        agg.http
+            .post(agg.url("/ingest"))
+            .query(&[
+                ("name", name),
+                ("from", &(t - 10).to_string()),
+                ("until", &t.to_string()),
+            ])
+            .header("X-Scope-OrgID", tenant)
+            .body(body.clone())
+            .send()
+    };
+    // team-a has a rate of its own; the default has none.
+    assert_eq!(
+        push("team-a", "a.cpu").await.unwrap().status(),
+        StatusCode::OK
+    );
+    let refused = push("team-a", "a.cpu").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let text = refused.text().await.unwrap();
+    assert!(
+        text.contains("tenant team-a is over its ingest rate of 100000 bytes/s (tenant.limits.team-a.ingest-bytes-per-second)"),
+        "{text}"
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            push("team-b", "b.cpu").await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    // team-c has one active series of its own; the default is 100,000.
+    assert_eq!(
+        push("team-c", "one.cpu").await.unwrap().status(),
+        StatusCode::OK
+    );
+    let refused = push("team-c", "two.cpu").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let text = refused.text().await.unwrap();
+    assert!(
+        text.contains(
+            "tenant team-c has 1 active series, its limit (tenant.limits.team-c.max-active-series)"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        push("team-b", "two.cpu").await.unwrap().status(),
+        StatusCode::OK
+    );
     agg.stop().await;
 }

@@ -84,6 +84,11 @@ const HIDDEN: &[(&str, &str, &str)] = &[
     ),
     (
         "aggregator",
+        "tenant.limits",
+        "a map of tenant id to its own limits, empty by default (it prints as {}); OPERATIONS.md's Limits shows an entry",
+    ),
+    (
+        "aggregator",
         "metrics-export-rules",
         "a map of rule name to rule, empty by default (it prints as {}); README.md shows a rule's keys",
     ),
