@@ -16,7 +16,7 @@ pub use crate::http::HttpConfig;
 pub use crate::ingest::IngestConfig;
 pub use crate::query::QueryConfig;
 pub use crate::rules::RulesConfig;
-pub use crate::store::{LocalConfig, ObjectStoreConfig, S3Config, StoreConfig};
+pub use crate::store::{Compactor, LocalConfig, ObjectStoreConfig, S3Config, StoreConfig};
 use crate::tenant::Tenant;
 pub use crate::tenant::{TenantConfig, TenantLimits};
 pub use smolder_common::rules::RuleSpec;

@@ -64,7 +64,7 @@ use smolder_common::{Profile, ProfileMeta, Selector, Series, SpanId, SpanTrees, 
 use crate::tenant::Tenant;
 
 pub(crate) use self::blocks::BlockStore;
-pub use self::blocks::{LocalConfig, ObjectStoreConfig, S3Config};
+pub use self::blocks::{Compactor, LocalConfig, ObjectStoreConfig, S3Config};
 pub use self::check::CheckReport;
 pub(crate) use self::check::check;
 pub(crate) use self::limits::{ReadLimits, with_limits};

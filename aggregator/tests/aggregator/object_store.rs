@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::StatusCode;
 use smolder_aggregator::app;
-use smolder_aggregator::config::{Config, ObjectStoreConfig, S3Config};
+use smolder_aggregator::config::{Compactor, Config, ObjectStoreConfig, S3Config};
 use smolder_common::rules::RuleSpec;
 use smolder_common::wire::{Ack, BatchMessage, FrameKind, Hello, frame};
 use smolder_test_support::garage::{self, Garage};
@@ -371,7 +371,7 @@ pub(crate) const TOKEN: &str = "shared-agent-token";
 /// An aggregator on `garage`'s bucket that polls it often, takes a writer gone after 2 s,
 /// accepts [`TOKEN`], counts `raw.cpu` in rule `raw_seconds_total`, and compacts when
 /// `compactor`.
-async fn on_bucket(garage: &Garage, compactor: bool, upload_interval: Duration) -> Aggregator {
+async fn on_bucket(garage: &Garage, compactor: Compactor, upload_interval: Duration) -> Aggregator {
     let mut config = config(S3Config {
         poll_interval: Duration::from_millis(200),
         orphan_after: Duration::from_secs(2),
@@ -458,8 +458,8 @@ async fn everywhere(aggs: &[&Aggregator], app: &str, from: u64, until: u64, expe
 #[tokio::test(flavor = "multi_thread")]
 async fn aggregators_on_one_bucket_answer_alike_and_count_a_resent_batch_once() {
     let garage = garage().await;
-    let a = on_bucket(&garage, true, Duration::from_millis(500)).await;
-    let b = on_bucket(&garage, false, Duration::from_millis(500)).await;
+    let a = on_bucket(&garage, Compactor::TakesTurns, Duration::from_millis(500)).await;
+    let b = on_bucket(&garage, Compactor::Never, Duration::from_millis(500)).await;
     let http = reqwest::Client::new();
 
     // Pushes to each, in the open head range and in a closed one (cut into blocks at once).
@@ -527,8 +527,8 @@ async fn aggregators_on_one_bucket_answer_alike_and_count_a_resent_batch_once() 
 async fn a_batch_two_aggregators_accept_at_once_counts_once() {
     let garage = garage().await;
     // A long upload interval widens the race: both accept before either's segment is up.
-    let a = on_bucket(&garage, true, Duration::from_secs(1)).await;
-    let b = on_bucket(&garage, false, Duration::from_secs(1)).await;
+    let a = on_bucket(&garage, Compactor::TakesTurns, Duration::from_secs(1)).await;
+    let b = on_bucket(&garage, Compactor::Never, Duration::from_secs(1)).await;
     // Windows in a closed head range, so that both copies are cut into blocks at once.
     let base = SystemTime::now() - Duration::from_secs(3_600);
     let (mut expected, mut stored, mut raced) = (0, 0, 0);
@@ -760,18 +760,17 @@ async fn sum_of(addrs: &[SocketAddr], name: &str) -> f64 {
 async fn two_aggregators_compacting_one_range_keep_totals_exact() {
     let garage = garage().await;
     let root = tempfile::tempdir().unwrap();
-    // Both compact whatever the election says (as two whose views of it disagree), every
-    // second, and delete what merges replace 20 s after it is hidden.
+    // Both configured to compact whatever the others do (as two whose views of the election
+    // disagree would), every second, and delete what merges replace 20 s after it is hidden.
     let store = garage.store_yaml(
-        "    poll-interval: 200ms\n    orphan-after: 2s\n    compaction-grace: 20s\n  compaction-interval: 1s\n",
+        "    poll-interval: 200ms\n    orphan-after: 2s\n    compaction-grace: 20s\n    compactor: always\n  compaction-interval: 1s\n",
     );
     let quic = format!("    tokens: [{TOKEN}]\n");
-    let env = [("SMOLDER_STORE_TEST_EVERY_COMPACTOR", "1")];
     let http = reqwest::Client::new();
     let dirs = [root.path().join("a"), root.path().join("b")];
     let aggs: Vec<_> = dirs
         .iter()
-        .map(|dir| spawn_config(dir, &quic, &store, &env))
+        .map(|dir| spawn_config(dir, &quic, &store, &[]))
         .collect();
     let addrs: Vec<SocketAddr> = aggs.iter().map(|p| p.listening("http")).collect();
     let quic_addrs: Vec<SocketAddr> = aggs.iter().map(|p| p.listening("quic")).collect();
@@ -865,8 +864,8 @@ async fn two_aggregators_compacting_one_range_keep_totals_exact() {
 #[tokio::test(flavor = "multi_thread")]
 async fn of_two_compactors_one_compacts_at_a_time() {
     let garage = garage().await;
-    let a = on_bucket(&garage, true, Duration::from_millis(500)).await;
-    let b = on_bucket(&garage, true, Duration::from_millis(500)).await;
+    let a = on_bucket(&garage, Compactor::TakesTurns, Duration::from_millis(500)).await;
+    let b = on_bucket(&garage, Compactor::TakesTurns, Duration::from_millis(500)).await;
     // Garage overwrites conditional writes: the election, the smaller writer id compacting.
     let compacting = |m: Metrics| m.value("smolder_aggregator_store_compacting", &[]);
     eventually(Duration::from_secs(20), "one compactor elected", || async {
@@ -1290,7 +1289,7 @@ async fn a_block_cache_smaller_than_the_data_answers_exactly_and_keeps_its_bound
     let bound = data * 5 / 8;
     let mut s3 = s3(&garage);
     s3.block_cache_bytes = bound;
-    s3.compactor = false;
+    s3.compactor = Compactor::Never;
     let reader = Aggregator::with_config(config(s3)).await;
     let cache = reader.dir().join("cache").join("blocks");
     let check_bound = |when: &str| {

@@ -278,14 +278,18 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
     let http = client();
 
     // Every aggregator goes through node 0 (a gateway, as a load balancer would be); node 2 is
-    // the one stopped. Aggregators 0 and 1 compact whatever the election says.
-    let store = garage.store_yaml(
-        0,
-        "    poll-interval: 500ms\n    orphan-after: 5s\n    request-timeout: 2s\n    compaction-grace: 20s\n  compaction-interval: 1s\n",
-    );
-    let extra = format!(
-        "auth:\n  credentials:\n    - name: scale-out\n      token: {TOKEN}\n      scopes: [ingest, read, admin]\nstore:\n{store}"
-    );
+    // the one stopped. Aggregators 0 and 1 are configured to compact whatever the others do.
+    let extra = |compactor: &str| {
+        let store = garage.store_yaml(
+            0,
+            &format!(
+                "    poll-interval: 500ms\n    orphan-after: 5s\n    request-timeout: 2s\n    compaction-grace: 20s\n    compactor: {compactor}\n  compaction-interval: 1s\n"
+            ),
+        );
+        format!(
+            "auth:\n  credentials:\n    - name: scale-out\n      token: {TOKEN}\n      scopes: [ingest, read, admin]\nstore:\n{store}"
+        )
+    };
     let mut hosts: Vec<Host> = Vec::new();
     for k in 0..3u8 {
         let front = Netns::create();
@@ -294,13 +298,7 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         agg.http = SocketAddr::from((front.inside, 0));
         agg.quic = SocketAddr::from((front.inside, 0));
         agg.wrapper = front.exec();
-        agg.extra = extra.clone();
-        if k < 2 {
-            agg.env = vec![(
-                "SMOLDER_STORE_TEST_EVERY_COMPACTOR".to_owned(),
-                "1".to_owned(),
-            )];
-        }
+        agg.extra = extra(if k < 2 { "always" } else { "true" });
         agg.start(false);
         agg.wait_ready(&http).await;
         hosts.push(Host {

@@ -169,8 +169,6 @@ pub(crate) struct AggregatorProcess {
     pub(crate) extra: String,
     /// A command line the binary runs under, such as `ip netns exec <name>`.
     pub(crate) wrapper: Vec<String>,
-    /// Environment variables it runs with, beside this process's.
-    pub(crate) env: Vec<(String, String)>,
     /// How long a start may take to bind its listeners: a restart replays the head first.
     pub(crate) patience: Duration,
     process: Option<Process>,
@@ -185,7 +183,6 @@ impl AggregatorProcess {
             quic: LOOPBACK_ANY_PORT,
             extra: String::new(),
             wrapper: Vec::new(),
-            env: Vec::new(),
             patience: smolder_test_support::process::PATIENCE,
             process: None,
         }
@@ -227,8 +224,7 @@ impl AggregatorProcess {
             .arg("--data-dir")
             .arg(&self.data)
             .arg("--config")
-            .arg(&config)
-            .envs(self.env.iter().map(|(k, v)| (k, v)));
+            .arg(&config);
         let process = Process::spawn(command);
         self.http = process.listening_within("http", self.patience);
         self.quic = process.listening_within("quic", self.patience);

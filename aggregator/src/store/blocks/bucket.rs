@@ -100,12 +100,13 @@ pub struct S3Config {
     /// `poll-interval`. Default `60s`.
     #[serde(with = "smolder_common::timestamp::serde_duration")]
     pub orphan_after: Duration,
-    /// Whether this aggregator may merge, downsample and apply retention to the bucket's blocks.
-    /// Of those that may, one at a time does: the holder of a lease where the store honours
-    /// conditional writes (AWS S3, MinIO, Ceph RGW), else the live one with the smallest writer
-    /// id (Garage); the log says which. Two that both believe they compact for a moment lose
-    /// and double-count nothing. Default `true`.
-    pub compactor: bool,
+    /// Whether this aggregator merges, downsamples and applies retention to the bucket's
+    /// blocks. `true`: it may, and of those that may one at a time does: the holder of a lease
+    /// where the store honours conditional writes (AWS S3, MinIO, Ceph RGW), else the live one
+    /// with the smallest writer id (Garage); the log says which. `always`: it does, whatever the
+    /// others do (a configured role: give it to one aggregator and `false` to the rest).
+    /// `false`: never. Two that compact at once lose and double-count nothing. Default `true`.
+    pub compactor: Compactor,
     /// How long a block that merges replace stays in the bucket, hidden, before a compactor
     /// deletes it: longer than any aggregator's view of the bucket may be old, and than a merge
     /// may take to finish its upload. At least ten times `poll-interval` and twice
@@ -140,9 +141,59 @@ impl Default for S3Config {
             upload_timeout: Duration::from_secs(5),
             poll_interval: Duration::from_secs(2),
             orphan_after: Duration::from_secs(60),
-            compactor: true,
+            compactor: Compactor::TakesTurns,
             compaction_grace: Duration::from_secs(600),
             block_cache_bytes: 10 << 30,
+        }
+    }
+}
+
+/// Whether an aggregator compacts the bucket (`store.object-store.compactor`): written `false`,
+/// `true` or `always`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compactor {
+    /// `false`: never.
+    Never,
+    /// `true`: takes turns with the others that may, through a lease or the election.
+    #[default]
+    TakesTurns,
+    /// `always`: compacts whatever the others do.
+    Always,
+}
+
+impl Compactor {
+    /// Whether it may compact at all.
+    pub(crate) fn may(self) -> bool {
+        self != Compactor::Never
+    }
+}
+
+impl Serialize for Compactor {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Compactor::Never => serializer.serialize_bool(false),
+            Compactor::TakesTurns => serializer.serialize_bool(true),
+            Compactor::Always => serializer.serialize_str("always"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Compactor {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Flag(bool),
+            Word(String),
+        }
+        match Written::deserialize(deserializer)? {
+            Written::Flag(false) => Ok(Compactor::Never),
+            Written::Flag(true) => Ok(Compactor::TakesTurns),
+            Written::Word(word) if word == "always" => Ok(Compactor::Always),
+            Written::Word(word) => Err(D::Error::custom(format!(
+                "compactor is true, false or always, not {word:?}"
+            ))),
         }
     }
 }
@@ -1065,6 +1116,25 @@ fn http_error(err: reqwest_ring::Error) -> HttpError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_compactor_is_true_false_or_always() {
+        for (text, compactor) in [
+            ("false", Compactor::Never),
+            ("true", Compactor::TakesTurns),
+            ("always", Compactor::Always),
+        ] {
+            let read: Compactor = serde_norway::from_str(text).unwrap();
+            assert_eq!(read, compactor);
+            assert_eq!(serde_norway::to_string(&read).unwrap().trim(), text);
+        }
+        let err = serde_norway::from_str::<Compactor>("sometimes").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("compactor is true, false or always, not \"sometimes\""),
+            "{err}"
+        );
+    }
 
     #[test]
     fn shared_credentials_reads_the_profile_asked_for() {

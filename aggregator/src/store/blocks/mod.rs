@@ -95,7 +95,7 @@ use self::uploads::BucketMode;
 use self::wal::Wal;
 use self::writer::{Command, Prepared, WriteIds};
 
-pub use self::bucket::S3Config;
+pub use self::bucket::{Compactor, S3Config};
 pub use self::files::{LocalConfig, ObjectStoreConfig};
 
 /// What a retention pass removed.
@@ -329,7 +329,7 @@ impl BlockStore {
                     upload_interval: s3.upload_interval,
                     upload_timeout: s3.upload_timeout,
                     poll_interval: s3.poll_interval,
-                    compactor: s3.compactor,
+                    compactor: s3.compactor.may(),
                     compacting: std::sync::atomic::AtomicBool::new(false),
                     grace: s3.compaction_grace,
                     owned: Mutex::new(Owned::default()),

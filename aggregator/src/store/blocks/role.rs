@@ -23,20 +23,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tracing::{info, warn};
+use tracing::info;
 
-use super::bucket::{Bucket, RequestError};
+use super::bucket::{Bucket, Compactor, RequestError};
 
 /// The lease's key, under the bucket's prefix.
 pub(crate) const LEASE: &str = "leases/compaction";
 
 /// The suffix of the object beside a heartbeat that says its aggregator may compact.
 pub(crate) const COMPACTOR_FLAG: &str = ".compactor";
-
-/// Test-only: every aggregator configured to compact compacts, as two whose views of the
-/// election disagree would (`SMOLDER_STORE_TEST_EVERY_COMPACTOR=1`), so that a test can show
-/// that two compactors of one range keep totals exact.
-const EVERY_COMPACTOR: &str = "SMOLDER_STORE_TEST_EVERY_COMPACTOR";
 
 /// How compactors take turns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,7 +42,7 @@ pub(crate) enum Mode {
     Lease,
     /// The live compactor with the smallest writer id.
     Election,
-    /// Test-only: always.
+    /// Always (`compactor: always`).
     Always,
 }
 
@@ -70,20 +65,19 @@ struct Lease {
 }
 
 impl Role {
-    /// The role of writer `writer` on `bucket`: a lease of `ttl` where the bucket honours
-    /// conditional writes, else the election; none when `configured` is false.
+    /// The role of writer `writer` on `bucket` as `configured`: taking turns, through a lease
+    /// of `ttl` where the bucket honours conditional writes, else the election.
     pub(crate) fn new(
         bucket: Arc<Bucket>,
         writer: String,
-        configured: bool,
+        configured: Compactor,
         ttl: Duration,
     ) -> Role {
-        let every = std::env::var(EVERY_COMPACTOR).is_ok_and(|v| v == "1");
-        let mode = match (configured, bucket.conditional(), every) {
-            (false, _, _) => Mode::Off,
-            (true, _, true) => Mode::Always,
-            (true, true, false) => Mode::Lease,
-            (true, false, false) => Mode::Election,
+        let mode = match (configured, bucket.conditional()) {
+            (Compactor::Never, _) => Mode::Off,
+            (Compactor::Always, _) => Mode::Always,
+            (Compactor::TakesTurns, true) => Mode::Lease,
+            (Compactor::TakesTurns, false) => Mode::Election,
         };
         match mode {
             Mode::Off => {
@@ -95,8 +89,8 @@ impl Role {
             Mode::Election => info!(
                 "compactors take turns by election: the live one with the smallest writer id compacts (the store does not honour conditional writes, so no lease)"
             ),
-            Mode::Always => warn!(
-                "{EVERY_COMPACTOR}=1: this aggregator compacts whatever others do (test only)"
+            Mode::Always => info!(
+                "this aggregator compacts whatever the others do (store.object-store.compactor: always); the others of the bucket should have compactor: false, or they compact too (exact, but work done twice)"
             ),
         }
         Role {
@@ -198,8 +192,18 @@ mod tests {
     fn one_aggregator_holds_the_lease_until_it_expires() {
         let bucket = Arc::new(Bucket::in_memory());
         let ttl = Duration::from_millis(800);
-        let mut a = Role::new(Arc::clone(&bucket), "aaaa".into(), true, ttl);
-        let mut b = Role::new(Arc::clone(&bucket), "bbbb".into(), true, ttl);
+        let mut a = Role::new(
+            Arc::clone(&bucket),
+            "aaaa".into(),
+            Compactor::TakesTurns,
+            ttl,
+        );
+        let mut b = Role::new(
+            Arc::clone(&bucket),
+            "bbbb".into(),
+            Compactor::TakesTurns,
+            ttl,
+        );
         assert_eq!(a.mode, Mode::Lease);
         // The election does not matter in lease mode.
         assert!(a.check(false, now_ms()).unwrap());
@@ -219,7 +223,7 @@ mod tests {
             serde_json::from_slice(&bucket.get_versioned(LEASE).unwrap().unwrap().bytes).unwrap();
         assert_eq!(lease.owner, "bbbb");
         // Not configured: never.
-        let mut c = Role::new(bucket, "0000".into(), false, ttl);
+        let mut c = Role::new(bucket, "0000".into(), Compactor::Never, ttl);
         assert!(!c.check(true, now_ms()).unwrap());
     }
 }

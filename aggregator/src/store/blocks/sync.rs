@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tracing::{error, info, warn};
 
 use super::Shared;
-use super::bucket::Bucket;
+use super::bucket::{Bucket, Compactor};
 use super::deletions;
 use super::files::{BlockFile, BlockName, OpenError, bucket_error};
 use super::lineage::is_merge;
@@ -115,19 +115,19 @@ pub(crate) struct Sync {
 }
 
 impl Sync {
-    /// The loop's state for writer `writer` on `bucket`, which may compact when `compactor`.
+    /// The loop's state for writer `writer` on `bucket`, compacting as `compactor` says.
     pub(crate) fn new(
         bucket: Arc<Bucket>,
         writer: String,
         orphan_after: Duration,
-        compactor: bool,
+        compactor: Compactor,
     ) -> Sync {
         Sync {
             role: Role::new(Arc::clone(&bucket), writer.clone(), compactor, orphan_after),
             bucket,
             writer,
             orphan_after,
-            compactor,
+            compactor: compactor.may(),
             compacting: false,
             clock_offset: 0,
             heartbeat_written: None,
