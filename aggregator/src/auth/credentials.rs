@@ -533,10 +533,47 @@ impl CredentialSet {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     fn spec(yaml: &str) -> CredentialSpec {
         serde_norway::from_str(yaml).unwrap()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_credential_file_is_read_or_refused_naming_the_file(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..400),
+        ) {
+            let path = Path::new("/etc/smolder/credentials.yaml");
+            if let Err(err) = parse_file(path, &bytes, true) {
+                proptest::prop_assert!(err.to_string().contains("credentials.yaml"));
+            }
+        }
+
+        #[test]
+        fn a_file_of_valid_credentials_gives_each_of_them(
+            tokens in proptest::collection::btree_map("[a-z][a-z0-9-]{0,15}", "[A-Za-z0-9_.~-]{8,40}", 0..8),
+            tenant in proptest::option::of("[a-z][a-z0-9-]{0,15}"),
+        ) {
+            let mut yaml = String::from("credentials:\n");
+            for (name, token) in &tokens {
+                yaml.push_str(&format!("  - name: {name}\n    token: \"{token}\"\n    scopes: [ingest, read]\n"));
+                if let Some(tenant) = &tenant {
+                    yaml.push_str(&format!("    tenant: {tenant}\n"));
+                }
+            }
+            let read = parse_file(Path::new("f.yaml"), yaml.as_bytes(), true).unwrap();
+            proptest::prop_assert_eq!(read.len(), tokens.len());
+            let distinct: BTreeSet<&String> = tokens.values().collect();
+            if distinct.len() == tokens.len() {
+                let set = CredentialSet::new(read).unwrap();
+                for (name, token) in &tokens {
+                    proptest::prop_assert_eq!(&*set.token(token).unwrap().name, name.as_str());
+                }
+            }
+        }
     }
 
     #[test]

@@ -1083,6 +1083,21 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn basic_credentials_round_trip(user in "[^:]{0,40}", password in "\\PC{0,40}") {
+            let encoded = base64::engine::general_purpose::STANDARD
+                .encode(format!("{user}:{password}"));
+            proptest::prop_assert_eq!(basic(&encoded), Some((user, password)));
+        }
+
+        #[test]
+        fn any_basic_header_is_answered(header in "\\PC{0,200}", bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let _ = basic(&header);
+            let _ = basic(&base64::engine::general_purpose::STANDARD.encode(&bytes));
+        }
+    }
+
     #[test]
     fn basic_credentials_decode() {
         let encoded = base64::engine::general_purpose::STANDARD.encode("u:p:q");

@@ -127,6 +127,32 @@ pub(crate) fn clear_cookie(name: &str) -> String {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        #[test]
+        fn a_cookie_is_found_among_any_others(
+            others in proptest::collection::vec(("[a-z_]{1,12}", "[!#-+.-:<-~]{0,20}"), 0..6),
+            value in "[!#-+.-:<-~]{1,40}",
+            at in 0usize..6,
+        ) {
+            let name = cookie_name(4040);
+            let mut pairs: Vec<String> = others
+                .iter()
+                .filter(|(other, _)| *other != name)
+                .map(|(other, v)| format!("{other}={v}"))
+                .collect();
+            pairs.insert(at.min(pairs.len()), format!("{name}={value}"));
+            let header = pairs.join("; ");
+            proptest::prop_assert_eq!(cookie_value(&header, &name), Some(value.as_str()));
+        }
+
+        #[test]
+        fn any_cookie_header_is_answered(header in "\\PC{0,300}", name in "\\PC{0,20}") {
+            if let Some(found) = cookie_value(&header, &name) {
+                proptest::prop_assert!(header.contains(found) && !found.is_empty());
+            }
+        }
+    }
+
     #[test]
     fn sessions_expire_and_are_bounded() {
         let mut sessions = Sessions::default();
