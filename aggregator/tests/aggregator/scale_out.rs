@@ -364,6 +364,7 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         .expect("one of the three");
     let on_victim = shipping_to(&agents, victim_addr).await;
     *phase.lock().unwrap() = "aggregator killed";
+    eprintln!("{:?}: 1. kill -9 of aggregator {victim}", started.elapsed());
     hosts[victim].kill();
     let killed = Instant::now();
     std::fs::remove_dir_all(&hosts[victim].agg.data).unwrap();
@@ -386,6 +387,10 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         .expect("one of the three");
     let before = shipping_to(&agents, cut_addr).await;
     *phase.lock().unwrap() = "aggregator cut off";
+    eprintln!(
+        "{:?}: 2. aggregator {cut} cut off from the bucket",
+        started.elapsed()
+    );
     hosts[cut].storage.cut();
     let cut_at = Instant::now();
     for (k, acked_before) in &before {
@@ -452,6 +457,7 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
     // 3. One Garage node down: its replicas answer for it.
     let acked_before: f64 = acked(0).await + acked(1).await;
     *phase.lock().unwrap() = "garage node down";
+    eprintln!("{:?}: 3. garage node 2 down", started.elapsed());
     tokio::task::block_in_place(|| garage.kill(2));
     let node_down = Instant::now();
     tokio::time::sleep(Duration::from_secs(15)).await;
@@ -474,6 +480,10 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
     *phase.lock().unwrap() = "steady";
 
     // 4. A batch one aggregator stored and whose ack was lost, sent again to another.
+    eprintln!(
+        "{:?}: 4. a batch sent again to another aggregator",
+        started.elapsed()
+    );
     let end = SystemTime::now();
     let first = send_batch_to(quic_addrs[0], &ca, 1, end, 13).await;
     assert!(!first.duplicate);
@@ -488,6 +498,10 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
     // totals exact through all three at every check.
     let range = (now() - 5 * 3_600) / 10_000 * 10_000;
     let mut compacted_pushes = 0;
+    eprintln!(
+        "{:?}: 5. waves of pushes while two compact",
+        started.elapsed()
+    );
     for wave in 0..3u64 {
         let head = range + 2 * wave * 1_000;
         let (a, b) = tokio::join!(
@@ -542,6 +556,10 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
     }
 
     // The end: everything sent, once, through every aggregator.
+    eprintln!(
+        "{:?}: the end: totals through every aggregator",
+        started.elapsed()
+    );
     stop.send(true).unwrap();
     let [zero, one] = producers;
     let produced = [zero.await.unwrap(), one.await.unwrap()];
