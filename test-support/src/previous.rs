@@ -206,13 +206,19 @@ impl PprofTarget {
     pub fn served(&self) -> usize {
         self.served.load(Ordering::Relaxed)
     }
+
+    /// Stops serving: later connections are refused; a request accepted before may still be
+    /// answered (and counted) within its read of the request.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the accept loop to see the flag.
+        let _ = TcpStream::connect(self.addr);
+    }
 }
 
 impl Drop for PprofTarget {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // Wakes the accept loop to see the flag.
-        let _ = TcpStream::connect(self.addr);
+        self.stop();
     }
 }
 

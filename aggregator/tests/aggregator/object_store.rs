@@ -912,7 +912,11 @@ async fn two_on_one_bucket(
 
 /// `smolder_agent_ship_aggregator_info`'s address: where the agent ships now.
 pub(crate) async fn current_aggregator(agent: &smolder_agent::app::Running) -> Option<SocketAddr> {
-    let metrics = crate::transport::agent_metrics(agent).await;
+    aggregator_in(&crate::transport::agent_metrics(agent).await)
+}
+
+/// The aggregator an agent whose `/metrics` are `metrics` ships to now.
+pub(crate) fn aggregator_in(metrics: &Metrics) -> Option<SocketAddr> {
     metrics
         .samples_of("smolder_agent_ship_aggregator_info")
         .find(|sample| sample.value == 1.0)

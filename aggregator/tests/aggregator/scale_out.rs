@@ -1,11 +1,13 @@
 //! The multi-host test of object-storage mode: a three-node Garage cluster (replication factor
-//! 3, a zone per node), three aggregator processes on its one bucket, two agents and a push
-//! client, every host in a network namespace of its own. Each aggregator has two links, one
+//! 3, a zone per node), three aggregator processes on its one bucket, two agent processes
+//! (each scraping a pprof target of its own) and a push client, every aggregator and Garage
+//! node in a network namespace of its own. Each aggregator has two links, one
 //! to the agents and the push client (a veth pair to this namespace, [`Netns`]) and one to the
 //! bucket (a port on the storage [`Bridge`] the Garage nodes are on), so that it can be cut off
 //! from the bucket while its clients still reach it.
 //!
-//! While the agents ship a window every 250 ms and the client pushes ten profiles a second,
+//! While the agents scrape their targets and ship a window every two seconds, and the client
+//! pushes ten profiles a second,
 //! one test goes through the faults in turn and says what each did:
 //!
 //! 1. `kill -9` of the aggregator an agent ships to, its data directory deleted: the agents on
@@ -30,16 +32,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
-use smolder_agent::app::{self as agent_app, Running as Agent};
 use smolder_common::querier::{SelectSeriesRequest, SelectSeriesResponse};
 use smolder_test_support::garage::Cluster;
 use smolder_test_support::netns::{Bridge, Netns, Port};
+use smolder_test_support::previous::{PprofTarget, cpu_pprof};
+use smolder_test_support::process::{Process, daemon};
 use smolder_test_support::prometheus::Metrics;
 use smolder_test_support::wait::eventually;
 
-use crate::object_store::{TOKEN, current_aggregator, push_all, send_batch_to, total};
-use crate::transport::{agent_config, agent_metrics, steady_profiles, ticks};
+use crate::object_store::{TOKEN, aggregator_in, push_all, send_batch_to, total};
+use crate::transport::ticks;
 use crate::util::AggregatorProcess;
+
+/// The samples of each profile the agents' targets serve: series `a` 3, `b` 4.
+const PER_SCRAPE: u64 = 7;
 
 /// Aggregators on the storage bridge are hosts `.21` to `.23`, Garage nodes `.11` to `.13`.
 const FIRST_AGGREGATOR: u8 = 21;
@@ -58,6 +64,95 @@ impl Host {
     fn kill(&mut self) {
         self.agg.kill();
     }
+}
+
+/// An agent process of this host, shipping to all three aggregators what it scrapes from a
+/// pprof target of its own.
+struct Agent {
+    process: Process,
+    http: SocketAddr,
+    target: PprofTarget,
+}
+
+impl Agent {
+    /// Agent `k`, application `agent<k>`, with its state under `state`, trusting `ca`.
+    fn start(
+        k: usize,
+        aggregators: &[SocketAddr],
+        ca: &std::path::Path,
+        state: &std::path::Path,
+    ) -> Agent {
+        let target = PprofTarget::serve(cpu_pprof("variant", &[("a", 3), ("b", 4)]), usize::MAX);
+        let list: Vec<String> = aggregators.iter().map(|a| format!("'{a}'")).collect();
+        let config = format!(
+            "hostname: agent-{k}\nhttp:\n  listen: 127.0.0.1:0\nebpf:\n  enabled: false\n\
+             window:\n  length: 1s\n  settle: 0s\n\
+             ship:\n  aggregators: [{list}]\n  ca: {ca}\n  token: {TOKEN}\n  \
+             backoff-min: 1s\n  backoff-max: 2s\n  ack-timeout: 10s\n\
+             scrape-configs:\n  - job-name: agent{k}\n    scrape-interval: 2s\n    scrape-timeout: 1500ms\n    \
+             enabled-profiles: [cpu]\n    profiles: {{cpu: {{params: {{seconds: 1}}}}}}\n    \
+             static-configs: [{{application: agent{k}, targets: ['{target}']}}]\n",
+            list = list.join(", "),
+            ca = ca.display(),
+            target = target.addr(),
+        );
+        std::fs::create_dir_all(state).unwrap();
+        let path = state.join("agent.yaml");
+        std::fs::write(&path, config).unwrap();
+        let mut command = daemon(&agent_binary(), "info");
+        command
+            .arg("--data-dir")
+            .arg(state.join("data"))
+            .arg("--config")
+            .arg(&path);
+        let process = Process::spawn(command);
+        let http = process.listening("http");
+        Agent {
+            process,
+            http,
+            target,
+        }
+    }
+
+    /// Its `/metrics`.
+    async fn metrics(&self) -> Metrics {
+        Metrics::scrape(&format!("http://{}/metrics", self.http)).await
+    }
+
+    /// The aggregator it ships to now.
+    async fn aggregator(&self) -> Option<SocketAddr> {
+        aggregator_in(&self.metrics().await)
+    }
+
+    /// Stops scraping; the samples its target served, once the last answer is out.
+    async fn stop_scraping(&self) -> u64 {
+        self.target.stop();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        self.target.served() as u64 * PER_SCRAPE
+    }
+
+    /// SIGTERM, and a clean exit.
+    fn stop(mut self) {
+        self.process.terminate();
+        assert!(self.process.wait().success(), "{}", self.process.log());
+    }
+}
+
+/// This build's `smolder-agent`, beside this test binary's directory: `cargo test --workspace`
+/// (the README's test command) builds it with the agent's tests.
+fn agent_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let binary = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target/<profile>/deps")
+        .join("smolder-agent");
+    assert!(
+        binary.exists(),
+        "{} is missing: build it (cargo build -p smolder-agent), or run the workspace's tests",
+        binary.display()
+    );
+    binary
 }
 
 /// The time since the epoch in seconds.
@@ -232,7 +327,8 @@ async fn collapsed(http: &reqwest::Client, addr: SocketAddr, query: &str) -> Str
 
 /// The batches `agent` has had acknowledged.
 async fn acked_batches(agent: &Agent) -> f64 {
-    agent_metrics(agent)
+    agent
+        .metrics()
         .await
         .value("smolder_agent_ship_batches_acked_total", &[])
 }
@@ -241,7 +337,7 @@ async fn acked_batches(agent: &Agent) -> f64 {
 async fn shipping_to(agents: &[Agent], addr: SocketAddr) -> Vec<(usize, f64)> {
     let mut on = Vec::new();
     for (k, agent) in agents.iter().enumerate() {
-        if current_aggregator(agent).await == Some(addr) {
+        if agent.aggregator().await == Some(addr) {
             on.push((k, acked_batches(agent).await));
         }
     }
@@ -255,8 +351,8 @@ async fn moved_on(agent: &Agent, from: SocketAddr, acked: f64, since: Instant) -
         Duration::from_secs(45),
         &format!("the agent off {from}"),
         || async {
-            let metrics = agent_metrics(agent).await;
-            let on = current_aggregator(agent).await;
+            let metrics = agent.metrics().await;
+            let on = aggregator_in(&metrics);
             on.is_some()
                 && on != Some(from)
                 && metrics.value("smolder_agent_ship_connected", &[]) == 1.0
@@ -313,34 +409,11 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
     let ca = root.path().join("ca.pem");
     std::fs::copy(hosts[0].agg.data.join("tls/ca.pem"), &ca).unwrap();
 
-    // Two agents, each configured with all three aggregators.
-    let agents: Vec<Agent> = {
-        let mut agents = Vec::new();
-        for k in 0..2 {
-            let mut config = agent_config(quic_addrs[0], &hosts[0].agg.data);
-            config.hostname = format!("agent-{k}");
-            config.ship.aggregator = smolder_agent::config::ShipConfig::default().aggregator;
-            config.ship.aggregators = quic_addrs.iter().map(ToString::to_string).collect();
-            config.ship.ca = ca.clone();
-            config.ship.token = TOKEN.to_owned();
-            let state = root.path().join(format!("agent{k}"));
-            agents.push(agent_app::start_in(config, &state).await.unwrap());
-        }
-        agents
-    };
+    // Two agent processes, each configured with all three aggregators.
+    let agents: Vec<Agent> = (0..2)
+        .map(|k| Agent::start(k, &quic_addrs, &ca, &root.path().join(format!("agent{k}"))))
+        .collect();
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    // Five profiles to each 250 ms window of either agent, until the end.
-    let until_stopped = || {
-        let mut stopped = stopped.clone();
-        async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        }
-    };
-    let every = Duration::from_millis(50);
-    let producers = [
-        steady_profiles(&agents[0], "agent0.cpu", every, until_stopped()),
-        steady_profiles(&agents[1], "agent1.cpu", every, until_stopped()),
-    ];
     let pushes = Arc::new(Mutex::new(Pushes::default()));
     let phase = Arc::new(Mutex::new("steady"));
     let pusher = push_client(
@@ -357,7 +430,7 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
     tokio::time::sleep(Duration::from_secs(5)).await;
 
     // 1. kill -9 the aggregator agent 0 ships to, and delete its data directory.
-    let victim_addr = current_aggregator(&agents[0]).await.expect("agent 0 ships");
+    let victim_addr = agents[0].aggregator().await.expect("agent 0 ships");
     let victim = quic_addrs
         .iter()
         .position(|a| *a == victim_addr)
@@ -380,7 +453,7 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
     *phase.lock().unwrap() = "steady";
 
     // 2. Cut the aggregator agent 1 ships to off from the bucket.
-    let cut_addr = current_aggregator(&agents[1]).await.expect("agent 1 ships");
+    let cut_addr = agents[1].aggregator().await.expect("agent 1 ships");
     let cut = quic_addrs
         .iter()
         .position(|a| *a == cut_addr)
@@ -396,7 +469,7 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
     for (k, acked_before) in &before {
         let took = moved_on(&agents[*k], cut_addr, *acked_before, cut_at).await;
         eprintln!("agent {k} moved on from the aggregator cut off from the bucket in {took:?}");
-        let metrics = agent_metrics(&agents[*k]).await;
+        let metrics = agents[*k].metrics().await;
         assert!(
             metrics.value(
                 "smolder_agent_ship_failovers_total",
@@ -460,7 +533,8 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
     eprintln!("{:?}: 3. garage node 2 down", started.elapsed());
     tokio::task::block_in_place(|| garage.kill(2));
     let node_down = Instant::now();
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    // Each agent ships a window every 2 s: 20 batches in 20 s, half of them at the least.
+    tokio::time::sleep(Duration::from_secs(20)).await;
     let acked_during = acked(0).await + acked(1).await - acked_before;
     assert!(
         acked_during >= 10.0,
@@ -561,13 +635,16 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         started.elapsed()
     );
     stop.send(true).unwrap();
-    let [zero, one] = producers;
-    let produced = [zero.await.unwrap(), one.await.unwrap()];
+    let produced = [
+        agents[0].stop_scraping().await,
+        agents[1].stop_scraping().await,
+    ];
     pusher.await.unwrap();
     eventually(Duration::from_secs(60), "both spools drained", || async {
         let mut empty = true;
         for agent in &agents {
-            empty &= agent_metrics(agent)
+            empty &= agent
+                .metrics()
                 .await
                 .value("smolder_agent_spool_batches", &[])
                 == 0.0;
@@ -672,12 +749,12 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         );
     }
     for agent in agents {
-        let metrics = agent_metrics(&agent).await;
+        let metrics = agent.metrics().await;
         assert_eq!(
             metrics.value("smolder_agent_dropped_batches_total", &[]),
             0.0
         );
-        agent.stop().await.unwrap();
+        agent.stop();
     }
     drop(hosts);
 }
