@@ -1,7 +1,8 @@
 //! The multi-host test of object-storage mode: a three-node Garage cluster (replication factor
 //! 3, a zone per node), three aggregator processes on its one bucket, two agent processes
-//! (each scraping a pprof target of its own) and a push client, every aggregator and Garage
-//! node in a network namespace of its own. Each aggregator has two links, one
+//! (each scraping a pprof target of its own) and a push client process
+//! (`tests/clients/push_client.py`), every aggregator and Garage node in a network namespace of
+//! its own. Each aggregator has two links, one
 //! to the agents and the push client (a veth pair to this namespace, [`Netns`]) and one to the
 //! bucket (a port on the storage [`Bridge`] the Garage nodes are on), so that it can be cut off
 //! from the bucket while its clients still reach it.
@@ -28,7 +29,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
@@ -184,65 +184,94 @@ struct Pushes {
     acked: u64,
     /// Samples of pushes that got no answer (a kill mid-request): stored at most once.
     unanswered: u64,
-    /// Pushes refused with a status (503 while cut off): not stored.
+    /// Pushes refused with a status (503 while cut off), or never sent: not stored.
     refused: u64,
-    /// The latency of each acknowledged push, with the phase it fell in.
-    latencies: Vec<(&'static str, Duration)>,
+    /// The latency of each acknowledged push, with the phase it was sent in.
+    latencies: Vec<(String, Duration)>,
     /// Each acknowledged push (its stack is `main;push;p<number>`): number, value, where it
     /// went and in which phase, to name what is missing if anything is.
-    log: Vec<(u64, u64, SocketAddr, &'static str)>,
+    log: Vec<(u64, u64, String, String)>,
 }
 
-/// Pushes `pushed.cpu` ten times a second, each to the next aggregator in turn, until told
-/// to stop; tags each latency with the phase `phase` names at the time.
-fn push_client(
-    addrs: Vec<SocketAddr>,
-    pushes: Arc<Mutex<Pushes>>,
-    phase: Arc<Mutex<&'static str>>,
-    stop: &tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
-    let http = client();
-    let mut stop = stop.clone();
-    tokio::spawn(async move {
-        let mut i = 0u64;
-        while !*stop.borrow() {
-            let addr = addrs[usize::try_from(i).unwrap() % addrs.len()];
-            let value = i % 3 + 1;
-            let until = now();
-            let started = Instant::now();
-            let answer = http
-                .post(format!("http://{addr}/ingest"))
-                .query(&[
-                    ("name", "pushed.cpu".to_owned()),
-                    ("from", (until - 10).to_string()),
-                    ("until", until.to_string()),
-                ])
-                .body(format!("main;push;p{i} {value}\n"))
-                .send()
-                .await;
-            let took = started.elapsed();
-            {
-                let mut pushes = pushes.lock().unwrap();
-                match answer {
-                    Ok(response) if response.status() == 200 => {
-                        pushes.acked += value;
-                        let phase = *phase.lock().unwrap();
-                        pushes.latencies.push((phase, took));
-                        pushes.log.push((i, value, addr, phase));
-                    }
-                    Ok(_) => pushes.refused += 1,
-                    // Never sent: nothing to count.
-                    Err(err) if err.is_connect() => pushes.refused += 1,
-                    Err(_) => pushes.unanswered += value,
+/// One line of the push client's output: one push.
+#[derive(serde::Deserialize)]
+struct Push {
+    i: u64,
+    value: u64,
+    addr: String,
+    phase: String,
+    seconds: f64,
+    outcome: String,
+}
+
+/// The push client, a process of its own (`tests/clients/push_client.py`, Python's own HTTP
+/// client): `pushed.cpu` ten times a second, each push to the next aggregator in turn.
+struct PushClient {
+    child: std::process::Child,
+    phases: Option<std::process::ChildStdin>,
+    /// Its output's lines, read as they come so that it never waits on a full pipe.
+    lines: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl PushClient {
+    /// Starts it against `addrs`.
+    fn start(addrs: &[SocketAddr]) -> PushClient {
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/push_client.py");
+        let mut child = std::process::Command::new("python3")
+            .arg(script)
+            .arg(TOKEN)
+            .args(addrs.iter().map(ToString::to_string))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs the push client");
+        let phases = child.stdin.take();
+        let stdout = child.stdout.take().expect("its output");
+        let lines = std::thread::spawn(move || {
+            use std::io::BufRead;
+            std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .collect()
+        });
+        PushClient {
+            child,
+            phases,
+            lines,
+        }
+    }
+
+    /// Tags the pushes sent from now on with `phase`.
+    fn phase(&mut self, phase: &str) {
+        use std::io::Write;
+        let phases = self.phases.as_mut().expect("running");
+        writeln!(phases, "{phase}").expect("the push client reads its phases");
+        phases.flush().expect("the push client reads its phases");
+    }
+
+    /// Stops it after the push under way; what it sent and heard.
+    fn finish(mut self) -> Pushes {
+        drop(self.phases.take());
+        let status = self.child.wait().expect("the push client ends");
+        assert!(status.success(), "the push client failed: {status}");
+        let mut pushes = Pushes::default();
+        for line in self.lines.join().expect("its output read") {
+            let push: Push = serde_json::from_str(&line).expect("a push's line");
+            match push.outcome.as_str() {
+                "acked" => {
+                    pushes.acked += push.value;
+                    pushes
+                        .latencies
+                        .push((push.phase.clone(), Duration::from_secs_f64(push.seconds)));
+                    pushes.log.push((push.i, push.value, push.addr, push.phase));
                 }
-            }
-            i += 1;
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(100)) => {}
-                _ = stop.changed() => {}
+                "unanswered" => pushes.unanswered += push.value,
+                _ => pushes.refused += 1,
             }
         }
-    })
+        pushes
+    }
 }
 
 /// The p50 and p99 of the latencies of `phase`, and how many there were.
@@ -250,7 +279,7 @@ fn percentiles(pushes: &Pushes, phase: &str) -> (Duration, Duration, usize) {
     let mut of: Vec<Duration> = pushes
         .latencies
         .iter()
-        .filter(|(p, _)| *p == phase)
+        .filter(|(p, _)| p == phase)
         .map(|(_, d)| *d)
         .collect();
     of.sort_unstable();
@@ -413,15 +442,7 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
     let agents: Vec<Agent> = (0..2)
         .map(|k| Agent::start(k, &quic_addrs, &ca, &root.path().join(format!("agent{k}"))))
         .collect();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let pushes = Arc::new(Mutex::new(Pushes::default()));
-    let phase = Arc::new(Mutex::new("steady"));
-    let pusher = push_client(
-        http_addrs.clone(),
-        Arc::clone(&pushes),
-        Arc::clone(&phase),
-        &stopped,
-    );
+    let mut pusher = PushClient::start(&http_addrs);
     let acked = |k: usize| acked_batches(&agents[k]);
     eventually(Duration::from_secs(30), "both agents shipping", || async {
         acked(0).await >= 4.0 && acked(1).await >= 4.0
@@ -436,7 +457,7 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         .position(|a| *a == victim_addr)
         .expect("one of the three");
     let on_victim = shipping_to(&agents, victim_addr).await;
-    *phase.lock().unwrap() = "aggregator killed";
+    pusher.phase("aggregator killed");
     eprintln!("{:?}: 1. kill -9 of aggregator {victim}", started.elapsed());
     hosts[victim].kill();
     let killed = Instant::now();
@@ -450,7 +471,7 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
     // tokens come from the bucket.
     hosts[victim].agg.start(false);
     hosts[victim].agg.wait_ready(&http).await;
-    *phase.lock().unwrap() = "steady";
+    pusher.phase("steady");
 
     // 2. Cut the aggregator agent 1 ships to off from the bucket.
     let cut_addr = agents[1].aggregator().await.expect("agent 1 ships");
@@ -459,7 +480,7 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         .position(|a| *a == cut_addr)
         .expect("one of the three");
     let before = shipping_to(&agents, cut_addr).await;
-    *phase.lock().unwrap() = "aggregator cut off";
+    pusher.phase("aggregator cut off");
     eprintln!(
         "{:?}: 2. aggregator {cut} cut off from the bucket",
         started.elapsed()
@@ -524,12 +545,12 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         healed - cut_at,
         healed.elapsed()
     );
-    *phase.lock().unwrap() = "steady";
+    pusher.phase("steady");
     tokio::time::sleep(Duration::from_secs(5)).await;
 
     // 3. One Garage node down: its replicas answer for it.
     let acked_before: f64 = acked(0).await + acked(1).await;
-    *phase.lock().unwrap() = "garage node down";
+    pusher.phase("garage node down");
     eprintln!("{:?}: 3. garage node 2 down", started.elapsed());
     tokio::task::block_in_place(|| garage.kill(2));
     let node_down = Instant::now();
@@ -551,7 +572,7 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         "garage node 2 down for {:?}: {acked_during} agent batches acknowledged meanwhile",
         node_down.elapsed()
     );
-    *phase.lock().unwrap() = "steady";
+    pusher.phase("steady");
 
     // 4. A batch one aggregator stored and whose ack was lost, sent again to another.
     eprintln!(
@@ -634,12 +655,11 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         "{:?}: the end: totals through every aggregator",
         started.elapsed()
     );
-    stop.send(true).unwrap();
     let produced = [
         agents[0].stop_scraping().await,
         agents[1].stop_scraping().await,
     ];
-    pusher.await.unwrap();
+    let pushes = tokio::task::block_in_place(|| pusher.finish());
     eventually(Duration::from_secs(60), "both spools drained", || async {
         let mut empty = true;
         for agent in &agents {
@@ -652,10 +672,7 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         empty
     })
     .await;
-    let (acked_pushes, unanswered) = {
-        let pushes = pushes.lock().unwrap();
-        (pushes.acked, pushes.unanswered)
-    };
+    let (acked_pushes, unanswered) = (pushes.acked, pushes.unanswered);
     for addr in &http_addrs {
         let base = format!("http://{addr}");
         eventually(
@@ -677,8 +694,6 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         if !within(pushed) {
             let graph = collapsed(&http, *addr, "pushed.cpu").await;
             let missing: Vec<_> = pushes
-                .lock()
-                .unwrap()
                 .log
                 .iter()
                 .filter(|(i, value, _, _)| {
@@ -686,7 +701,6 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
                         .lines()
                         .any(|line| line == format!("main;push;p{i} {value}"))
                 })
-                .copied()
                 .collect();
             panic!(
                 "pushes through {addr}: {pushed}, acknowledged {acked_pushes}, unanswered \
@@ -731,7 +745,6 @@ async fn three_aggregators_on_a_garage_cluster_lose_nothing_through_kills_cuts_a
         );
     }
     {
-        let pushes = pushes.lock().unwrap();
         for phase in [
             "steady",
             "aggregator killed",
