@@ -17,6 +17,8 @@
 //!   edges ARCHITECTURE.md lists (each crate's `tests/*/layout.rs`).
 //! - [`garage`]: a real Garage node (S3-compatible store) with a bucket and a key, for the
 //!   object-storage tests, and a cluster of nodes in network namespaces for the multi-host test.
+//! - [`moto`]: moto's S3 server, an S3 API that honours conditional writes, for the
+//!   compaction lease that Garage cannot exercise.
 //! - [`net`] and [`wait`]: port-0 addresses, a socket that never answers, polling until a
 //!   condition holds; [`rules`]: Pyroscope's documented rules, which both tiers evaluate.
 //! - [`netns`]: a network namespace behind a veth pair whose link a test cuts and heals (a
@@ -32,6 +34,7 @@ pub mod config_keys;
 pub mod garage;
 pub mod health;
 pub mod layout;
+pub mod moto;
 pub mod net;
 pub mod netns;
 pub mod previous;

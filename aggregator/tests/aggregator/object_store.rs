@@ -13,7 +13,7 @@
 //! deletion the bucket does not answer refused within upload-timeout, holding up no write.
 
 use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::StatusCode;
 use smolder_aggregator::app;
@@ -21,6 +21,7 @@ use smolder_aggregator::config::{Compactor, Config, ObjectStoreConfig, S3Config}
 use smolder_common::rules::RuleSpec;
 use smolder_common::wire::{Ack, BatchMessage, FrameKind, Hello, frame};
 use smolder_test_support::garage::{self, Garage};
+use smolder_test_support::moto::Moto;
 use smolder_test_support::prometheus::Metrics;
 use smolder_test_support::wait::eventually;
 
@@ -886,6 +887,91 @@ async fn of_two_compactors_one_compacts_at_a_time() {
     )
     .await;
     other.stop().await;
+}
+
+/// On a store that honours conditional writes (moto's S3 server) compactors take turns
+/// through the lease: each says so at start, one at a time holds the lease and compacts (never
+/// two at once), and when the holder is killed the other takes the lease over once it is a
+/// time to live old. Pushes through both meanwhile total exactly what was acknowledged.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_store_with_conditional_writes_compactors_take_turns_through_the_lease() {
+    let moto = tokio::task::spawn_blocking(|| Moto::start("smolder"))
+        .await
+        .expect("moto starts");
+    let root = tempfile::tempdir().unwrap();
+    let store = moto.store_yaml(
+        "    poll-interval: 200ms\n    orphan-after: 5s\n    compaction-grace: 20s\n  compaction-interval: 1s\n",
+    );
+    let http = reqwest::Client::new();
+    let mut aggs: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|name| spawn_store(&root.path().join(name), &store, &[]))
+        .collect();
+    let addrs: Vec<SocketAddr> = aggs.iter().map(|p| p.listening("http")).collect();
+    for (agg, addr) in aggs.iter().zip(&addrs) {
+        wait_ready(&http, *addr).await;
+        agg.wait_for_line("the lease mode", |line| {
+            line.contains("compactors take turns through a lease")
+        });
+    }
+    // Each aggregator's compacting gauge and count of merges; never two holders at once.
+    let roles = |alive: Vec<SocketAddr>| async move {
+        let mut roles = Vec::new();
+        for addr in alive {
+            let metrics = Metrics::scrape(&format!("http://{addr}/metrics")).await;
+            roles.push((
+                metrics.value("smolder_aggregator_store_compacting", &[]),
+                metrics.value("smolder_aggregator_store_compactions_total", &[]),
+            ));
+        }
+        let holders: f64 = roles.iter().map(|(compacting, _)| compacting).sum();
+        assert!(holders <= 1.0, "two lease holders at once: {roles:?}");
+        roles
+    };
+    eventually(Duration::from_secs(20), "one lease holder", || async {
+        roles(addrs.clone()).await.iter().map(|r| r.0).sum::<f64>() == 1.0
+    })
+    .await;
+
+    // A closed range, written through both: the holder merges the two aggregators' cuts.
+    let range = (now() - 5 * 3_600) / 10_000 * 10_000;
+    let pushed = push_all(&http, addrs[0], "lease.cpu", range, 6).await
+        + push_all(&http, addrs[1], "lease.cpu", range + 1_000, 6).await;
+    eventually(Duration::from_secs(60), "a merge by the holder", || async {
+        roles(addrs.clone()).await.iter().map(|r| r.1).sum::<f64>() >= 1.0
+    })
+    .await;
+
+    // The holder killed: the other takes the lease over, and merges what comes next.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let holder = loop {
+        if let Some(holder) = roles(addrs.clone()).await.iter().position(|r| r.0 == 1.0) {
+            break holder;
+        }
+        assert!(Instant::now() < deadline, "no lease holder for 20 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let other = addrs[1 - holder];
+    aggs[holder].kill();
+    eventually(Duration::from_secs(30), "the lease taken over", || async {
+        roles(vec![other]).await[0].0 == 1.0
+    })
+    .await;
+    let merged = roles(vec![other]).await[0].1;
+    let pushed = pushed + push_all(&http, other, "lease.cpu", range + 2_000, 6).await;
+    eventually(
+        Duration::from_secs(60),
+        "a merge by the new holder",
+        || async { roles(vec![other]).await[0].1 > merged },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(20),
+        "every push counted once",
+        || async { total(&http, other, "lease.cpu", range, range + 10_000).await == pushed },
+    )
+    .await;
+    drop(aggs);
 }
 
 /// Two aggregator processes on `garage`'s bucket, accepting [`TOKEN`] and sharing one TLS
