@@ -7,6 +7,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use smolder_aggregator::{app, config::Config};
 
+/// mimalloc, not glibc's malloc: under a fleet's load glibc's per-thread arenas kept what the
+/// head's growing vectors and the cuts' block buffers freed, and RSS climbed past 8 GiB in ten
+/// minutes over a heap of about 2 GiB (BENCHMARKS.md, "fleet_to_store").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Smolder's aggregator: stores profiles, answers flame-graph queries, serves the UI.
 #[derive(Parser)]
 #[command(version, about)]
