@@ -2,7 +2,8 @@
 //! JSON, answered from profiles pushed through `/ingest`, with values exact against `/render`
 //! of the same data (40 CPU samples at 100 Hz are 4×10^8 ns). Grafana's calls are made twice:
 //! with Smolder's own message types, and by clients that are not Smolder's (connect-python and
-//! Google's protobuf runtime over `tests/clients/querier.proto`, compiled by grpcio-tools).
+//! Google's protobuf runtime over Pyroscope's own protos, `tests/clients/pyroscope-api/`,
+//! compiled by grpcio-tools).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -732,6 +733,26 @@ async fn connect_clients_not_ours_read_what_render_reads() {
     // A span nothing ran in has an empty profile (`spans.rs` tests spans that did run).
     let span = &answers["SelectMergeSpanProfile"];
     assert_eq!(span["total"], 0, "{span}");
+
+    // Grafana's other calls: whether there is data, and what degrades rather than errors.
+    let stats = &answers["GetProfileStats"];
+    assert_eq!(stats["dataIngested"], true, "{stats}");
+    let (oldest, newest) = (
+        stats["oldest"].as_i64().expect("oldest"),
+        stats["newest"].as_i64().expect("newest"),
+    );
+    assert!(
+        start <= oldest && oldest <= at as i64 * 1000 && oldest <= newest && newest <= end,
+        "{stats}"
+    );
+    for unserved in ["SelectHeatmap", "AnalyzeQuery"] {
+        assert_eq!(
+            answers[unserved]["code"], "unimplemented",
+            "{unserved}: {}",
+            answers[unserved]
+        );
+    }
+    assert_eq!(answers["settings Get"], json!([]));
 }
 
 /// `/render`'s collapsed export of `query` (with `extra` parameters) over `at - 60 .. at + 60`

@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """The query API Grafana speaks, called by real clients that are not Smolder's: the messages of
-querier.proto (beside this file) compiled at run time by grpcio-tools, carried by Google's
-protobuf runtime and connect-python's Connect client, over binary protobuf and JSON, with and
-without gzip.
+Grafana Pyroscope's own protos (pyroscope-api/ beside this file, copied unchanged from
+grafana/pyroscope) compiled at run time by grpcio-tools, carried by Google's protobuf runtime
+and connect-python's Connect client, over binary protobuf and JSON, with and without gzip.
 
 Usage: querier_connect.py <base url> <start ms> <end ms>
        querier_connect.py <base url> <start ms> <end ms> spans <label selector> <span id>...
 
 Makes the calls of Grafana's Pyroscope datasource against data the test pushed: ProfileTypes
 (its health check), LabelNames and LabelValues with matchers, Series, SelectSeries with a step
-and group_by, SelectMergeStacktraces with max_nodes, SelectMergeProfile, Diff, and
-SelectMergeSpanProfile. With `spans`, the calls of a trace's "profiles for this span" link
+and group_by, SelectMergeStacktraces with max_nodes, SelectMergeProfile, Diff, SelectMergeSpanProfile,
+GetProfileStats, SelectHeatmap and AnalyzeQuery (both `unimplemented`), and settings.v1's Get. With `spans`, the calls of a trace's "profiles for this span" link
 instead: SelectMergeSpanProfile of the span ids given (as a flame graph and as tree bytes) and
 SelectMergeStacktraces with the same span_selector, of CPU profiles matching the selector.
 Prints one JSON object: for each mode (proto, proto-gzip, json, json-gzip) the answers,
@@ -21,6 +21,7 @@ reported as its Connect code and message.
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -29,30 +30,73 @@ CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+PROTOS = ["querier/v1/querier.proto", "types/v1/types.proto", "google/v1/profile.proto",
+          "settings/v1/setting.proto"]
+# The OpenAPI annotations of Pyroscope's protos: an import, method options and field options
+# whose YAML examples may hold brackets and escaped quotes.
+GNOSTIC = [
+    re.compile(r'^import "gnostic/[^"]*";\n', re.M),
+    re.compile(r'^\s*option \(gnostic\.[^;]*;\n', re.M),
+    re.compile(r'\s*\[\(gnostic\.[a-z0-9.]+\)\.example = \{yaml: "(?:[^"\\]|\\.)*"\}\]'),
+]
+
+
+class Messages:
+    """The generated modules of querier.v1, types.v1 and settings.v1 as one namespace: each
+    name is defined in exactly one of them."""
+
+    def __init__(self, *modules):
+        self.modules = modules
+
+    def __getattr__(self, name):
+        for module in self.modules:
+            if hasattr(module, name):
+                return getattr(module, name)
+        raise AttributeError(name)
+
+
 def compile_proto():
-    """Generates querier_pb2 and querier_connect from querier.proto into a temporary directory
-    and imports them."""
+    """Generates the messages and Connect clients of Pyroscope's own protos (pyroscope-api/,
+    copied unchanged from grafana/pyroscope) into a temporary directory and imports them. The
+    copies compiled lose their OpenAPI annotations and have their imports rooted under
+    `pyroscope_api` (see pyroscope-api/README.md); nothing else changes."""
     from grpc_tools import protoc
 
     plugin = shutil.which("protoc-gen-connect-python")
     if plugin is None:
         sys.exit("protoc-gen-connect-python is not installed (scripts/test installs it)")
-    out = tempfile.mkdtemp(prefix="smolder-querier-")
+    work = tempfile.mkdtemp(prefix="smolder-querier-")
+    src, out = os.path.join(work, "src"), os.path.join(work, "out")
+    for name in PROTOS:
+        with open(os.path.join(HERE, "pyroscope-api", name)) as f:
+            text = f.read()
+        for pattern in GNOSTIC:
+            text = pattern.sub("", text)
+        if "gnostic" in text:
+            sys.exit(f"{name}: an OpenAPI annotation this script does not know how to remove")
+        text = re.sub(r'^import "((?:google|types)/v1/[^"]*)";', r'import "pyroscope_api/\1";',
+                      text, flags=re.M)
+        path = os.path.join(src, "pyroscope_api", name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    os.makedirs(out)
     status = protoc.main([
         "grpc_tools.protoc",
-        f"-I{HERE}",
+        f"-I{src}",
         f"--python_out={out}",
         f"--plugin=protoc-gen-connect-python={plugin}",
         f"--connect-python_out={out}",
-        os.path.join(HERE, "querier.proto"),
+        *[os.path.join(src, "pyroscope_api", name) for name in PROTOS],
     ])
     if status != 0:
-        sys.exit(f"protoc failed on querier.proto with status {status}")
+        sys.exit(f"protoc failed on Pyroscope's protos with status {status}")
     sys.path.insert(0, out)
-    import querier_connect
-    import querier_pb2
+    from pyroscope_api.querier.v1 import querier_connect, querier_pb2
+    from pyroscope_api.settings.v1 import setting_connect, setting_pb2
+    from pyroscope_api.types.v1 import types_pb2
 
-    return querier_pb2, querier_connect
+    return Messages(querier_pb2, types_pb2, setting_pb2), querier_connect, setting_connect
 
 
 def flamegraph(fg):
@@ -208,13 +252,33 @@ def calls(pb, client, start, end):
         pb.SelectMergeSpanProfileRequest(
             profile_typeID=CPU, label_selector=checkout, span_selector=["9a517183f26a089d"],
             start=start, end=end, format=pb.PROFILE_FORMAT_FLAMEGRAPH)).flamegraph))
+    record("GetProfileStats", lambda: (lambda stats: {
+        "dataIngested": stats.data_ingested, "oldest": stats.oldest_profile_time,
+        "newest": stats.newest_profile_time,
+    })(client.get_profile_stats(pb.GetProfileStatsRequest())))
+    # What Smolder does not serve must fail as Connect's `unimplemented`, so that Grafana
+    # degrades; an answer here would be a surprise the test reports.
+    record("SelectHeatmap", lambda: str(client.select_heatmap(pb.SelectHeatmapRequest(
+        profile_typeID=CPU, label_selector=checkout, start=start, end=end, step=10.0))))
+    record("AnalyzeQuery", lambda: str(client.analyze_query(pb.AnalyzeQueryRequest(
+        start=start, end=end, query=f"{CPU}{checkout}"))))
     return out
+
+
+def settings_calls(pb, client):
+    """Grafana's settings read."""
+    from connectrpc.errors import ConnectError
+
+    try:
+        return [[s.name, s.value] for s in client.get(pb.GetSettingsRequest()).settings]
+    except ConnectError as error:
+        return {"code": error.code.value, "message": error.message}
 
 
 def main():
     base, start, end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     spans = sys.argv[4:5] == ["spans"]
-    pb, connect = compile_proto()
+    pb, connect, settings = compile_proto()
     from connectrpc.compression.gzip import GzipCompression
 
     report = {}
@@ -234,6 +298,14 @@ def main():
                 report[mode] = span_calls(pb, client, start, end, sys.argv[5], sys.argv[6:])
             else:
                 report[mode] = calls(pb, client, start, end)
+        if not spans:
+            with settings.SettingsServiceClientSync(
+                base,
+                proto_json=proto_json,
+                send_compression=GzipCompression() if gzip else None,
+                timeout_ms=30_000,
+            ) as client:
+                report[mode]["settings Get"] = settings_calls(pb, client)
     json.dump(report, sys.stdout)
 
 
