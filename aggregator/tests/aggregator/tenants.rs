@@ -1,7 +1,8 @@
 //! Tenants over real HTTP and real QUIC: two tenants push the same app name through `/ingest`,
-//! the Connect push, OTLP and QUIC (each agent's tenant from its token), and each sees only its
-//! own data through `/render`, `querier.v1`, `/exported-metrics` and the rules API; `anonymous`
-//! sees neither. Without multitenancy the header is ignored.
+//! the Connect push, OTLP over HTTP and gRPC, and QUIC (each agent's tenant from its token), and
+//! each sees only its own data through `/render`, `/render-diff`, `/pyroscope/render(-diff)`,
+//! `/labels`, `/label-values`, `/api/apps`, every `querier.v1` call Grafana makes,
+//! `/exported-metrics` and the rules API; `anonymous` sees neither. Without multitenancy the header is ignored.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -196,6 +197,36 @@ async fn otlp_push(agg: &Aggregator, tenant: Option<&str>, team: &str, frame: &s
         .status()
 }
 
+/// The same OTLP request over gRPC (`ProfilesService/Export` on the HTTP port) as `tenant`:
+/// the HTTP status, and `grpc-status` when the answer is an error (trailers-only).
+async fn otlp_grpc(
+    agg: &Aggregator,
+    tenant: &str,
+    team: &str,
+    frame: &str,
+) -> (StatusCode, Option<String>) {
+    let message = otlp_request(team, frame);
+    let mut body = vec![0];
+    body.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    body.extend_from_slice(&message);
+    let response = post(
+        agg,
+        Some(tenant),
+        "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export",
+    )
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(body)
+    .send()
+    .await
+    .expect("otlp over grpc");
+    let grpc_status = response
+        .headers()
+        .get("grpc-status")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (response.status(), grpc_status)
+}
+
 /// One agent batch over real QUIC with `token`, from agent `agent-1`, sequence 1: both
 /// tenants' agents send the same id and sequence, which must not be taken for a retry.
 async fn ship(agg: &Aggregator, token: &str, team: &str, frame: &str) {
@@ -273,6 +304,22 @@ async fn call<Req: Message, Resp: Message + Default>(
     .expect("connect");
     assert_eq!(response.status(), StatusCode::OK, "{method} as {tenant}");
     Resp::decode(response.bytes().await.expect("body")).expect("decodes")
+}
+
+/// Asserts that `text` names `team`'s frames (`<team>_quic`, …) and none of the other team's.
+fn own_frames_only(text: &str, team: &str, what: &str) {
+    let other = if team == "a" { "b" } else { "a" };
+    assert!(
+        text.contains(&format!("{team}_quic")),
+        "{what} as team-{team}: {text}"
+    );
+    for via in ["ingest", "push", "otlp", "grpc", "quic"] {
+        let foreign = format!("{other}_{via}");
+        assert!(
+            !text.contains(&foreign),
+            "{what} as team-{team} shows {foreign}: {text}"
+        );
+    }
 }
 
 async fn text(request: reqwest::RequestBuilder) -> (StatusCode, String) {
@@ -362,6 +409,11 @@ async fn two_tenants_see_only_their_own_data_through_every_api() {
             otlp_push(&agg, Some(tenant), team, &format!("{team}_otlp")).await,
             StatusCode::OK
         );
+        assert_eq!(
+            otlp_grpc(&agg, tenant, team, &format!("{team}_grpc")).await,
+            (StatusCode::OK, None),
+            "OTLP over gRPC as {tenant}"
+        );
         ship(
             &agg,
             &format!("token-{team}"),
@@ -388,7 +440,7 @@ async fn two_tenants_see_only_their_own_data_through_every_api() {
     // /render.
     for team in ["a", "b"] {
         let tenant = format!("team-{team}");
-        let want: Vec<String> = ["ingest", "otlp", "push", "quic"]
+        let want: Vec<String> = ["grpc", "ingest", "otlp", "push", "quic"]
             .iter()
             .map(|via| format!("{team}_{via}"))
             .collect();
@@ -494,6 +546,136 @@ async fn two_tenants_see_only_their_own_data_through_every_api() {
         }
         assert_eq!(ids, want, "{tenant}");
     }
+    // The rest of Grafana's calls and of the HTTP read API: each tenant's answers hold its own
+    // frames and labels and none of the other's.
+    for team in ["a", "b"] {
+        let tenant = format!("team-{team}");
+        let other = if team == "a" { "b" } else { "a" };
+        let shop = "{service_name=\"shop\"}".to_owned();
+        let series: SelectSeriesResponse = call(
+            &agg,
+            &tenant,
+            "SelectSeries",
+            &SelectSeriesRequest {
+                profile_type_id: CPU.to_owned(),
+                label_selector: shop.clone(),
+                start,
+                end,
+                group_by: vec!["team".to_owned()],
+                step: 10.0,
+                ..Default::default()
+            },
+        )
+        .await;
+        let teams: Vec<&str> = series
+            .series
+            .iter()
+            .flat_map(|s| s.labels.iter())
+            .filter(|l| l.name == "team")
+            .map(|l| l.value.as_str())
+            .collect();
+        assert_eq!(teams, [team], "SelectSeries as {tenant}");
+
+        let merged: pprof::Profile = call(
+            &agg,
+            &tenant,
+            "SelectMergeProfile",
+            &SelectMergeProfileRequest {
+                profile_type_id: CPU.to_owned(),
+                label_selector: shop.clone(),
+                start,
+                end,
+                ..Default::default()
+            },
+        )
+        .await;
+        let strings: Vec<String> = merged
+            .string_table
+            .iter()
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect();
+        own_frames_only(&strings.join(" "), team, "SelectMergeProfile");
+
+        let side = |selector: &str| SelectMergeStacktracesRequest {
+            profile_type_id: CPU.to_owned(),
+            label_selector: selector.to_owned(),
+            start,
+            end,
+            ..Default::default()
+        };
+        let diff: DiffResponse = call(
+            &agg,
+            &tenant,
+            "Diff",
+            &DiffRequest {
+                left: Some(side(&format!("{{service_name=\"shop\", team=\"{team}\"}}"))),
+                right: Some(side(&format!(
+                    "{{service_name=\"shop\", team=\"{other}\"}}"
+                ))),
+            },
+        )
+        .await;
+        let diff = diff.flamegraph.expect("a diff");
+        own_frames_only(&diff.names.join(" "), team, "Diff");
+        assert_eq!(diff.right_ticks, 0, "the other tenant's team as {tenant}");
+
+        let stats: GetProfileStatsResponse =
+            call(&agg, &tenant, "GetProfileStats", &GetProfileStatsRequest {}).await;
+        assert!(stats.data_ingested, "{tenant}");
+
+        let (from, until) = (
+            (now_unix() - 3600).to_string(),
+            (now_unix() + 60).to_string(),
+        );
+        let range = [("from", from.as_str()), ("until", until.as_str())];
+        let v1 = format!("{CPU}{shop}");
+        let (status, body) = text(
+            get(&agg, Some(&tenant), "/pyroscope/render")
+                .query(&[("query", v1.as_str())])
+                .query(&range),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        own_frames_only(&body, team, "/pyroscope/render");
+        for path in ["/render-diff", "/pyroscope/render-diff"] {
+            let query = if path == "/render-diff" {
+                "shop.cpu".to_owned()
+            } else {
+                v1.clone()
+            };
+            let (status, body) = text(get(&agg, Some(&tenant), path).query(&[
+                ("leftQuery", query.as_str()),
+                ("leftFrom", &from),
+                ("leftUntil", &until),
+                ("rightQuery", query.as_str()),
+                ("rightFrom", &from),
+                ("rightUntil", &until),
+            ]))
+            .await;
+            assert_eq!(status, StatusCode::OK, "{path}: {body}");
+            own_frames_only(&body, team, path);
+        }
+        let (status, body) = text(
+            get(&agg, Some(&tenant), "/label-values")
+                .query(&[("label", "team")])
+                .query(&range),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).expect("json"),
+            serde_json::json!([team]),
+            "/label-values as {tenant}"
+        );
+        let (status, body) = text(get(&agg, Some(&tenant), "/labels").query(&range)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body.contains("\"team\""), "/labels as {tenant}: {body}");
+        let (status, body) = text(get(&agg, Some(&tenant), "/api/apps")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let apps = serde_json::from_str::<Value>(&body).expect("json");
+        let alloc = apps.to_string().contains("shop.alloc_objects");
+        assert_eq!(alloc, team == "b", "/api/apps as {tenant}: {body}");
+    }
     let nothing: LabelValuesResponse = call(
         &agg,
         "anonymous",
@@ -576,7 +758,7 @@ async fn two_tenants_see_only_their_own_data_through_every_api() {
         .unwrap();
     assert_eq!(deleted.status(), StatusCode::OK);
     assert!(frames(&agg, Some("team-a"), "shop.cpu").await.is_empty());
-    assert_eq!(frames(&agg, Some("team-b"), "shop.cpu").await.len(), 4);
+    assert_eq!(frames(&agg, Some("team-b"), "shop.cpu").await.len(), 5);
 
     let (_, who) = text(get(&agg, Some("team-b"), "/api/tenant")).await;
     assert_eq!(who, r#"{"tenant":"team-b"}"#);
