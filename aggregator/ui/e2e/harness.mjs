@@ -65,20 +65,34 @@ function listening(child, listener) {
  * @typedef {{
  *   url: string,
  *   token: string,
+ *   tokens: Record<string, string>,
  *   stop: () => Promise<void>,
- *   fetch: (path: string, init?: RequestInit) => Promise<Response>,
- *   ingest: (name: string, at: number, body: string, extra?: Record<string, string>) => Promise<void>,
+ *   fetch: (path: string, init?: RequestInit, as?: string) => Promise<Response>,
+ *   ingest: (name: string, at: number, body: string, extra?: Record<string, string>, as?: string) => Promise<void>,
  * }} Aggregator
  */
 
 /**
  * Starts the aggregator binary on a fresh data directory, on port 0, with one admin credential
- * (its token is `token`), and waits for /healthz.
+ * (its token is `token`), and waits for /healthz. With `tenants`, multitenancy is on and each
+ * tenant gets an admin credential of its own instead (`tokens[tenant]`; `token` is the first's).
+ * @param {{ tenants?: string[] }} [options]
  */
-export async function startAggregator() {
+export async function startAggregator({ tenants = [] } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "smolder-ui-e2e-"));
   const config = join(dir, "config.yaml");
-  const token = randomBytes(24).toString("hex");
+  /** @type {Record<string, string>} */
+  const tokens = Object.fromEntries(tenants.map((tenant) => [tenant, randomBytes(24).toString("hex")]));
+  const token = tenants.length > 0 ? tokens[tenants[0]] : randomBytes(24).toString("hex");
+  const credentials =
+    tenants.length > 0
+      ? tenants.flatMap((tenant) => [
+          `    - name: e2e ${tenant}`,
+          `      token: ${tokens[tenant]}`,
+          "      scopes: [admin]",
+          `      tenant: ${tenant}`,
+        ])
+      : ["    - name: e2e admin", `      token: ${token}`, "      scopes: [admin]"];
   // Both listeners on port 0: a second aggregator in the same run (the empty-state scenario),
   // or a Smolder running on this host, would otherwise collide on the default ports.
   writeFileSync(
@@ -89,11 +103,10 @@ export async function startAggregator() {
       "ingest:",
       "  quic:",
       "    listen: 127.0.0.1:0",
+      ...(tenants.length > 0 ? ["tenant:", "  multitenancy-enabled: true"] : []),
       "auth:",
       "  credentials:",
-      "    - name: e2e admin",
-      `      token: ${token}`,
-      "      scopes: [admin]",
+      ...credentials,
       "",
     ].join("\n"),
   );
@@ -122,19 +135,20 @@ export async function startAggregator() {
   const aggregator = {
     url,
     token,
+    tokens,
     async stop() {
       child.kill("SIGTERM");
       await exited;
       rmSync(dir, { recursive: true, force: true });
     },
-    fetch(path, init = {}) {
+    fetch(path, init = {}, as = token) {
       const headers = new Headers(init.headers);
-      headers.set("authorization", `Bearer ${token}`);
+      headers.set("authorization", `Bearer ${as}`);
       return fetch(`${url}${path}`, { ...init, headers });
     },
-    async ingest(name, at, body, extra = {}) {
+    async ingest(name, at, body, extra = {}, as = token) {
       const params = new URLSearchParams({ name, from: String(at), until: String(at + 10), ...extra });
-      const response = await aggregator.fetch(`/ingest?${params}`, { method: "POST", body });
+      const response = await aggregator.fetch(`/ingest?${params}`, { method: "POST", body }, as);
       if (!response.ok) throw new Error(`ingest ${name}: ${response.status} ${await response.text()}`);
     },
   };
@@ -147,8 +161,8 @@ export async function startAggregator() {
  * @param {import("playwright-core").BrowserContext} context
  * @param {Aggregator} aggregator
  */
-export async function signIn(context, aggregator) {
-  const response = await context.request.post(`${aggregator.url}/login`, { data: { token: aggregator.token } });
+export async function signIn(context, aggregator, token = aggregator.token) {
+  const response = await context.request.post(`${aggregator.url}/login`, { data: { token } });
   if (!response.ok()) throw new Error(`signing in: ${response.status()} ${await response.text()}`);
 }
 

@@ -668,6 +668,46 @@ describe("web UI", () => {
     await done(page);
   });
 
+  test("two tenants signed in to one aggregator each see their own tenant and flame graph", async () => {
+    const tenants = await startAggregator({ tenants: ["team-a", "team-b"] });
+    try {
+      const at = ago(300);
+      for (const [tenant, frame] of [["team-a", "a.only"], ["team-b", "b.only"]]) {
+        await tenants.ingest("shop.cpu", at, `main;${frame} 100`, { sampleRate: "100" }, tenants.tokens[tenant]);
+      }
+      const query = `/?query=${encodeURIComponent("shop.cpu{}")}&from=${at - 60}&until=${at + 70}`;
+      for (const [tenant, own, other] of [["team-a", "a.only", "b.only"], ["team-b", "b.only", "a.only"]]) {
+        const ownBrowser = await launchBrowser();
+        try {
+          await signIn(ownBrowser.context, tenants, tenants.tokens[tenant]);
+          const page = await ownBrowser.context.newPage();
+          const errors = [];
+          page.on("pageerror", (err) => errors.push(err));
+          await page.goto(`${tenants.url}${query}`);
+          const header = page.getByTestId("tenant");
+          await header.waitFor();
+          assert.equal(await header.innerText(), `Tenant ${tenant}`);
+          await page.getByTestId("flamegraph").locator("canvas").waitFor();
+          // The tenant's one stack, total → main → its own frame across the whole width: the
+          // other tenant's frame, pushed under the same app name, would take half of it.
+          for (const fraction of [0.02, 0.5, 0.98]) {
+            const frame = (await frameAt(page, "flamegraph", fraction, 2)).name;
+            assert.equal(frame, own, `${tenant} at ${fraction} sees ${frame}, not ${other}`);
+          }
+          // The table beside the graph lists the tenant's own functions only.
+          const pageText = await page.locator("body").innerText();
+          assert.ok(pageText.includes(own) && !pageText.includes(other), `${tenant}'s table`);
+          await screenshot(page, `22-tenant-${tenant}`);
+          assert.deepEqual(errors, [], "uncaught errors in the page");
+        } finally {
+          await ownBrowser.close();
+        }
+      }
+    } finally {
+      await tenants.stop();
+    }
+  });
+
   test("a deep graph draws only the rows on screen and follows the scroll", async () => {
     const deep = await startAggregator();
     try {
