@@ -67,6 +67,9 @@ impl DaemonConfig for Config {
     }
 
     fn check_files(&self) -> anyhow::Result<()> {
+        self.http.check_files()?;
+        crate::scrape::check_files(&self.scrape_configs)
+            .context("checking the files the scrape-configs name")?;
         self.ship
             .check_files()
             .context("checking the files the ship section names")
@@ -150,6 +153,25 @@ mod tests {
             smolder_daemon::parse("ship:\n  ca: /nonexistent/ca.pem\n  token: t\n").unwrap();
         let err = format!("{:#}", config.check_files().unwrap_err());
         assert!(err.contains("/nonexistent/ca.pem"), "{err}");
+        for (yaml, file) in [
+            (
+                "http:\n  cert: /nonexistent/http.pem\n  key: /nonexistent/http.key\n",
+                "/nonexistent/http.pem",
+            ),
+            (
+                "scrape-configs:\n- job-name: j\n  tls-config: {ca-file: /nonexistent/job-ca.pem}\n",
+                "/nonexistent/job-ca.pem",
+            ),
+            (
+                "scrape-configs:\n- job-name: j\n  http-sd-configs:\n  - url: https://sd.example\n    \
+                 tls-config: {cert-file: /nonexistent/sd.pem, key-file: /nonexistent/sd.key}\n",
+                "/nonexistent/sd.pem",
+            ),
+        ] {
+            let config: Config = smolder_daemon::parse(yaml).unwrap();
+            let err = format!("{:#}", config.check_files().unwrap_err());
+            assert!(err.contains(file), "{yaml}: {err}");
+        }
     }
 
     #[test]

@@ -124,6 +124,27 @@ pub fn validate(configs: &[ScrapeConfig]) -> Result<(), ScrapeConfigError> {
     Ok(())
 }
 
+/// Checks the TLS files every job and every HTTP discovery names: each is read and parsed as
+/// it will be at start (`check-config`). A discovery whose files are unusable does not stop
+/// the agent at start (it reports the error as the discovery's), but it is a config mistake.
+///
+/// # Errors
+///
+/// The first job whose `tls-config` files cannot be read or parsed, naming the job and file.
+pub fn check_files(configs: &[ScrapeConfig]) -> Result<(), ScrapeConfigError> {
+    for config in configs {
+        let settings = std::iter::once(config.client_settings())
+            .chain(config.http_sd_configs.iter().map(|sd| sd.client_settings()));
+        for settings in settings {
+            fetch::Fetcher::new(&settings).map_err(|source| ScrapeConfigError::Client {
+                job: config.job_name.clone(),
+                source,
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// The running scraper.
 pub struct Scraper {
     status: Status,
