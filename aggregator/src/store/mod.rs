@@ -20,7 +20,9 @@
 //!   [`Store::delete_rule`]) return an [`Ack`]: a `'static` future that queues the write when
 //!   first polled and resolves once it is durable (fsynced locally; in the bucket, for a store
 //!   whose truth is object storage, where recording rules are shared by every aggregator on
-//!   it and [`Store::rule_changes`] says when another changed them). Writes are applied in order by one writer; an agent batch's
+//!   it and [`Store::rule_changes`] says when another changed them). Writes are applied in
+//!   order by one writer, except recording rules on object storage, which go to the bucket
+//!   directly (there the bucket orders them, for every aggregator on it); an agent batch's
 //!   write carries its [`BatchMarker`], (agent id, sequence), and is stored at most once.
 //! - **Reads** are synchronous and run on the caller's thread: the stages call them on tokio's
 //!   blocking pool, where a merge of a million nodes belongs anyway. They take a [`Selector`],

@@ -482,6 +482,7 @@ fn architecture_names_paths_that_exist_and_lists_every_crate() {
         table.len()
     );
     let mut missing = Vec::new();
+    let mut without_folder = Vec::new();
     for row in &table {
         for path in row.split('`').skip(1).step_by(2) {
             // Paths only: not code names, globs or brace lists.
@@ -490,10 +491,23 @@ fn architecture_names_paths_that_exist_and_lists_every_crate() {
                 missing.push(path.to_owned());
             }
         }
+        // Each stage names where it lives: a path in its module column (a folder or a file,
+        // or the docs at the root).
+        let module = row.split(" | ").nth(1).unwrap_or_default();
+        let located = module.split('`').skip(1).step_by(2).any(|path| {
+            (path.contains('/') || path.ends_with(".md")) && repo().join(path).exists()
+        });
+        if !located {
+            without_folder.push(row.split(" | ").next().unwrap_or_default().to_owned());
+        }
     }
     assert!(
         missing.is_empty(),
         "ARCHITECTURE.md's table names {missing:?}"
+    );
+    assert!(
+        without_folder.is_empty(),
+        "ARCHITECTURE.md's rows {without_folder:?} name no folder or file that exists"
     );
     // The workspace listing: every member, and nothing else.
     let listed: BTreeSet<String> = doc

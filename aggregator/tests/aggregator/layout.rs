@@ -120,3 +120,34 @@ fn architecture_md_lists_the_same_edges() {
     layout()
         .check_architecture_md(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../ARCHITECTURE.md"));
 }
+
+/// Ingest, query, rules and admin reach the store only through `store::Store`: outside the
+/// store itself, only `app.rs` (which opens it) names the implementation, `BlockStore`. Test
+/// modules, which open a real store to test a stage on it, may.
+#[test]
+fn the_stages_reach_the_store_only_through_its_interface() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![src.clone()];
+    let mut naming = Vec::new();
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            if path != src.join("store") {
+                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            }
+            continue;
+        }
+        if path.extension().is_none_or(|e| e != "rs") || path == src.join("app.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        // What ships: the text before the file's test module.
+        let shipped = text.split("#[cfg(test)]").next().unwrap_or_default();
+        if shipped.contains("BlockStore") {
+            naming.push(path.strip_prefix(&src).unwrap().display().to_string());
+        }
+    }
+    assert!(
+        naming.is_empty(),
+        "{naming:?} name BlockStore; use the store::Store interface"
+    );
+}
