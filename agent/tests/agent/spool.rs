@@ -318,6 +318,8 @@ fn a_full_spool_disk_drops_counted_windows_and_sampling_goes_on() {
         let after = accounted(&base).await;
         assert!(after.written > full.written, "{full:?} {after:?}");
         assert_eq!(after.disk_full, full.disk_full, "{after:?}");
+        // BENCHMARKS.md's figures ("The spool's disk full and slow").
+        eprintln!("full disk: before {before:?}\n  full {full:?}\n  after {after:?}");
     });
     agent.terminate();
     assert!(agent.wait().success(), "{}", agent.log());
@@ -398,6 +400,10 @@ fn a_slow_spool_disk_never_stalls_sampling() {
         })
         .await;
         let after = accounted(&base).await;
+        // BENCHMARKS.md's figures ("The spool's disk full and slow").
+        eprintln!(
+            "slow disk: {rate} B/s, 1 write/s\n  before {before:?}\n  slow {slow:?}\n  after {after:?}"
+        );
         assert!(after.spool_busy >= 1.0, "{after:?}");
         assert_eq!(after.disk_full + after.write_failed, 0.0, "{after:?}");
         assert_eq!(
