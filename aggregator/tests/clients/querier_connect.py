@@ -288,23 +288,18 @@ def main():
         ("json", True, False),
         ("json-gzip", True, True),
     ]:
-        with connect.QuerierServiceClientSync(
-            base,
-            proto_json=proto_json,
-            send_compression=GzipCompression() if gzip else None,
-            timeout_ms=30_000,
-        ) as client:
+        options = {
+            "proto_json": proto_json,
+            "send_compression": GzipCompression() if gzip else None,
+            "timeout_ms": 30_000,
+        }
+        with connect.QuerierServiceClientSync(base, **options) as client:
             if spans:
                 report[mode] = span_calls(pb, client, start, end, sys.argv[5], sys.argv[6:])
             else:
                 report[mode] = calls(pb, client, start, end)
         if not spans:
-            with settings.SettingsServiceClientSync(
-                base,
-                proto_json=proto_json,
-                send_compression=GzipCompression() if gzip else None,
-                timeout_ms=30_000,
-            ) as client:
+            with settings.SettingsServiceClientSync(base, **options) as client:
                 report[mode]["settings Get"] = settings_calls(pb, client)
     json.dump(report, sys.stdout)
 
