@@ -119,7 +119,8 @@ fn multipart(fields: &[(&str, &[u8])]) -> (String, Vec<u8>) {
     (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
-fn grpc_frame(flag: u8, message: &[u8]) -> Vec<u8> {
+/// `message` in gRPC's length-prefixed framing, with compression flag `flag`.
+pub(crate) fn grpc_frame(flag: u8, message: &[u8]) -> Vec<u8> {
     let mut framed = vec![flag];
     framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
     framed.extend_from_slice(message);

@@ -2,7 +2,8 @@
 //! the Connect push, OTLP over HTTP and gRPC, and QUIC (each agent's tenant from its token), and
 //! each sees only its own data through `/render`, `/render-diff`, `/pyroscope/render(-diff)`,
 //! `/labels`, `/label-values`, `/api/apps`, every `querier.v1` call Grafana makes,
-//! `/exported-metrics` and the rules API; `anonymous` sees neither. Without multitenancy the header is ignored.
+//! `/exported-metrics` and the rules API; `anonymous` sees neither. Without multitenancy the
+//! header is ignored.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,6 +19,7 @@ use smolder_common::wire::frame;
 use smolder_common::wire::{BatchMessage, FrameKind, Hello};
 use smolder_test_support::net::LOOPBACK_ANY_PORT;
 
+use crate::hostile::grpc_frame;
 use crate::quic::{ack, connect, exchange, kind};
 use crate::transport::profile;
 use crate::util::{Aggregator, tree, wire};
@@ -205,10 +207,6 @@ async fn otlp_grpc(
     team: &str,
     frame: &str,
 ) -> (StatusCode, Option<String>) {
-    let message = otlp_request(team, frame);
-    let mut body = vec![0];
-    body.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
-    body.extend_from_slice(&message);
     let response = post(
         agg,
         Some(tenant),
@@ -216,7 +214,7 @@ async fn otlp_grpc(
     )
     .header("content-type", "application/grpc")
     .header("te", "trailers")
-    .body(body)
+    .body(grpc_frame(0, &otlp_request(team, frame)))
     .send()
     .await
     .expect("otlp over grpc");
@@ -637,17 +635,15 @@ async fn two_tenants_see_only_their_own_data_through_every_api() {
         .await;
         assert_eq!(status, StatusCode::OK, "{body}");
         own_frames_only(&body, team, "/pyroscope/render");
-        for path in ["/render-diff", "/pyroscope/render-diff"] {
-            let query = if path == "/render-diff" {
-                "shop.cpu".to_owned()
-            } else {
-                v1.clone()
-            };
+        for (path, query) in [
+            ("/render-diff", "shop.cpu"),
+            ("/pyroscope/render-diff", &v1),
+        ] {
             let (status, body) = text(get(&agg, Some(&tenant), path).query(&[
-                ("leftQuery", query.as_str()),
+                ("leftQuery", query),
                 ("leftFrom", &from),
                 ("leftUntil", &until),
-                ("rightQuery", query.as_str()),
+                ("rightQuery", query),
                 ("rightFrom", &from),
                 ("rightUntil", &until),
             ]))

@@ -9,9 +9,10 @@ Usage: querier_connect.py <base url> <start ms> <end ms>
 
 Makes the calls of Grafana's Pyroscope datasource against data the test pushed: ProfileTypes
 (its health check), LabelNames and LabelValues with matchers, Series, SelectSeries with a step
-and group_by, SelectMergeStacktraces with max_nodes, SelectMergeProfile, Diff, SelectMergeSpanProfile,
-GetProfileStats, SelectHeatmap and AnalyzeQuery (both `unimplemented`), and settings.v1's Get. With `spans`, the calls of a trace's "profiles for this span" link
-instead: SelectMergeSpanProfile of the span ids given (as a flame graph and as tree bytes) and
+and group_by, SelectMergeStacktraces with max_nodes, SelectMergeProfile, Diff,
+SelectMergeSpanProfile, GetProfileStats, SelectHeatmap and AnalyzeQuery (both
+`unimplemented`), and settings.v1's Get. With `spans`, the calls of a trace's "profiles for
+this span" link instead: SelectMergeSpanProfile of the span ids given (as a flame graph and as tree bytes) and
 SelectMergeStacktraces with the same span_selector, of CPU profiles matching the selector.
 Prints one JSON object: for each mode (proto, proto-gzip, json, json-gzip) the answers,
 reduced to plain values (a flame graph's names and levels, a pprof profile's or tree's folded
