@@ -74,6 +74,34 @@ static __always_inline void unwind_count(__u32 index)
 		*value += 1; /* per-CPU slot: no other writer */
 }
 
+/* Reads the user word at `addr` into `out`, from the walk's copy of the stack when it holds it,
+ * else by copying the window that starts there: as far as SMOLDER_UNWIND_WINDOW_BYTES, or, when
+ * that crosses into an unreadable page (the top of a stack), to the end of addr's page. Returns
+ * 0 on success, like bpf_probe_read_user. */
+static __always_inline long unwind_read_user(struct unwind_scratch *st, __u64 addr, __u64 *out)
+{
+	__u64 off = addr - st->window_base;
+	if (!(addr & 7) && addr >= st->window_base && off < st->window_len) {
+		*out = st->window[(off / 8) & (SMOLDER_UNWIND_WINDOW_BYTES / 8 - 1)];
+		return 0;
+	}
+	st->window_len = 0;
+	if (addr & 7)
+		return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
+	__u64 len = SMOLDER_UNWIND_WINDOW_BYTES;
+	if (bpf_probe_read_user(st->window, len, (void *)addr)) {
+		len = 4096 - (addr & 4095);
+		if (len > SMOLDER_UNWIND_WINDOW_BYTES)
+			len = SMOLDER_UNWIND_WINDOW_BYTES;
+		if (len < 8 || bpf_probe_read_user(st->window, len, (void *)addr))
+			return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
+	}
+	st->window_base = addr;
+	st->window_len = len;
+	*out = st->window[0];
+	return 0;
+}
+
 /* Ends the walk with `status`; returns 1, bpf_loop's "stop". */
 static __always_inline long unwind_stop(struct unwind_scratch *st, __u16 status)
 {
@@ -99,7 +127,7 @@ static __always_inline long unwind_fp_step(struct unwind_scratch *st, __u16 fail
 	if ((bp & 7) || bp < st->sp || bp - st->sp >= SMOLDER_UNWIND_MAX_FP_FRAME)
 		return unwind_stop(st, failure);
 	__u64 saved[2]; /* the caller's rbp, then the return address */
-	if (bpf_probe_read_user(saved, sizeof(saved), (void *)bp))
+	if (unwind_read_user(st, bp, &saved[0]) || unwind_read_user(st, bp + 8, &saved[1]))
 		return unwind_stop(st, SMOLDER_UNWIND_READ_FAULT);
 	if (saved[1] == 0)
 		return unwind_stop(st, SMOLDER_UNWIND_FP_END);
@@ -127,7 +155,9 @@ static __always_inline long unwind_signal_step(struct unwind_scratch *st)
 	return 0;
 }
 
-/* The row governing `rel` (an ELF address) in `table`, copied to `row`; 0 when no row does. */
+/* The row governing `rel` (an ELF address) in `table`, copied to `row`; 0 when no row does.
+ * The search keeps the last row it found at or before the address, so that only an address
+ * before the first row of its page needs one more lookup (of the row before the page). */
 static __always_inline int unwind_find_row(void *table, const struct unwind_mapping *m, __u64 rel,
 					   struct unwind_row *row)
 {
@@ -140,7 +170,8 @@ static __always_inline int unwind_find_row(void *table, const struct unwind_mapp
 		return 0;
 	__u32 lo = (__u32)*dir, hi = (__u32)(*dir >> 32);
 	__u32 base = 1 + m->n_pages;
-	__u16 low = (__u16)rel;
+	__u16 low = (__u16)(rel & ((1 << SMOLDER_UNWIND_PAGE_BITS) - 1));
+	int found = 0;
 	/* The first row above the address; the row before it governs (possibly the previous
 	 * page's last row). */
 	for (int i = 0; i < SMOLDER_UNWIND_SEARCH_STEPS; i++) {
@@ -151,19 +182,64 @@ static __always_inline int unwind_find_row(void *table, const struct unwind_mapp
 		struct unwind_row *r = bpf_map_lookup_elem(table, &index);
 		if (!r)
 			return 0;
-		if (r->pc_low <= low)
+		if (r->pc_low <= low) {
+			*row = *r;
+			found = 1;
 			lo = mid + 1;
-		else
+		} else {
 			hi = mid;
+		}
 	}
+	if (found)
+		return 1;
 	if (lo == 0)
 		return 0;
 	index = base + lo - 1;
-	struct unwind_row *found = bpf_map_lookup_elem(table, &index);
-	if (!found)
+	struct unwind_row *before = bpf_map_lookup_elem(table, &index);
+	if (!before)
 		return 0;
-	*row = *found;
+	*row = *before;
 	return 1;
+}
+
+/* The mapping at `pc` in the walk's process, copied to `out`: from the walk's cache when a
+ * mapping met before covers it, else from the trie (and then cached). 0 when none is known. */
+static __always_inline int unwind_mapping_at(struct unwind_scratch *st, __u64 pc,
+					     struct unwind_mapping *out)
+{
+	for (int i = 0; i < SMOLDER_UNWIND_MAPPING_CACHE; i++) {
+		struct unwind_mapping *c = &st->cache[i];
+		if (pc >= c->start && pc < c->end) {
+			*out = *c;
+			return 1;
+		}
+	}
+	struct unwind_mapping_key key = {
+		.prefixlen = 96,
+		.pid_be = bpf_htonl(st->tgid),
+		.addr_be = bpf_cpu_to_be64(pc),
+	};
+	struct unwind_mapping *m = bpf_map_lookup_elem(&unwind_mappings, &key);
+	if (!m)
+		return 0;
+	*out = *m;
+	__u32 slot = st->cache_next & (SMOLDER_UNWIND_MAPPING_CACHE - 1);
+	st->cache[slot] = *m;
+	st->cache_next = slot + 1;
+	return 1;
+}
+
+/* The row a frame of this walk at `pc` found before, copied to `row`; 0 when none did. */
+static __always_inline int unwind_cached_row(struct unwind_scratch *st, __u64 pc,
+					     struct unwind_row *row)
+{
+	for (int i = 0; i < SMOLDER_UNWIND_ROW_CACHE; i++) {
+		if (st->row_pc[i] == pc) {
+			*row = st->row_cached[i];
+			return 1;
+		}
+	}
+	return 0;
 }
 
 struct unwind_loop_ctx {
@@ -182,21 +258,21 @@ static long unwind_step(__u64 index, void *data)
 
 	/* A return address looks up its call instruction. */
 	__u64 pc = st->leaf ? st->ip : st->ip - 1;
-	struct unwind_mapping_key key = {
-		.prefixlen = 96,
-		.pid_be = bpf_htonl(st->tgid),
-		.addr_be = bpf_cpu_to_be64(pc),
-	};
-	struct unwind_mapping *m = bpf_map_lookup_elem(&unwind_mappings, &key);
-	if (!m || m->exe_id == 0)
-		return unwind_fp_step(st, SMOLDER_UNWIND_NO_TABLE);
-	__u64 exe_id = m->exe_id;
-	void *table = bpf_map_lookup_elem(&unwind_tables, &exe_id);
-	if (!table)
-		return unwind_fp_step(st, SMOLDER_UNWIND_NO_TABLE);
 	struct unwind_row row;
-	if (!unwind_find_row(table, m, pc - m->bias, &row))
-		return unwind_fp_step(st, SMOLDER_UNWIND_BAD_FRAME_POINTER);
+	if (!unwind_cached_row(st, pc, &row)) {
+		struct unwind_mapping m;
+		if (!unwind_mapping_at(st, pc, &m) || m.exe_id == 0)
+			return unwind_fp_step(st, SMOLDER_UNWIND_NO_TABLE);
+		void *table = bpf_map_lookup_elem(&unwind_tables, &m.exe_id);
+		if (!table)
+			return unwind_fp_step(st, SMOLDER_UNWIND_NO_TABLE);
+		if (!unwind_find_row(table, &m, pc - m.bias, &row))
+			return unwind_fp_step(st, SMOLDER_UNWIND_BAD_FRAME_POINTER);
+		__u32 slot = st->row_next & (SMOLDER_UNWIND_ROW_CACHE - 1);
+		st->row_pc[slot] = pc;
+		st->row_cached[slot] = row;
+		st->row_next = slot + 1;
+	}
 
 	__u64 cfa;
 	switch (row.cfa_kind) {
@@ -219,7 +295,7 @@ static long unwind_step(__u64 index, void *data)
 		break;
 	case SMOLDER_CFA_DEREF_RSP: {
 		__u64 value;
-		if (bpf_probe_read_user(&value, sizeof(value), (void *)(st->sp + row.cfa_off)))
+		if (unwind_read_user(st, st->sp + row.cfa_off, &value))
 			return unwind_stop(st, SMOLDER_UNWIND_READ_FAULT);
 		cfa = value + (__s64)row.fp_off;
 		row.fp_kind = SMOLDER_FP_SAME;
@@ -238,11 +314,11 @@ static long unwind_step(__u64 index, void *data)
 	if (cfa <= st->sp)
 		return unwind_stop(st, SMOLDER_UNWIND_NOT_MOVING_UP);
 	__u64 ra;
-	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+	if (unwind_read_user(st, cfa - 8, &ra))
 		return unwind_stop(st, SMOLDER_UNWIND_READ_FAULT);
 	if (row.fp_kind == SMOLDER_FP_AT_CFA) {
 		__u64 bp;
-		if (bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (__s64)row.fp_off)))
+		if (unwind_read_user(st, cfa + (__s64)row.fp_off, &bp))
 			return unwind_stop(st, SMOLDER_UNWIND_READ_FAULT);
 		st->bp = bp;
 		st->bp_valid = 1;
@@ -272,6 +348,16 @@ static __always_inline void unwind_user(struct unwind_scratch *st, const struct 
 	st->tgid = tgid;
 	st->leaf = 1;
 	st->bp_valid = 1;
+	for (int i = 0; i < SMOLDER_UNWIND_MAPPING_CACHE; i++) {
+		st->cache[i].start = 0;
+		st->cache[i].end = 0;
+	}
+	st->cache_next = 0;
+	for (int i = 0; i < SMOLDER_UNWIND_ROW_CACHE; i++)
+		st->row_pc[i] = 0;
+	st->row_next = 0;
+	st->window_base = 0;
+	st->window_len = 0;
 	struct unwind_loop_ctx ctx = { .st = st };
 	/* One more iteration than frames: the last one reports the truncation. */
 	bpf_loop(SMOLDER_UNWIND_MAX_FRAMES + 1, unwind_step, &ctx, 0);

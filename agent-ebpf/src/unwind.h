@@ -4,7 +4,7 @@
  * Tables: one inner ARRAY of u64 entries per executable, in `unwind_tables` (HASH_OF_MAPS keyed
  * by a 64-bit executable id the agent assigns). Entry layout, as smolder_unwind::UnwindTable
  * writes it:
- *   [0]                 u32 first_page | u32 n_pages        (page = ELF address >> 16)
+ *   [0]                 u32 first_page | u32 n_pages        (page = ELF address >> 12)
  *   [1 .. n_pages]      u32 lo | u32 hi                     (row indexes, hi exclusive)
  *   [1 + n_pages ..]    struct unwind_row, sorted by address
  * Mappings: `unwind_mappings` (LPM trie) maps (tgid, runtime address) to the executable mapped
@@ -23,9 +23,22 @@
 #define SMOLDER_UNWIND_MAX_FRAMES 256
 #define SMOLDER_UNWIND_DEFAULT_FRAMES 128
 
-/* Binary-search steps inside one 64 KiB page: a page holds at most 65,535 rows. */
-#define SMOLDER_UNWIND_PAGE_BITS 16
-#define SMOLDER_UNWIND_SEARCH_STEPS 16
+/* Binary-search steps inside one 4 KiB page: a page holds at most 4,095 rows. Small pages keep
+ * the search short: each step is a helper call, and a helper call is what a frame costs most
+ * on hosts whose kernel mitigates return-stack attacks (SRSO's safe RET on AMD). */
+#define SMOLDER_UNWIND_PAGE_BITS 12
+#define SMOLDER_UNWIND_SEARCH_STEPS 12
+
+/* Mappings a walk remembers, so that frames in a binary already met skip the trie lookup. */
+#define SMOLDER_UNWIND_MAPPING_CACHE 2
+
+/* Rows a walk remembers by address, so that a recursion's repeated return address skips the
+ * mapping, the table and the search. */
+#define SMOLDER_UNWIND_ROW_CACHE 4
+
+/* Bytes of user stack a walk copies at once: the frames above are read from the copy, not one
+ * user read (the dearest helper of a frame) per saved register. */
+#define SMOLDER_UNWIND_WINDOW_BYTES 512
 
 /* Map sizes (the agent may override them at load time). */
 #define SMOLDER_UNWIND_TABLES_ENTRIES 4096
@@ -120,7 +133,9 @@ struct unwind_mapping_key {
 };
 
 /* Value of `unwind_mappings`. exe_id 0 means no table (anonymous or JIT code, a table not built
- * yet or refused): frame-pointer steps there. 32 bytes, no padding. */
+ * yet or refused): frame-pointer steps there. Every prefix of one mapping holds the same value,
+ * whose [start, end) lets a walk reuse it for the next frame in that range. 48 bytes, no
+ * padding. */
 struct unwind_mapping {
 	__u64 exe_id;
 	__u64 bias;       /* runtime address - ELF address */
@@ -128,6 +143,8 @@ struct unwind_mapping {
 	__u32 n_pages;
 	__u32 n_entries;  /* entries in the table: 1 + n_pages + rows */
 	__u32 flags;      /* reserved, zero */
+	__u64 start;      /* the mapping's runtime range, end exclusive */
+	__u64 end;
 };
 
 /* The registers a walk starts from. 24 bytes. */
@@ -180,7 +197,17 @@ struct unwind_scratch {
 	__u32 tgid;
 	__u8 leaf;     /* ip is exact (first frame, after a signal frame), not a return address */
 	__u8 bp_valid; /* bp is the caller's real rbp */
-	__u16 pad;
+	__u8 cache_next; /* the mapping cache's slot to replace next */
+	__u8 row_next;   /* the row cache's slot to replace next */
+	/* The mappings this walk met (start == end: empty). */
+	struct unwind_mapping cache[SMOLDER_UNWIND_MAPPING_CACHE];
+	/* The rows this walk found, by the address looked up (0: empty). */
+	__u64 row_pc[SMOLDER_UNWIND_ROW_CACHE];
+	struct unwind_row row_cached[SMOLDER_UNWIND_ROW_CACHE];
+	/* A copy of the user stack at [window_base, window_base + window_len). */
+	__u64 window[SMOLDER_UNWIND_WINDOW_BYTES / 8];
+	__u64 window_base;
+	__u64 window_len;
 	/* The Python walk's copy of the frame it reads (python.bpf.h). */
 	__u8 python_frame[SMOLDER_PYTHON_FRAME_BUF];
 };
@@ -188,7 +215,13 @@ struct unwind_scratch {
 /* The sizes the Rust mirror asserts too. */
 _Static_assert(sizeof(struct unwind_row) == 8, "unwind_row is 8 bytes");
 _Static_assert(sizeof(struct unwind_mapping_key) == 16, "unwind_mapping_key is 16 bytes");
-_Static_assert(sizeof(struct unwind_mapping) == 32, "unwind_mapping is 32 bytes");
+_Static_assert(sizeof(struct unwind_mapping) == 48, "unwind_mapping is 48 bytes");
+_Static_assert((SMOLDER_UNWIND_WINDOW_BYTES & (SMOLDER_UNWIND_WINDOW_BYTES - 1)) == 0 &&
+		       SMOLDER_UNWIND_WINDOW_BYTES <= 4096,
+	       "the window masks as a power of two and fits a page");
+_Static_assert((SMOLDER_UNWIND_MAPPING_CACHE & (SMOLDER_UNWIND_MAPPING_CACHE - 1)) == 0 &&
+		       (SMOLDER_UNWIND_ROW_CACHE & (SMOLDER_UNWIND_ROW_CACHE - 1)) == 0,
+	       "the caches' slots mask as powers of two");
 _Static_assert(sizeof(struct unwind_sample) == 56, "unwind_sample is 56 bytes");
 _Static_assert(__builtin_offsetof(struct unwind_sample, python_status) == 28, "as unwind.rs");
 _Static_assert(__builtin_offsetof(struct unwind_sample, value) == 32, "as unwind.rs");

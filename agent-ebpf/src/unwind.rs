@@ -42,10 +42,10 @@ pub const KERNEL_FRAMES: usize = 127;
 /// `SMOLDER_UNWIND_PYTHON_WORDS`: words a sample holds after its kernel frames, for the Python
 /// frames ([`crate::PYTHON_MAX_FRAMES`], two words each).
 pub const PYTHON_WORDS: usize = 2 * crate::PYTHON_MAX_FRAMES;
-/// `SMOLDER_UNWIND_PAGE_BITS`: a table page spans 64 KiB of code.
-pub const PAGE_BITS: u32 = 16;
+/// `SMOLDER_UNWIND_PAGE_BITS`: a table page spans 4 KiB of code.
+pub const PAGE_BITS: u32 = 12;
 /// `SMOLDER_UNWIND_SEARCH_STEPS`: binary-search steps inside a page.
-pub const SEARCH_STEPS: u32 = 16;
+pub const SEARCH_STEPS: u32 = 12;
 /// `SMOLDER_UNWIND_TABLES_ENTRIES`: executables [`MAP_TABLES`] holds.
 pub const TABLES_ENTRIES: u32 = 4096;
 /// `SMOLDER_UNWIND_MAPPINGS_ENTRIES`: prefixes [`MAP_MAPPINGS`] holds.
@@ -271,10 +271,15 @@ pub struct Mapping {
     pub n_entries: u32,
     /// Reserved, zero.
     pub flags: u32,
+    /// The mapping's runtime start: every LPM prefix of one mapping holds the same value, so
+    /// that a walk reuses it for any address in `[start, end)` without a trie lookup.
+    pub start: u64,
+    /// The mapping's runtime end, exclusive.
+    pub end: u64,
 }
 
-// 8 + 8 + 4 * 4 bytes: no padding.
-const _: () = assert!(size_of::<Mapping>() == 32);
+// 8 + 8 + 4 * 4 + 8 + 8 bytes: no padding.
+const _: () = assert!(size_of::<Mapping>() == 48);
 
 // SAFETY: `Mapping` is `repr(C)`, `Copy`, made only of integers and has no padding.
 unsafe impl aya::Pod for Mapping {}

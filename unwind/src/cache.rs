@@ -2,7 +2,7 @@
 //! tables instead of rebuilding them.
 //!
 //! Input: an [`UnwindTable`] to [`encode`] or [`write()`], bytes or a directory to [`decode`] or
-//! [`read`] from. Output: the file bytes, or the table again. Owns the files `<id>.v1` in the
+//! [`read`] from. Output: the file bytes, or the table again. Owns the files `<id>.v<VERSION>` in the
 //! directory it is given. Reading never panics and never trusts a size before checking it
 //! against [`Limits`] and the file's length; the checksum and the table's own validation reject
 //! a damaged file.
@@ -11,7 +11,7 @@
 //!
 //! ```text
 //! 0    8   magic "SMOLUNWT"
-//! 8    4   format version (2; 1 had no source digest)
+//! 8    4   format version (4; 1 had no source digest, 3 and older had 64 KiB pages)
 //! 12   1   identity kind (1 build id, 2 SHA-256 content hash)
 //! 13   1   identity length (build id: 1..=64; content hash: 32)
 //! 14   2   zero
@@ -36,8 +36,9 @@ use crate::table::{Limits, Stats, UnwindTable};
 pub const MAGIC: [u8; 8] = *b"SMOLUNWT";
 /// The format version this build reads and writes, raised when the layout or what the builder
 /// puts in a table changes (3: Go binaries' tables end stacks at `runtime.mcall` and
-/// `runtime.morestack` too), so that a table an older agent cached is built again.
-pub const VERSION: u32 = 3;
+/// `runtime.morestack` too; 4: 4 KiB pages instead of 64 KiB), so that a table an older agent
+/// cached is built again.
+pub const VERSION: u32 = 4;
 
 const ID_OFFSET: usize = 16;
 const DIGEST_OFFSET: usize = ID_OFFSET + MAX_BUILD_ID;

@@ -5,8 +5,8 @@
 //! (or `.debug_frame`). BPF cannot run DWARF's CFA programs, so this crate runs them in user
 //! space and flattens the result into one [`UnwindTable`] per executable: rows sorted by address,
 //! each holding one [`Rule`] of a small set (CFA = `rsp`/`rbp` + offset, the PLT expressions,
-//! `*(rsp+a)+b`, signal frame, end of stack), behind a directory of 64 KiB pages so the BPF side
-//! finds a row in at most 16 binary-search steps.
+//! `*(rsp+a)+b`, signal frame, end of stack), behind a directory of 4 KiB pages so the BPF side
+//! finds a row in at most 12 binary-search steps.
 //!
 //! - [`Elf`] parses an x86-64 ELF file from bytes (a mapped file, a separate debug file, the
 //!   vDSO copied out of memory), names it by [`ExeId`] (GNU build id, else SHA-256 of its

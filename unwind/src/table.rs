@@ -1,4 +1,4 @@
-//! The compact table: rows sorted by address behind a directory of 64 KiB pages, in exactly the
+//! The compact table: rows sorted by address behind a directory of 4 KiB pages, in exactly the
 //! layout the BPF unwinder's inner array holds.
 //!
 //! Input: rows from the builder ([`crate::build`]) or entries read back from the cache. Output: an
@@ -10,12 +10,12 @@
 //! Layout, one `u64` per entry (little-endian C structs, see `agent-ebpf/src/unwind.h`):
 //!
 //! ```text
-//! [0]                    header   u32 first_page | u32 n_pages      (page = address >> 16)
+//! [0]                    header   u32 first_page | u32 n_pages      (page = address >> 12)
 //! [1 ..= n_pages]        pages    u32 lo | u32 hi                   (row indexes, hi exclusive)
 //! [1 + n_pages ..]       rows     u16 pc_low | u8 cfa_kind | u8 fp_kind | u16 cfa_off | s16 fp_off
 //! ```
 //!
-//! A page holds fewer than 65,536 rows, so the search inside it takes at most 16 steps. An
+//! A page holds fewer than 4,096 rows, so the search inside it takes at most 12 steps. An
 //! address before the first row of its page is governed by the row before (the previous page's
 //! last row): rows only mark where a rule starts. Addresses before the first page or after the
 //! last have no FDE.
@@ -24,9 +24,11 @@ use crate::elf::{CfiKind, ExeId};
 use crate::error::UnwindError;
 use crate::rule::{Cfa, Fp, Rule, Unsupported};
 
-/// Bits of an address inside one page of the directory.
-pub const PAGE_BITS: u32 = 16;
-/// The most rows one page can hold (the BPF search does 16 steps).
+/// Bits of an address inside one page of the directory. Small pages keep the BPF search short:
+/// each of its steps is a helper call, the dearest part of a frame on hosts whose kernels
+/// mitigate return-stack attacks.
+pub const PAGE_BITS: u32 = 12;
+/// The most rows one page can hold (the BPF search does at most 12 steps).
 pub const MAX_ROWS_PER_PAGE: u32 = (1 << PAGE_BITS) - 1;
 /// Steps of the binary search inside a page, for [`MAX_ROWS_PER_PAGE`] rows.
 pub const SEARCH_STEPS: u32 = PAGE_BITS;
@@ -37,8 +39,8 @@ pub struct Limits {
     /// Rows in one table. Default 8,000,000 (64 MiB): the largest executable measured on
     /// Debian, `librustc_driver`, has 1.15M rows (`unwinding-offcpu-python.md` §1.4).
     pub max_rows: u32,
-    /// Pages of the directory, i.e. the span of code in 64 KiB units. Default 65,536 (4 GiB of
-    /// code).
+    /// Pages of the directory, i.e. the span of code in 4 KiB units. Default 1,048,576 (4 GiB
+    /// of code, an 8 MiB directory).
     pub max_pages: u32,
 }
 
@@ -46,7 +48,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_rows: 8_000_000,
-            max_pages: 65_536,
+            max_pages: 1 << 20,
         }
     }
 }
@@ -99,8 +101,8 @@ impl UnwindTable {
     /// # Errors
     ///
     /// [`UnwindError::NoCfi`] for no rows, [`UnwindError::Malformed`] for addresses out of
-    /// order or rules a row cannot hold, [`UnwindError::TooLarge`] past `limits` or past 65,535
-    /// rows in one 64 KiB page.
+    /// order or rules a row cannot hold, [`UnwindError::TooLarge`] past `limits` or past 4,095
+    /// rows in one 4 KiB page.
     pub fn from_rows(
         id: ExeId,
         rows: &[(u64, Rule)],
@@ -143,13 +145,13 @@ impl UnwindTable {
                 index += 1;
             }
             check_limit(
-                "rows in one 64 KiB page",
+                "rows in one 4 KiB page",
                 (index - lo) as u64,
                 MAX_ROWS_PER_PAGE.into(),
             )?;
             entries.push(lo as u64 | (index as u64) << 32);
         }
-        entries.extend(rows.iter().map(|&(pc, rule)| rule.encode(pc as u16)));
+        entries.extend(rows.iter().map(|&(pc, rule)| rule.encode(page_offset(pc))));
         stats.rows = rows.len() as u64;
         let table = UnwindTable { id, entries, stats };
         table.validate()?;
@@ -186,7 +188,7 @@ impl UnwindTable {
         &self.stats
     }
 
-    /// The first page (address >> 16) the directory covers.
+    /// The first page (address >> 12) the directory covers.
     pub fn first_page(&self) -> u32 {
         self.entries[0] as u32
     }
@@ -229,7 +231,7 @@ impl UnwindTable {
         let offset = offset as usize;
         let dir = self.entries[1 + offset];
         let (mut lo, mut hi) = ((dir as u32) as usize, (dir >> 32) as usize);
-        let low = address as u16;
+        let low = page_offset(address);
         // The first row whose pc_low is above the address; the row before it governs.
         for _ in 0..SEARCH_STEPS {
             if lo >= hi {
@@ -306,6 +308,9 @@ impl UnwindTable {
                 let (low, _) = Rule::decode(raw).map_err(|err| UnwindError::Malformed {
                     reason: format!("row {i}: {err}"),
                 })?;
+                if u32::from(low) >> PAGE_BITS != 0 {
+                    return malformed(format!("row {i}: offset {low:#x} outside its page"));
+                }
                 if previous.is_some_and(|p| p >= low) {
                     return malformed(format!("row {i}: address not above the previous row's"));
                 }
@@ -318,6 +323,11 @@ impl UnwindTable {
         }
         Ok(())
     }
+}
+
+/// An address's offset inside its page, as a row's `pc_low` holds it.
+fn page_offset(address: u64) -> u16 {
+    (address & ((1 << PAGE_BITS) - 1)) as u16
 }
 
 pub(crate) fn check_limit(what: &'static str, value: u64, limit: u64) -> Result<(), UnwindError> {
@@ -355,13 +365,13 @@ mod tests {
         ];
         let table =
             UnwindTable::from_rows(id(), &rows, Stats::default(), &Limits::default()).unwrap();
-        assert_eq!(table.first_page(), 1);
-        assert_eq!(table.n_pages(), 3);
+        assert_eq!(table.first_page(), 0x10);
+        assert_eq!(table.n_pages(), 0x21);
         assert_eq!(table.lookup(0x1_000f), Rule::NoFde);
         assert_eq!(table.lookup(0x1_0010), A);
         assert_eq!(table.lookup(0x1_001f), A);
         assert_eq!(table.lookup(0x1_0020), B);
-        // Page 2 holds no row: the last row of page 1 governs it.
+        // Pages 0x11 to 0x2f hold no row: the last row of page 0x10 governs them.
         assert_eq!(table.lookup(0x2_1234), B);
         assert_eq!(table.lookup(0x3_0000), Rule::NoFde);
         assert_eq!(table.lookup(0x3_0150), A);
@@ -372,7 +382,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_page_needs_at_most_sixteen_steps() {
+    fn a_full_page_needs_at_most_twelve_steps() {
         let rows: Vec<(u64, Rule)> = (0..MAX_ROWS_PER_PAGE as u64)
             .map(|i| (0x5_0000 + i, if i % 2 == 0 { A } else { B }))
             .collect();
@@ -382,7 +392,7 @@ mod tests {
             assert_eq!(table.lookup(*pc), *rule, "{pc:#x}");
         }
         let mut too_many = rows.clone();
-        too_many.push((0x5_ffff, A));
+        too_many.push((0x5_0fff, A));
         assert!(matches!(
             UnwindTable::from_rows(id(), &too_many, Stats::default(), &Limits::default()),
             Err(UnwindError::TooLarge { .. })

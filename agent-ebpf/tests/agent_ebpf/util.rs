@@ -144,6 +144,8 @@ impl Process {
                     n_pages: table.n_pages(),
                     n_entries: table.entries().len() as u32,
                     flags: 0,
+                    start,
+                    end,
                 };
                 let mut trie: LpmTrie<&mut MapData, MappingKey, Mapping> =
                     LpmTrie::try_from(ebpf.map_mut(MAP_MAPPINGS).unwrap()).unwrap();

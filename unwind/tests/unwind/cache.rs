@@ -128,12 +128,12 @@ fn another_version_and_oversized_counts_are_clear_errors() {
     let table = table_of(Path::new("/lib64/ld-linux-x86-64.so.2"));
     let mut bytes = cache::encode(&table);
     // Version 1 named a table by build id alone (a forged file could poison it); version 2's
-    // Go tables lack the scheduler's stack roots: neither is read.
-    for old in [1u32, 2] {
+    // Go tables lack the scheduler's stack roots; version 3's pages span 64 KiB: none is read.
+    for old in [1u32, 2, 3] {
         bytes[8..12].copy_from_slice(&old.to_le_bytes());
         let err = cache::decode(&bytes, &Limits::default()).unwrap_err();
         assert!(
-            matches!(err, UnwindError::Version { found, expected: 3 } if found == old),
+            matches!(err, UnwindError::Version { found, expected: 4 } if found == old),
             "{err}"
         );
     }
@@ -141,7 +141,7 @@ fn another_version_and_oversized_counts_are_clear_errors() {
     let err = cache::decode(&bytes, &Limits::default()).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "unwind cache format version 1, this build reads version 3"
+        "unwind cache format version 1, this build reads version 4"
     );
 
     // An entry count past the limits is refused before anything of that size is allocated.

@@ -146,6 +146,8 @@ fn mapping_entries(
         n_pages: shape.n_pages,
         n_entries: shape.n_entries,
         flags: 0,
+        start: mapping.start,
+        end: mapping.end,
     };
     let prefixes = mapping_prefixes(pid, mapping.start, mapping.end);
     if keys.len() + prefixes.len() > MAX_PROCESS_KEYS {

@@ -84,6 +84,8 @@ fn load_tables(ebpf: &mut Ebpf, pid: u32) -> Vec<Module> {
             n_pages: table.n_pages(),
             n_entries: table.entries().len() as u32,
             flags: 0,
+            start,
+            end,
         };
         let mut trie: LpmTrie<&mut MapData, MappingKey, Mapping> =
             LpmTrie::try_from(ebpf.map_mut(MAP_MAPPINGS).unwrap()).unwrap();
