@@ -22,7 +22,7 @@ use smolder_agent_ebpf::{
     GLOBAL_SELF_TGID, OBJECT, PROGRAM_CPU, PROGRAM_EXEC, PROGRAM_EXIT, PROGRAM_UPROBE,
 };
 
-use crate::util::{Process, Victim, read_samples};
+use crate::util::{KillOnDrop, Process, Victim, read_samples};
 
 const DEPTH: u32 = 5;
 
@@ -247,7 +247,8 @@ fn a_zero_frame_pointer_met_without_a_table_is_not_a_complete_stack() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let mut child = Command::new(&binary).spawn().unwrap();
+    // Killed when the test ends, passed or not, so that a failure leaves no spinning process.
+    let child = KillOnDrop(Command::new(&binary).spawn().unwrap());
     let mut ebpf = load();
     let program: &mut PerfEvent = ebpf.program_mut(PROGRAM_CPU).unwrap().try_into().unwrap();
     program.load().expect("the verifier accepts on_cpu");
@@ -261,9 +262,8 @@ fn a_zero_frame_pointer_met_without_a_table_is_not_a_complete_stack() {
             )
             .unwrap();
     }
-    let samples = read_samples(&mut ebpf, child.id(), 200, Duration::from_secs(30));
-    let _ = child.kill();
-    let _ = child.wait();
+    let samples = read_samples(&mut ebpf, child.0.id(), 200, Duration::from_secs(30));
+    drop(child);
     assert!(samples.len() >= 200, "{} samples", samples.len());
     for (header, frames) in &samples {
         assert_eq!(

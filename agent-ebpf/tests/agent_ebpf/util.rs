@@ -85,6 +85,16 @@ impl Drop for Victim {
     }
 }
 
+/// A child process killed and reaped when this is dropped, also when a test panics.
+pub(crate) struct KillOnDrop(pub(crate) std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// An executable mapping of the victim, with its file's symbols.
 struct ExecMapping {
     start: u64,
