@@ -229,17 +229,12 @@ static __always_inline int unwind_mapping_at(struct unwind_scratch *st, __u64 pc
 	return 1;
 }
 
-/* The row a frame of this walk at `pc` found before, copied to `row`; 0 when none did. */
-static __always_inline int unwind_cached_row(struct unwind_scratch *st, __u64 pc,
-					     struct unwind_row *row)
+/* The row cache's slot for (exe_id, rel): a multiplicative hash of both. */
+static __always_inline struct unwind_row_entry *unwind_row_slot(struct unwind_scratch *st,
+								__u64 exe_id, __u64 rel)
 {
-	for (int i = 0; i < SMOLDER_UNWIND_ROW_CACHE; i++) {
-		if (st->row_pc[i] == pc) {
-			*row = st->row_cached[i];
-			return 1;
-		}
-	}
-	return 0;
+	__u64 hash = (rel ^ (exe_id << 40)) * 0x9E3779B97F4A7C15ULL;
+	return &st->rows[(hash >> 32) & (SMOLDER_UNWIND_ROW_CACHE - 1)];
 }
 
 struct unwind_loop_ctx {
@@ -258,20 +253,25 @@ static long unwind_step(__u64 index, void *data)
 
 	/* A return address looks up its call instruction. */
 	__u64 pc = st->leaf ? st->ip : st->ip - 1;
+	struct unwind_mapping m;
+	if (!unwind_mapping_at(st, pc, &m) || m.exe_id == 0)
+		return unwind_fp_step(st, SMOLDER_UNWIND_NO_TABLE);
+	__u64 rel = pc - m.bias;
+	struct unwind_row_entry *cached = unwind_row_slot(st, m.exe_id, rel);
 	struct unwind_row row;
-	if (!unwind_cached_row(st, pc, &row)) {
-		struct unwind_mapping m;
-		if (!unwind_mapping_at(st, pc, &m) || m.exe_id == 0)
-			return unwind_fp_step(st, SMOLDER_UNWIND_NO_TABLE);
+	if (cached->exe_id == m.exe_id && cached->rel == rel && cached->n_entries == m.n_entries) {
+		/* Even if the table was evicted since: its rows stay true of the executable. */
+		row = cached->row;
+	} else {
 		void *table = bpf_map_lookup_elem(&unwind_tables, &m.exe_id);
 		if (!table)
 			return unwind_fp_step(st, SMOLDER_UNWIND_NO_TABLE);
-		if (!unwind_find_row(table, &m, pc - m.bias, &row))
+		if (!unwind_find_row(table, &m, rel, &row))
 			return unwind_fp_step(st, SMOLDER_UNWIND_BAD_FRAME_POINTER);
-		__u32 slot = st->row_next & (SMOLDER_UNWIND_ROW_CACHE - 1);
-		st->row_pc[slot] = pc;
-		st->row_cached[slot] = row;
-		st->row_next = slot + 1;
+		cached->exe_id = m.exe_id;
+		cached->rel = rel;
+		cached->n_entries = m.n_entries;
+		cached->row = row;
 	}
 
 	__u64 cfa;
@@ -353,9 +353,6 @@ static __always_inline void unwind_user(struct unwind_scratch *st, const struct 
 		st->cache[i].end = 0;
 	}
 	st->cache_next = 0;
-	for (int i = 0; i < SMOLDER_UNWIND_ROW_CACHE; i++)
-		st->row_pc[i] = 0;
-	st->row_next = 0;
 	st->window_base = 0;
 	st->window_len = 0;
 	struct unwind_loop_ctx ctx = { .st = st };

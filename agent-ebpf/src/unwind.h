@@ -32,9 +32,11 @@
 /* Mappings a walk remembers, so that frames in a binary already met skip the trie lookup. */
 #define SMOLDER_UNWIND_MAPPING_CACHE 2
 
-/* Rows a walk remembers by address, so that a recursion's repeated return address skips the
- * mapping, the table and the search. */
-#define SMOLDER_UNWIND_ROW_CACHE 4
+/* Rows a caller remembers across its walks, by (executable id, table size, ELF address),
+ * direct-mapped: a hot frame, sampled again and again, skips the table and its search. An
+ * executable id names one table for the agent's life (a rebuilt table of another size, as
+ * when a debug file appeared, misses), so no entry goes stale. */
+#define SMOLDER_UNWIND_ROW_CACHE 512
 
 /* Bytes of user stack a walk copies at once: the frames above are read from the copy, not one
  * user read (the dearest helper of a frame) per saved register. */
@@ -182,6 +184,15 @@ struct unwind_sample {
 /* A flag of memory samples: the page tables could not be read, a huge page counts as base. */
 #define SMOLDER_SAMPLE_HUGE_UNKNOWN 2
 
+/* An entry of a scratch's row cache. 32 bytes. */
+struct unwind_row_entry {
+	__u64 exe_id;
+	__u64 rel;         /* the ELF address looked up */
+	__u32 n_entries;   /* the table's size when the row was found */
+	__u32 pad;
+	struct unwind_row row;
+};
+
 /* A caller's scratch: the sample being built and the walk's registers. Every program type that
  * can interrupt another (perf_event's NMI inside tp_btf or a uprobe) has its own per-CPU
  * scratch map, so no two walks on one CPU ever share one. */
@@ -198,12 +209,12 @@ struct unwind_scratch {
 	__u8 leaf;     /* ip is exact (first frame, after a signal frame), not a return address */
 	__u8 bp_valid; /* bp is the caller's real rbp */
 	__u8 cache_next; /* the mapping cache's slot to replace next */
-	__u8 row_next;   /* the row cache's slot to replace next */
+	__u8 pad;
 	/* The mappings this walk met (start == end: empty). */
 	struct unwind_mapping cache[SMOLDER_UNWIND_MAPPING_CACHE];
-	/* The rows this walk found, by the address looked up (0: empty). */
-	__u64 row_pc[SMOLDER_UNWIND_ROW_CACHE];
-	struct unwind_row row_cached[SMOLDER_UNWIND_ROW_CACHE];
+	/* Rows found by earlier walks of this caller on this CPU (exe_id 0: empty). Kept across
+	 * walks: never reset. */
+	struct unwind_row_entry rows[SMOLDER_UNWIND_ROW_CACHE];
 	/* A copy of the user stack at [window_base, window_base + window_len). */
 	__u64 window[SMOLDER_UNWIND_WINDOW_BYTES / 8];
 	__u64 window_base;
