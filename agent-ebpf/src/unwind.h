@@ -223,6 +223,10 @@ struct unwind_scratch {
 	__u8 python_frame[SMOLDER_PYTHON_FRAME_BUF];
 };
 
+/* The kernel caps a per-CPU map's value at 32 KiB (PCPU_MIN_UNIT_SIZE): the scratch, row cache
+ * included, must fit. */
+_Static_assert(sizeof(struct unwind_scratch) <= 32768, "a per-CPU scratch fits 32 KiB");
+
 /* The sizes the Rust mirror asserts too. */
 _Static_assert(sizeof(struct unwind_row) == 8, "unwind_row is 8 bytes");
 _Static_assert(sizeof(struct unwind_mapping_key) == 16, "unwind_mapping_key is 16 bytes");

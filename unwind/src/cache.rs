@@ -2,10 +2,10 @@
 //! tables instead of rebuilding them.
 //!
 //! Input: an [`UnwindTable`] to [`encode`] or [`write()`], bytes or a directory to [`decode`] or
-//! [`read`] from. Output: the file bytes, or the table again. Owns the files `<id>.v<VERSION>` in the
-//! directory it is given. Reading never panics and never trusts a size before checking it
-//! against [`Limits`] and the file's length; the checksum and the table's own validation reject
-//! a damaged file.
+//! [`read`] from. Output: the file bytes, or the table again. Owns the files `<id>.v<VERSION>`
+//! in the directory it is given. Reading never panics and never trusts a size before checking
+//! it against [`Limits`] and the file's length; the checksum and the table's own validation
+//! reject a damaged file.
 //!
 //! Layout (little-endian):
 //!
