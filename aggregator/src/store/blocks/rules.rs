@@ -329,7 +329,8 @@ pub(crate) fn blocking<T: Send + 'static>(
 /// Polls `rules` every `interval` for as long as the server runs, beating `beat`; a failed
 /// poll is counted, and marks the loop degraded until one succeeds.
 async fn run(rules: Arc<BucketRules>, interval: Duration, beat: Heartbeat, metrics: StoreMetrics) {
-    let mut ticker = tokio::time::interval(interval);
+    // The first poll is one interval away: `BucketRules::open` has just read the rules.
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         beat.beating(ticker.tick()).await;
