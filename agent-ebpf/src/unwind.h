@@ -34,8 +34,9 @@
 
 /* Rows a caller remembers across its walks, by (executable id, table size, ELF address),
  * direct-mapped: a hot frame, sampled again and again, skips the table and its search. An
- * executable id names one table for the agent's life (a rebuilt table of another size, as
- * when a debug file appeared, misses), so no entry goes stale. */
+ * executable id names one executable for the agent's life and its table is built from that
+ * executable alone, so entries do not go stale; the size is checked too, for a table rebuilt
+ * from other input (a debug file that appeared since). */
 #define SMOLDER_UNWIND_ROW_CACHE 512
 
 /* Bytes of user stack a walk copies at once: the frames above are read from the copy, not one

@@ -5,8 +5,9 @@
 //! runs in `on_uprobe` at `burn` of `agent-ebpf/tests/data/victim.c` (`gcc -O2
 //! -fomit-frame-pointer`), so every sample is the victim's and its depth is exact: recursion 5
 //! gives ~19 frames, recursion 112 ~126, and the "flat" victim's chain of 112 distinct functions
-//! as many frames with no return address repeated (the walk's row cache cannot help it, as it
-//! helps a recursion). The same-run baseline is the same probe without tables
+//! as many frames with no return address repeated within a stack. The victim's stack is the same
+//! at every sample, so every scenario measures the walk with its row cache warm (a cold frame
+//! costs more: BENCHMARKS.md). The same-run baseline is the same probe without tables
 //! (frame-pointer fallback, which stops after a frame or two): the fixed cost of a sample (the
 //! probe's context, header, ring-buffer output). `on_cpu` adds only `bpf_get_stack` and the
 //! register fetch to the same walk.

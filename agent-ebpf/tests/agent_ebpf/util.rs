@@ -19,7 +19,7 @@ use smolder_unwind::{Elf, Limits};
 
 /// `tests/data/victim.c`, built with `gcc -O2 -fomit-frame-pointer`, running until dropped.
 pub(crate) struct Victim {
-    child: Child,
+    _child: KillOnDrop,
     stdin: Option<ChildStdin>,
     pub(crate) pid: u32,
     pub(crate) binary: PathBuf,
@@ -27,8 +27,8 @@ pub(crate) struct Victim {
 }
 
 impl Victim {
-    /// Starts the victim with a recursion `depth` in `mode` (`plain`, `syscalls`, `signal`; see
-    /// `victim.c`); it waits for [`Victim::go`].
+    /// Starts the victim with a recursion `depth` in `mode` (`plain`, `syscalls`, `signal`,
+    /// `flat`; see `victim.c`); it waits for [`Victim::go`].
     pub(crate) fn start(depth: u32, mode: &str) -> Victim {
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("victim.c");
@@ -63,7 +63,7 @@ impl Victim {
             std::thread::sleep(Duration::from_millis(10));
         }
         Victim {
-            child,
+            _child: KillOnDrop(child),
             stdin,
             pid,
             binary,
@@ -78,15 +78,8 @@ impl Victim {
     }
 }
 
-impl Drop for Victim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A child process killed and reaped when this is dropped, also when a test panics.
-pub(crate) struct KillOnDrop(pub(crate) std::process::Child);
+pub(crate) struct KillOnDrop(pub(crate) Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
