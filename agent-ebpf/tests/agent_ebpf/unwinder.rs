@@ -8,7 +8,7 @@
 
 use std::num::NonZeroU32;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::uprobe::UProbeScope;
@@ -100,7 +100,24 @@ fn uprobe_point_check_gives_the_known_call_path() {
     let process = Process::load(victim.pid, Some(&mut ebpf));
     attach_uprobe(&mut ebpf, &victim, "burn");
     victim.go();
-    let samples = read_samples(&mut ebpf, victim.pid, 400, Duration::from_secs(30));
+    // burn runs every few microseconds, so 400 samples can all come from main before a busy
+    // CI host has scheduled the thread: read on until both have been seen.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut samples: Vec<(SampleHeader, Vec<u64>)> = Vec::new();
+    let on_main = |samples: &[(SampleHeader, Vec<u64>)]| {
+        let main = samples.iter().filter(|(h, _)| h.tgid == h.tid).count();
+        (main, samples.len() - main)
+    };
+    while Instant::now() < deadline
+        && (samples.len() < 400 || matches!(on_main(&samples), (0, _) | (_, 0)))
+    {
+        samples.extend(read_samples(
+            &mut ebpf,
+            victim.pid,
+            100,
+            Duration::from_secs(1),
+        ));
+    }
     assert!(samples.len() >= 400, "{} samples", samples.len());
 
     let bytes = std::fs::read(&victim.binary).unwrap();
@@ -111,7 +128,6 @@ fn uprobe_point_check_gives_the_known_call_path() {
         .unwrap()
         .address();
     let (main_path, thread_path) = burn_paths();
-    let (mut main, mut thread) = (0, 0);
     for (header, frames) in &samples {
         let path = process.path(frames);
         let status = Status::from_raw(header.status);
@@ -129,12 +145,8 @@ fn uprobe_point_check_gives_the_known_call_path() {
             burn % 4096,
             "the leaf is the probed instruction"
         );
-        if header.tgid == header.tid {
-            main += 1
-        } else {
-            thread += 1
-        }
     }
+    let (main, thread) = on_main(&samples);
     assert!(main > 0 && thread > 0, "main {main}, thread {thread}");
 }
 
