@@ -44,6 +44,9 @@ mod api_error;
 pub mod app;
 mod auth;
 pub mod config;
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub use auth::fuzzing;
 mod http;
 mod identity;
 mod ingest;

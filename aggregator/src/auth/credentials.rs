@@ -127,6 +127,18 @@ pub(crate) enum CredentialError {
         /// Its name.
         name: String,
     },
+    /// A credential's secret cannot travel in an `Authorization` header as written: a token
+    /// with a space or a character outside printable ASCII, or a user with a colon, which
+    /// Basic auth puts between user and password. The secret is not shown.
+    #[error("{place} ({name}): {why}")]
+    Unpresentable {
+        /// Where it is.
+        place: String,
+        /// Its name.
+        name: String,
+        /// Which rule it breaks.
+        why: &'static str,
+    },
     /// A credential has no scope.
     #[error("{place} ({name}): scopes is empty; give ingest, read and/or admin")]
     NoScope {
@@ -342,12 +354,22 @@ impl CredentialSpec {
                     let (place, name) = described();
                     return Err(CredentialError::Empty { place, name });
                 }
+                if !token.0.bytes().all(|b| b.is_ascii_graphic()) {
+                    let (place, name) = described();
+                    let why = "the token must be printable ASCII without spaces, as a Bearer header carries it";
+                    return Err(CredentialError::Unpresentable { place, name, why });
+                }
                 Proof::Token(sha256(token.0.as_bytes()))
             }
             (None, Some(user), Some(password)) => {
                 if password.0.is_empty() || user.is_empty() {
                     let (place, name) = described();
                     return Err(CredentialError::Empty { place, name });
+                }
+                if user.contains(':') {
+                    let (place, name) = described();
+                    let why = "the user must not hold a colon, which Basic auth puts between user and password";
+                    return Err(CredentialError::Unpresentable { place, name, why });
                 }
                 Proof::Basic {
                     user: sha256(user.as_bytes()),
@@ -624,6 +646,14 @@ mod tests {
             ),
             ("name: a\nuser: u\nscopes: [read]\n", "either token"),
             ("name: a\ntoken: ''\nscopes: [read]\n", "is empty"),
+            (
+                "name: a\ntoken: 's3cret 2'\nscopes: [read]\n",
+                "printable ASCII without spaces",
+            ),
+            (
+                "name: a\nuser: 'x:s3cret'\npassword: p\nscopes: [read]\n",
+                "must not hold a colon",
+            ),
             ("name: a\ntoken: s3cret\nscopes: []\n", "scopes is empty"),
             (
                 "name: a\ntoken: s3cret\nscopes: [read]\ntenant: a/b\n",

@@ -34,6 +34,8 @@
 //! Depends on `tenant`, `api_error` and `metrics`.
 
 mod credentials;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 mod routes;
 mod session;
 
@@ -594,20 +596,12 @@ impl Auth {
                     "the Authorization header is not text",
                 ));
             };
-            let (scheme, rest) = value.trim().split_once(' ').unwrap_or((value, ""));
-            let (credential, via) = if scheme.eq_ignore_ascii_case("bearer") {
-                (set.token(rest.trim()), Via::Token)
-            } else if scheme.eq_ignore_ascii_case("basic") {
-                let Some((user, password)) = basic(rest.trim()) else {
-                    return Some(Authentication::Invalid(
-                        "the Basic credentials are not base64 of user:password",
-                    ));
-                };
-                (set.basic(&user, &password), Via::Basic)
-            } else {
-                return Some(Authentication::Invalid(
-                    "unsupported Authorization scheme; use Bearer or Basic",
-                ));
+            let (credential, via) = match authorization(value) {
+                Ok(Authorization::Bearer(token)) => (set.token(token), Via::Token),
+                Ok(Authorization::Basic { user, password }) => {
+                    (set.basic(&user, &password), Via::Basic)
+                }
+                Err(why) => return Some(Authentication::Invalid(why)),
             };
             return Some(match credential {
                 Some(credential) => Authentication::Principal(principal(credential, via)),
@@ -659,6 +653,36 @@ fn combine(
         list.extend(file.credentials.iter().cloned());
     }
     CredentialSet::new(list)
+}
+
+/// What an `Authorization` header's value presents.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Authorization<'v> {
+    /// `Bearer <token>`.
+    Bearer(&'v str),
+    /// `Basic <base64 of user:password>`.
+    Basic {
+        /// The user, before the first colon.
+        user: String,
+        /// The password, after it.
+        password: String,
+    },
+}
+
+/// Reads an `Authorization` header's value: the scheme is matched without regard to case, as
+/// RFC 9110 says; why it cannot be read, without the secret.
+pub(crate) fn authorization(value: &str) -> Result<Authorization<'_>, &'static str> {
+    let value = value.trim();
+    let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+    if scheme.eq_ignore_ascii_case("bearer") {
+        Ok(Authorization::Bearer(rest.trim()))
+    } else if scheme.eq_ignore_ascii_case("basic") {
+        let (user, password) =
+            basic(rest.trim()).ok_or("the Basic credentials are not base64 of user:password")?;
+        Ok(Authorization::Basic { user, password })
+    } else {
+        Err("unsupported Authorization scheme; use Bearer or Basic")
+    }
 }
 
 /// The user and password of a Basic credential.
@@ -1092,10 +1116,35 @@ mod tests {
         }
 
         #[test]
-        fn any_basic_header_is_answered(header in "\\PC{0,200}", bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
-            let _ = basic(&header);
-            let _ = basic(&base64::engine::general_purpose::STANDARD.encode(&bytes));
+        fn any_authorization_header_is_answered(header in "\\PC{0,200}", bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let _ = authorization(&header);
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            let _ = authorization(&format!("Basic {encoded}"));
         }
+    }
+
+    #[test]
+    fn authorization_schemes_are_read_without_regard_to_case() {
+        assert_eq!(
+            authorization(" bearer  t0k "),
+            Ok(Authorization::Bearer("t0k"))
+        );
+        assert_eq!(authorization("BEARER t"), Ok(Authorization::Bearer("t")));
+        let encoded = base64::engine::general_purpose::STANDARD.encode("u:p");
+        assert_eq!(
+            authorization(&format!("bAsIc {encoded}")),
+            Ok(Authorization::Basic {
+                user: "u".into(),
+                password: "p".into()
+            })
+        );
+        assert!(authorization("Basic !!").unwrap_err().contains("base64"));
+        assert!(
+            authorization("Digest x")
+                .unwrap_err()
+                .contains("Bearer or Basic")
+        );
+        assert!(authorization("").is_err());
     }
 
     #[test]
