@@ -13,7 +13,7 @@
 //! `slowdown`: a CPU-bound Python workload (a fixed amount of work, 12 frames deep) runs with no
 //! profiler, with the release `smolder-agent` daemon sampling at 99 Hz with Python stacks, and
 //! under `py-spy record --rate 99` (attached to its pid, default blocking mode), interleaved
-//! round by round. The workload's own CPU time (user + system, from `wait4`) and its wall time
+//! round by round, each round in another order. The workload's own CPU time (user + system, from `wait4`) and its wall time
 //! are the measures; py-spy's cost lands in its own process and in the workload's pauses (wall
 //! time), the agent's in the workload's CPU time.
 //!
@@ -357,38 +357,55 @@ fn slowdown() {
     let (mut none, mut agent, mut spy) = (Vec::new(), Vec::new(), Vec::new());
     let (mut agent_cpu, mut agent_wall, mut spy_cpu, mut spy_wall) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Each round runs the three conditions in another order (none, agent, py-spy; then
+    // agent, py-spy, none; ...), so that a drift of the VM's speed over a round does not
+    // favour the condition that always runs first.
     let mut python_samples = 0.0;
+    let mut measure = |condition: usize| -> (f64, f64) {
+        match condition {
+            0 => run(&script, work),
+            1 => {
+                let (daemon, port) = start_agent(&dir, &dir.join("agent-data"), "");
+                // Steady state: after the first drain, which symbolizes every binary on the
+                // host once.
+                wait_for_drains(port, 1.0);
+                let drains = metric(&scrape(port), "smolder_agent_ebpf_drains_total");
+                let sampled = run(&script, work);
+                // The drain after the run counts its samples.
+                wait_for_drains(port, drains + 1.0);
+                python_samples += metric(
+                    &scrape(port),
+                    "smolder_agent_python_samples_total{stack=\"mixed\"}",
+                );
+                terminate(daemon, libc::SIGTERM);
+                sampled
+            }
+            _ => {
+                let mut gated = Gated::spawn(&script, work);
+                let recorder = Command::new(&py_spy)
+                    .args(["record", "--rate", "99", "--format", "raw", "--pid"])
+                    .arg(gated.child.id().to_string())
+                    .arg("-o")
+                    .arg(dir.join("py-spy.txt"))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("py-spy starts (pip install py-spy, or set SMOLDER_PY_SPY)");
+                sleep(Duration::from_secs(1));
+                gated.release();
+                let spied = gated.wait();
+                terminate(recorder, libc::SIGINT);
+                spied
+            }
+        }
+    };
     for round in 0..rounds {
-        let base = run(&script, work);
-
-        let (daemon, port) = start_agent(&dir, &dir.join("agent-data"), "");
-        // Steady state: after the first drain, which symbolizes every binary on the host once.
-        wait_for_drains(port, 1.0);
-        let drains = metric(&scrape(port), "smolder_agent_ebpf_drains_total");
-        let sampled = run(&script, work);
-        // The drain after the run counts its samples.
-        wait_for_drains(port, drains + 1.0);
-        python_samples += metric(
-            &scrape(port),
-            "smolder_agent_python_samples_total{stack=\"mixed\"}",
-        );
-        terminate(daemon, libc::SIGTERM);
-
-        let mut gated = Gated::spawn(&script, work);
-        let recorder = Command::new(&py_spy)
-            .args(["record", "--rate", "99", "--format", "raw", "--pid"])
-            .arg(gated.child.id().to_string())
-            .arg("-o")
-            .arg(dir.join("py-spy.txt"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("py-spy starts (pip install py-spy, or set SMOLDER_PY_SPY)");
-        sleep(Duration::from_secs(1));
-        gated.release();
-        let spied = gated.wait();
-        terminate(recorder, libc::SIGINT);
-
+        let mut results = [(0.0, 0.0); 3];
+        for i in 0..3 {
+            let condition = (round + i) % 3;
+            results[condition] = measure(condition);
+        }
+        let [base, sampled, spied] = results;
         eprintln!(
             "round {round}: cpu none {:.3} s, agent {:.3} s, py-spy {:.3} s; wall {:.3} / {:.3} / {:.3} s",
             base.0, sampled.0, spied.0, base.1, sampled.1, spied.1
