@@ -354,9 +354,12 @@ impl CredentialSpec {
                     let (place, name) = described();
                     return Err(CredentialError::Empty { place, name });
                 }
-                if !token.0.bytes().all(|b| b.is_ascii_graphic()) {
+                // What `Bearer <token>` carries through a header's text and the trim around it.
+                let presentable = token.0.bytes().all(|b| b == b' ' || b.is_ascii_graphic())
+                    && token.0.trim() == token.0;
+                if !presentable {
                     let (place, name) = described();
-                    let why = "the token must be printable ASCII without spaces, as a Bearer header carries it";
+                    let why = "the token must be printable ASCII, without leading or trailing spaces, as a Bearer header carries it";
                     return Err(CredentialError::Unpresentable { place, name, why });
                 }
                 Proof::Token(sha256(token.0.as_bytes()))
@@ -647,8 +650,12 @@ mod tests {
             ("name: a\nuser: u\nscopes: [read]\n", "either token"),
             ("name: a\ntoken: ''\nscopes: [read]\n", "is empty"),
             (
-                "name: a\ntoken: 's3cret 2'\nscopes: [read]\n",
-                "printable ASCII without spaces",
+                "name: a\ntoken: 's3cret '\nscopes: [read]\n",
+                "without leading or trailing spaces",
+            ),
+            (
+                "name: a\ntoken: 's3cret\u{e9}'\nscopes: [read]\n",
+                "printable ASCII",
             ),
             (
                 "name: a\nuser: 'x:s3cret'\npassword: p\nscopes: [read]\n",
