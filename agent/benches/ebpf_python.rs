@@ -13,9 +13,9 @@
 //! `slowdown`: a CPU-bound Python workload (a fixed amount of work, 12 frames deep) runs with no
 //! profiler, with the release `smolder-agent` daemon sampling at 99 Hz with Python stacks, and
 //! under `py-spy record --rate 99` (attached to its pid, default blocking mode), interleaved
-//! round by round, each round in another order. The workload's own CPU time (user + system, from `wait4`) and its wall time
-//! are the measures; py-spy's cost lands in its own process and in the workload's pauses (wall
-//! time), the agent's in the workload's CPU time.
+//! round by round, each round in another order. The workload's own CPU time (user + system,
+//! from `wait4`) and its wall time are the measures; py-spy's cost lands in its own process and
+//! in the workload's pauses (wall time), the agent's in the workload's CPU time.
 //!
 //! `memory`: the daemon with 50 CPython processes (each a different script, waking every 100 ms
 //! for a burst 15 frames deep), keeping only them (a `keep` rule), with `ebpf.python.enabled`
