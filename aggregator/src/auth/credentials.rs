@@ -128,8 +128,8 @@ pub(crate) enum CredentialError {
         name: String,
     },
     /// A credential's secret cannot travel in an `Authorization` header as written: a token
-    /// with a space or a character outside printable ASCII, or a user with a colon, which
-    /// Basic auth puts between user and password. The secret is not shown.
+    /// with leading or trailing spaces or a character outside printable ASCII, or a user with
+    /// a colon, which Basic auth puts between user and password. The secret is not shown.
     #[error("{place} ({name}): {why}")]
     Unpresentable {
         /// Where it is.
