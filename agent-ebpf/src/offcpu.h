@@ -2,7 +2,8 @@
  * user space (agent-ebpf/src/lib.rs mirrors it).
  *
  * Off-CPU: `on_switch` (tp_btf/sched_switch) unwinds a user thread that leaves the CPU, when
- * bpf_get_prandom_u32() <= offcpu_config.threshold, and sends an OFF_CPU (blocked) or
+ * a per-CPU xorshift32 number (1 to 2^32-1, seeded by bpf_get_prandom_u32) <=
+ * offcpu_config.threshold, and sends an OFF_CPU (blocked) or
  * RUN_QUEUE (preempted while runnable) sample whose value is the switch-out time (ktime ns,
  * CLOCK_MONOTONIC) and whose threshold is the one it was sampled with; it remembers that time
  * in the thread's task storage. When the thread runs again the same program sends an
@@ -39,7 +40,7 @@
 
 /* The one entry of the `offcpu_config` array. 8 bytes, no padding. */
 struct offcpu_config {
-	__u32 threshold; /* sample a switch when bpf_get_prandom_u32() <= this; 0: never */
+	__u32 threshold; /* sample a switch when the random number <= this; 0: never */
 	__u32 flags;     /* SMOLDER_OFF_CPU_* */
 };
 

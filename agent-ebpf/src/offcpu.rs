@@ -45,8 +45,8 @@ pub const HUGE_PAGE_SHIFT: u32 = 21;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OffCpuConfig {
-    /// A switch is sampled when `bpf_get_prandom_u32() <= threshold`; 0 never, [`ALWAYS`]
-    /// always.
+    /// A switch is sampled when a uniform random number from 1 to 2³²−1 is `<= threshold`;
+    /// 0 never, [`ALWAYS`] always.
     pub threshold: u32,
     /// [`FLAG_RUN_QUEUE`] or 0.
     pub flags: u32,

@@ -32,6 +32,8 @@ struct mm_struct {
 
 struct task_struct {
 	struct mm_struct *mm;
+	int pid;
+	int tgid;
 } __attribute__((preserve_access_index));
 
 /* x86-64 page-table entry bits (arch/x86/include/asm/pgtable_types.h). */

@@ -200,12 +200,36 @@ struct {
 	__type(value, struct offcpu_pending);
 } offcpu_pending SEC(".maps");
 
+/* Off-CPU: each CPU's xorshift32 state, so that an unsampled switch calls no helper. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} offcpu_random SEC(".maps");
+
+/* Off-CPU: how many threads whose id falls in each slot (id modulo the size) are sampled and not
+ * back yet. A switch-in whose slot is 0 needs no task-storage lookup, which is a helper call:
+ * most switch-ins are of threads that were not sampled. */
+#define SMOLDER_OFF_CPU_SLOTS 16384
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SMOLDER_OFF_CPU_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} offcpu_slots SEC(".maps");
+
 /* The switch-in half: a sampled thread runs again. */
 static __always_inline void switch_in(struct task_struct *next)
 {
+	__u32 slot_key = (__u32)next->pid % SMOLDER_OFF_CPU_SLOTS;
+	__u32 *slot = bpf_map_lookup_elem(&offcpu_slots, &slot_key);
+	if (!slot || !*slot)
+		return;
 	struct offcpu_pending *pending = bpf_task_storage_get(&offcpu_pending, next, 0, 0);
 	if (!pending || !pending->start)
 		return;
+	__sync_fetch_and_add(slot, (__u32)-1);
 	__u64 now = bpf_ktime_get_ns();
 	struct unwind_sample end = {
 		.kind = SMOLDER_SAMPLE_OFF_CPU_END,
@@ -221,16 +245,17 @@ static __always_inline void switch_in(struct task_struct *next)
 }
 
 /* The switch-out half: `prev` is the current task. Everything here runs with the run-queue lock
- * held: the path of an unsampled switch is a few compares and one random number. The clock is
- * read only on the sampled paths (most switches are neither): it was a third of an unsampled
- * switch's run time (BENCHMARKS.md, off-CPU). */
+ * held: the path of an unsampled switch is a few compares and one random number, and calls no
+ * helper (ids from `prev`, the number from offcpu_random): on a host with return-stack
+ * mitigations each helper call cost tens of nanoseconds (BENCHMARKS.md, off-CPU). The clock is
+ * read only on the sampled paths. */
 static __always_inline void switch_out(void *ctx, struct task_struct *prev, int preempt,
 				       unsigned int prev_state)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tgid = pid_tgid >> 32;
+	__u32 tgid = prev->tgid;
 	if (tgid == 0 || tgid == self_tgid)
 		return;
+	__u64 pid_tgid = ((__u64)tgid << 32) | (__u32)prev->pid;
 	__u32 zero = 0;
 	struct offcpu_config *config = bpf_map_lookup_elem(&offcpu_config, &zero);
 	if (!config || !config->threshold)
@@ -244,8 +269,20 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, int 
 		return; /* its last switch: it never comes back */
 	}
 	__u32 threshold = config->threshold;
-	if (threshold != SMOLDER_OFF_CPU_ALWAYS && bpf_get_prandom_u32() > threshold)
-		return;
+	if (threshold != SMOLDER_OFF_CPU_ALWAYS) {
+		__u32 *state = bpf_map_lookup_elem(&offcpu_random, &zero);
+		if (!state)
+			return;
+		__u32 x = *state;
+		if (!x)
+			x = bpf_get_prandom_u32() | 1;
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		*state = x;
+		if (x > threshold)
+			return;
+	}
 	if (!is_profiled(tgid))
 		return;
 	/* Kernel threads have no user registers saved: they are not sampled. */
@@ -266,6 +303,14 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, int 
 	unwind_kernel(ctx, st, SMOLDER_SWITCH_SKIP_FRAMES);
 	python_frames(st, pid_tgid);
 	if (unwind_output(st) == 0) {
+		__u32 slot_key = (__u32)pid_tgid % SMOLDER_OFF_CPU_SLOTS;
+		__u32 *slot = bpf_map_lookup_elem(&offcpu_slots, &slot_key);
+		if (!slot)
+			return;
+		/* Its last sample's switch-in cleared the record; should one have been missed,
+		 * the thread still counts once. */
+		if (!pending->start)
+			__sync_fetch_and_add(slot, 1);
 		pending->tgid = tgid;
 		pending->tid = (__u32)pid_tgid;
 		pending->start = now;
