@@ -263,7 +263,9 @@ fn weighted(nanoseconds: u64, weight: f64) -> u64 {
 
 /// Keeps the host's off-CPU unwinds under `max-unwinds-per-second` by lowering the
 /// probability in use, and raises it back towards the configured one when switches slow down.
-/// Sans IO: fed the unwinds seen and the time.
+/// It lowers as soon as a tenth of a second has run over the limit, so that a burst of
+/// switches is capped within it; it raises at most once a second. Sans IO: fed the unwinds
+/// seen and the time.
 #[derive(Debug)]
 pub(crate) struct Throttle {
     configured: f64,
@@ -275,6 +277,10 @@ pub(crate) struct Throttle {
 
 /// How often the probability is reconsidered.
 const THROTTLE_PERIOD: Duration = Duration::from_secs(1);
+
+/// How soon a rate over the limit lowers the probability: a ping-pong of a second at 4,000
+/// unwinds a second ran its whole length at the full rate with the one-second period.
+const THROTTLE_LOWER_AFTER: Duration = Duration::from_millis(100);
 
 impl Throttle {
     /// A throttle for `config`, starting at the configured probability at `now`.
@@ -293,16 +299,19 @@ impl Throttle {
         self.current
     }
 
-    /// Counts `unwinds` switch-outs sampled; at most once per second returns the new
-    /// probability when it changes.
+    /// Counts `unwinds` switch-outs sampled; returns the new probability when it changes:
+    /// lower at most every tenth of a second, higher at most every second.
     pub(crate) fn observe(&mut self, unwinds: u64, now: Instant) -> Option<f64> {
         self.unwinds += unwinds;
         let elapsed = now.saturating_duration_since(self.since);
-        if self.max_per_second == 0 || elapsed < THROTTLE_PERIOD {
+        if self.max_per_second == 0 || elapsed < THROTTLE_LOWER_AFTER {
             return None;
         }
         let rate = self.unwinds as f64 / elapsed.as_secs_f64();
         let max = self.max_per_second as f64;
+        if elapsed < THROTTLE_PERIOD && rate <= max {
+            return None;
+        }
         // The switches per second the rate stands for, at the probability in use; the
         // probability that would give `max` unwinds of them, at most doubling per period so
         // that one quiet second does not open the gate wide.
@@ -440,15 +449,21 @@ mod tests {
         };
         let start = Instant::now();
         let mut throttle = Throttle::new(&config, start);
-        assert_eq!(throttle.observe(4000, start), None, "not a second yet");
-        // 5,000 switches a second at probability 1: 10 times too many.
-        let p = throttle
-            .observe(1000, start + Duration::from_secs(1))
-            .unwrap();
+        let ms = |n: u64| start + Duration::from_millis(n);
+        assert_eq!(
+            throttle.observe(400, ms(80)),
+            None,
+            "not a tenth of a second yet"
+        );
+        // 5,000 switches a second at probability 1: 10 times too many, seen after 100 ms.
+        let p = throttle.observe(100, ms(100)).unwrap();
         assert!((p - 0.1).abs() < 1e-9, "{p}");
-        // At 0.1 the same switches give 500 unwinds: it holds.
-        assert_eq!(throttle.observe(500, start + Duration::from_secs(2)), None);
-        // Quiet: it doubles back up to the configured probability, never above.
+        // At 0.1 the same switches give 500 unwinds a second: it holds, and under the limit
+        // it waits for a whole second before it would raise.
+        assert_eq!(throttle.observe(50, ms(200)), None);
+        assert_eq!(throttle.observe(450, ms(1100)), None);
+        // Quiet: it doubles back up to the configured probability, never above, once a second.
+        assert_eq!(throttle.observe(0, ms(2000)), None, "under a second since");
         let mut at = 2;
         while throttle.probability() < 1.0 {
             at += 1;
