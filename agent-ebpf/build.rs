@@ -1,5 +1,5 @@
 //! Compiles the kernel-side programs with clang into `$OUT_DIR/unwinder.bpf.o`, which `lib.rs`
-//! embeds. `CLANG` overrides the compiler; on Debian,
+//! embeds, and the `switch_hook` bench's empty program into `$OUT_DIR/switch_floor.bpf.o`. `CLANG` overrides the compiler; on Debian,
 //! `apt-get install clang libbpf-dev` provides it and the `bpf/bpf_helpers.h` header
 //! (`scripts/test` and `scripts/run` do so).
 
@@ -19,11 +19,17 @@ fn main() {
         "src/python.h",
         "src/python.bpf.h",
         "src/pagetable.bpf.h",
+        "benches/switch_floor.bpf.c",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
     println!("cargo:rerun-if-env-changed=CLANG");
     compile(&clang, "src/unwinder.bpf.c", &out.join("unwinder.bpf.o"));
+    compile(
+        &clang,
+        "benches/switch_floor.bpf.c",
+        &out.join("switch_floor.bpf.o"),
+    );
 }
 
 fn compile(clang: &str, source: &str, object: &Path) {

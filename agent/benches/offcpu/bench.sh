@@ -4,7 +4,8 @@
 # page-fault profiler), CPU only, off-CPU 0.01 (defaults), off-CPU 0.01 and 1.0 uncapped, memory growth (period 1024);
 # each round rotates the order. Prints: config round pingpong_2cpu_us pingpong_1cpu_us fault_ms
 # (ping-pong: `perf bench sched pipe -T`, µs per round trip; on 2 CPUs it is mostly wake-up latency, pinned to one
-# CPU it is two context switches, so the hook's per-switch cost shows).
+# CPU it is two context switches, so the hook's per-switch cost shows). Under each: one ping-pong on both CPUs, the
+# median of two pinned ones and of three fault runs.
 A=${A:-$(cd "$(dirname "$0")/../../.." && pwd)/target/release/smolder-agent}
 src=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -15,6 +16,7 @@ printf "$base  off-cpu:\n    enabled: true\n    probability: 0.01\n" > oc001.yam
 printf "$base  off-cpu:\n    enabled: true\n    probability: 0.01\n    max-unwinds-per-second: 0\n" > oc001nocap.yaml
 printf "$base  off-cpu:\n    enabled: true\n    probability: 1.0\n    max-unwinds-per-second: 0\n" > oc1.yaml
 printf "$base  memory:\n    enabled: true\n" > mem.yaml
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 configs=(none faultcount cpu oc001 oc001nocap oc1 mem)
 n=${#configs[@]}
 for round in $(seq 1 ${ROUNDS:-5}); do
@@ -22,15 +24,15 @@ for round in $(seq 1 ${ROUNDS:-5}); do
     c=${configs[$(( (i + round) % n ))]}
     case $c in
       none) sleep 2 ;;
-      faultcount) perf stat -a -e minor-faults -o /dev/null -- sleep 12 & bg=$!; sleep 1 ;;
+      faultcount) perf stat -a -e minor-faults -o /dev/null -- sleep 30 & bg=$!; sleep 1 ;;
       *) d=$(mktemp -d)
-         $A --config $c.yaml --data-dir $d --log-level error record --duration 12s > /dev/null & bg=$!
+         $A --config $c.yaml --data-dir $d --log-level error record --duration 30s > /dev/null & bg=$!
          sleep 4 ;;
     esac
     pp=$(perf bench sched pipe -T -l 100000 2>/dev/null | awk '/usecs\/op/ {print $1}')
-    pp1=$(taskset -c 1 perf bench sched pipe -T -l 200000 2>/dev/null | awk '/usecs\/op/ {print $1}')
-    f=$(./fault 256 2)
-    if [ $c != none ]; then wait $bg; fi
+    pp1=$(for k in 1 2; do taskset -c 1 perf bench sched pipe -T -l 200000 2>/dev/null | awk '/usecs\/op/ {print $1}'; done | median)
+    f=$(for k in 1 2 3; do ./fault 256 2; done | median)
+    if [ $c != none ]; then kill $bg; wait $bg 2>/dev/null; fi
     if [ -n "${d:-}" ]; then rm -rf $d; d=; fi
     echo "$c $round $pp $pp1 $f"
   done
