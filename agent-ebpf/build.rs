@@ -1,7 +1,7 @@
 //! Compiles the kernel-side programs with clang into `$OUT_DIR/unwinder.bpf.o`, which `lib.rs`
-//! embeds, and the `switch_hook` bench's empty program into `$OUT_DIR/switch_floor.bpf.o`. `CLANG` overrides the compiler; on Debian,
-//! `apt-get install clang libbpf-dev` provides it and the `bpf/bpf_helpers.h` header
-//! (`scripts/test` and `scripts/run` do so).
+//! embeds, and the `hook_cost` bench's empty programs into `$OUT_DIR/hook_floor.bpf.o`. `CLANG`
+//! overrides the compiler; on Debian, `apt-get install clang libbpf-dev` provides it and the
+//! `bpf/bpf_helpers.h` header (`scripts/test` and `scripts/run` do so).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -19,7 +19,7 @@ fn main() {
         "src/python.h",
         "src/python.bpf.h",
         "src/pagetable.bpf.h",
-        "benches/switch_floor.bpf.c",
+        "benches/hook_floor.bpf.c",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -27,8 +27,8 @@ fn main() {
     compile(&clang, "src/unwinder.bpf.c", &out.join("unwinder.bpf.o"));
     compile(
         &clang,
-        "benches/switch_floor.bpf.c",
-        &out.join("switch_floor.bpf.o"),
+        "benches/hook_floor.bpf.c",
+        &out.join("hook_floor.bpf.o"),
     );
 }
 
