@@ -67,11 +67,16 @@ struct {
 	__type(value, __u64);
 } unwind_counters SEC(".maps");
 
-static __always_inline void unwind_count(__u32 index)
+static __always_inline void unwind_count_by(__u32 index, __u64 n)
 {
 	__u64 *value = bpf_map_lookup_elem(&unwind_counters, &index);
 	if (value)
-		*value += 1; /* per-CPU slot: no other writer */
+		*value += n; /* per-CPU slot: no other writer */
+}
+
+static __always_inline void unwind_count(__u32 index)
+{
+	unwind_count_by(index, 1);
 }
 
 /* Reads the user word at `addr` into `out`, from the walk's copy of the stack when it holds it,
@@ -262,10 +267,12 @@ static long unwind_step(__u64 index, void *data)
 	if (cached->exe_id == m.exe_id && cached->rel == rel && cached->n_entries == m.n_entries) {
 		/* Even if the table was evicted since: its rows stay true of the executable. */
 		row = cached->row;
+		st->rows_cached++;
 	} else {
 		void *table = bpf_map_lookup_elem(&unwind_tables, &m.exe_id);
 		if (!table)
 			return unwind_fp_step(st, SMOLDER_UNWIND_NO_TABLE);
+		st->rows_searched++;
 		if (!unwind_find_row(table, &m, rel, &row))
 			return unwind_fp_step(st, SMOLDER_UNWIND_BAD_FRAME_POINTER);
 		cached->exe_id = m.exe_id;
@@ -355,9 +362,15 @@ static __always_inline void unwind_user(struct unwind_scratch *st, const struct 
 	st->cache_next = 0;
 	st->window_base = 0;
 	st->window_len = 0;
+	st->rows_cached = 0;
+	st->rows_searched = 0;
 	struct unwind_loop_ctx ctx = { .st = st };
 	/* One more iteration than frames: the last one reports the truncation. */
 	bpf_loop(SMOLDER_UNWIND_MAX_FRAMES + 1, unwind_step, &ctx, 0);
+	if (st->rows_cached)
+		unwind_count_by(SMOLDER_UNWIND_ROWS_CACHED, st->rows_cached);
+	if (st->rows_searched)
+		unwind_count_by(SMOLDER_UNWIND_ROWS_SEARCHED, st->rows_searched);
 }
 
 /* Marks the sample as having no user stack (kernel threads, no user registers). */

@@ -114,7 +114,9 @@ enum smolder_sample_kind {
 enum smolder_unwind_counter {
 	SMOLDER_UNWIND_SAMPLES_LOST = 0, /* the samples ring buffer was full */
 	SMOLDER_UNWIND_EVENTS_LOST = 1,  /* the process events ring buffer was full */
-	SMOLDER_UNWIND_COUNTER_COUNT = 2,
+	SMOLDER_UNWIND_ROWS_CACHED = 2,  /* frames whose row came from the row cache */
+	SMOLDER_UNWIND_ROWS_SEARCHED = 3, /* frames whose row was searched for in a table */
+	SMOLDER_UNWIND_COUNTER_COUNT = 4,
 };
 
 /* One row: 8 bytes, no padding, little-endian (smolder_unwind::Rule::encode). */
@@ -211,6 +213,10 @@ struct unwind_scratch {
 	__u8 bp_valid; /* bp is the caller's real rbp */
 	__u8 cache_next; /* the mapping cache's slot to replace next */
 	__u8 pad;
+	/* This walk's frames by where their row came from, added to unwind_counters at its end:
+	 * one counter update per walk, not per frame. */
+	__u16 rows_cached;
+	__u16 rows_searched;
 	/* The mappings this walk met (start == end: empty). */
 	struct unwind_mapping cache[SMOLDER_UNWIND_MAPPING_CACHE];
 	/* Rows found by earlier walks of this caller on this CPU (exe_id 0: empty). Kept across

@@ -197,11 +197,20 @@ pub enum Counter {
     SamplesLost = 0,
     /// The process events ring buffer was full: an event is lost.
     EventsLost = 1,
+    /// A frame's row came from the walk's row cache (found by an earlier walk).
+    RowsCached = 2,
+    /// A frame's row was searched for in its executable's table.
+    RowsSearched = 3,
 }
 
 impl Counter {
     /// Every counter, in index order (`SMOLDER_UNWIND_COUNTER_COUNT` of them).
-    pub const ALL: [Counter; 2] = [Counter::SamplesLost, Counter::EventsLost];
+    pub const ALL: [Counter; 4] = [
+        Counter::SamplesLost,
+        Counter::EventsLost,
+        Counter::RowsCached,
+        Counter::RowsSearched,
+    ];
 }
 
 /// The data of an LPM key of [`MAP_MAPPINGS`] (`struct unwind_mapping_key` without its

@@ -369,7 +369,7 @@ impl Collector {
         let counts = self.window.take_counts();
         self.metrics
             .dropped(metrics::WINDOW_STACKS_FULL, self.window.take_dropped());
-        self.count_lost();
+        self.read_counters();
         self.metrics
             .drain_duration
             .observe(started.elapsed().as_secs_f64());
@@ -488,23 +488,29 @@ impl Collector {
         m.dropped(metrics::WAITING_FULL, kinds.off_cpu_pending_full);
     }
 
-    /// Counts what the kernel lost since the last drain.
-    fn count_lost(&mut self) {
-        match self.sampler.read_lost() {
-            Ok(lost) => {
+    /// Counts what the kernel lost, and where the walks found their rows, since the last
+    /// drain.
+    fn read_counters(&mut self) {
+        match self.sampler.read_counters() {
+            Ok(counts) => {
                 self.metrics
-                    .dropped(metrics::RING_BUFFER_FULL, lost.samples);
-                self.metrics.lost_events.inc_by(lost.events);
-                if lost.samples > 0 {
+                    .dropped(metrics::RING_BUFFER_FULL, counts.lost_samples);
+                self.metrics.lost_events.inc_by(counts.lost_events);
+                let [cache, table] = metrics::ROW_SOURCES;
+                let rows = &self.metrics.unwind_rows;
+                rows.with_label_values(&[cache]).inc_by(counts.rows_cached);
+                rows.with_label_values(&[table])
+                    .inc_by(counts.rows_searched);
+                if counts.lost_samples > 0 {
                     warn!(
-                        samples = lost.samples,
+                        samples = counts.lost_samples,
                         "the eBPF samples ring buffer was full; samples were lost"
                     );
                 }
             }
             Err(err) => {
                 self.metrics.tier.error("read_counters");
-                warn!(error = %err, "reading the eBPF loss counters failed");
+                warn!(error = %err, "reading the eBPF kernel counters failed");
             }
         }
     }

@@ -127,7 +127,8 @@ pub struct Sampler {
     pub(super) samples: RingBuf<MapData>,
     /// `events`: the process-event ring buffer.
     pub(super) events: RingBuf<MapData>,
-    /// `unwind_counters`: the per-CPU counters of lost samples and events.
+    /// `unwind_counters`: the per-CPU counters of lost samples and events and of the walks'
+    /// rows.
     pub(super) counters: PerCpuArray<MapData, u64>,
     /// Counters as last read, to report increments.
     pub(super) counters_seen: [u64; contract::Counter::ALL.len()],

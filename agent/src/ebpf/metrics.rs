@@ -64,6 +64,9 @@ const ERROR_TYPES: [&str; 6] = [
     "symbolize",
 ];
 
+/// The `source`s of `smolder_agent_ebpf_unwind_rows_total`.
+pub(crate) const ROW_SOURCES: [&str; 2] = ["cache", "table"];
+
 /// The eBPF sampler's metrics (the `smolder-ebpf` thread), updated once per drain.
 #[derive(Clone)]
 pub struct EbpfMetrics {
@@ -101,6 +104,12 @@ pub struct EbpfMetrics {
     /// frame-pointer steps (no table applied: a process whose tables are not loaded yet, JIT
     /// code, a binary without call-frame information).
     pub unwind_fp_frames: IntCounter,
+    /// `smolder_agent_ebpf_unwind_rows_total{source}`: user frames the kernel's walks found an
+    /// unwind row for, before relabelling, by where the row came from: the walk's row cache
+    /// (`cache`, found by an earlier walk of the same program on the same CPU) or a search of
+    /// the table (`table`, about 125 ns a frame more on the machine of BENCHMARKS.md).
+    /// Frame-pointer steps are in neither.
+    pub unwind_rows: IntCounterVec,
     /// `smolder_agent_ebpf_lost_events_total`: process events lost to a full ring buffer.
     pub lost_events: IntCounter,
     /// `smolder_agent_ebpf_drains_total`.
@@ -193,6 +202,12 @@ impl EbpfMetrics {
                 "smolder_agent_ebpf_unwind_fp_frames_total",
                 "User frames of the processes profiled found by frame-pointer steps, where no unwind table applied.",
             ),
+            unwind_rows: counter_vec(
+                registry,
+                "smolder_agent_ebpf_unwind_rows_total",
+                "User frames the kernel's walks found an unwind row for, before relabelling, by where the row came from: the walk's row cache, or a search of the table.",
+                &["source"],
+            ),
             lost_events: counter(
                 registry,
                 "smolder_agent_ebpf_lost_events_total",
@@ -224,6 +239,9 @@ impl EbpfMetrics {
         };
         for status in Status::ALL {
             metrics.unwind_samples.with_label_values(&[status.name()]);
+        }
+        for source in ROW_SOURCES {
+            metrics.unwind_rows.with_label_values(&[source]);
         }
         metrics
     }

@@ -61,7 +61,7 @@ use serde::{Deserialize, Serialize};
 use smolder_daemon::{Heartbeat, Supervised, supervise};
 use tracing::{info_span, warn};
 
-pub use counters::LostCounts;
+pub use counters::KernelCounts;
 pub use events::{ProcessEvent, ProcessEventKind};
 pub use loader::{EbpfError, Sampler, UnwindMaps};
 pub use memory::MemoryConfig;

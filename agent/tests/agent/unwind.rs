@@ -621,8 +621,9 @@ fn whole_stacks(privilege: Privilege, load_at_start: bool) {
 
 /// The agent's unwind metrics against the stacks it printed: every sample counted once by
 /// outcome, complete ones at least as many as the whole stacks seen after the tables loaded
-/// (and most of all), truncated ones exactly the `[truncated]` stacks; frames per sample; the
-/// tables built, loaded and in the kernel, with their kernel memory and build and load times.
+/// (and most of all), truncated ones exactly the `[truncated]` stacks; frames per sample; rows
+/// mostly from the row cache; the tables built, loaded and in the kernel, with their kernel
+/// memory and build and load times.
 fn assert_unwind_metrics(recorded: &Recorded, metrics: &Scraped, whole: u64) {
     let samples: u64 = recorded.cpu_stacks().map(|(_, n)| n).sum();
     let truncated: u64 = recorded
@@ -661,6 +662,17 @@ fn assert_unwind_metrics(recorded: &Recorded, metrics: &Scraped, whole: u64) {
     assert!(
         sum >= (128 * truncated) as f64 && sum <= (128 * samples) as f64,
         "{sum} frames"
+    );
+
+    // The workloads repeat their calls: most rows come from the row cache, and each was
+    // searched for once per program and CPU before that.
+    let rows = "smolder_agent_ebpf_unwind_rows_total";
+    let cached = metrics.value(rows, &[("source", "cache")]);
+    let searched = metrics.value(rows, &[("source", "table")]);
+    eprintln!("rows: {cached} from the row cache, {searched} searched for");
+    assert!(
+        searched > 0.0 && cached > searched,
+        "{cached} cached, {searched} searched"
     );
 
     let tables = metrics.value("smolder_agent_ebpf_unwind_tables", &[]);
