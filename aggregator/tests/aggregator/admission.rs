@@ -212,7 +212,8 @@ async fn a_flood_past_the_budget_is_refused_for_retry_and_the_aggregator_recover
                         .timeout(Duration::from_secs(5))
                         .send()
                         .await
-                        .unwrap_or_else(|err| panic!("{path} during the flood: {err}"));
+                        // Debug: reqwest's Display leaves out the cause (a timeout, a reset).
+                        .unwrap_or_else(|err| panic!("{path} during the flood: {err:?}"));
                     assert_eq!(answer.status(), StatusCode::OK, "{path} during the flood");
                     probes += 1;
                     slowest = slowest.max(asked.elapsed());
