@@ -219,11 +219,17 @@ struct {
 	__type(value, __u32);
 } offcpu_slots SEC(".maps");
 
+/* The `offcpu_slots` count of thread `tid`'s slot. */
+static __always_inline __u32 *offcpu_slot(__u32 tid)
+{
+	__u32 key = tid % SMOLDER_OFF_CPU_SLOTS;
+	return bpf_map_lookup_elem(&offcpu_slots, &key);
+}
+
 /* The switch-in half: a sampled thread runs again. */
 static __always_inline void switch_in(struct task_struct *next)
 {
-	__u32 slot_key = (__u32)next->pid % SMOLDER_OFF_CPU_SLOTS;
-	__u32 *slot = bpf_map_lookup_elem(&offcpu_slots, &slot_key);
+	__u32 *slot = offcpu_slot(next->pid);
 	if (!slot || !*slot)
 		return;
 	struct offcpu_pending *pending = bpf_task_storage_get(&offcpu_pending, next, 0, 0);
@@ -303,8 +309,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, int 
 	unwind_kernel(ctx, st, SMOLDER_SWITCH_SKIP_FRAMES);
 	python_frames(st, pid_tgid);
 	if (unwind_output(st) == 0) {
-		__u32 slot_key = (__u32)pid_tgid % SMOLDER_OFF_CPU_SLOTS;
-		__u32 *slot = bpf_map_lookup_elem(&offcpu_slots, &slot_key);
+		__u32 *slot = offcpu_slot((__u32)pid_tgid);
 		if (!slot)
 			return;
 		/* Its last sample's switch-in cleared the record; should one have been missed,
