@@ -296,7 +296,9 @@ impl Collector {
         let Some(throttle) = &mut self.throttle else {
             return Ok(());
         };
-        if let Some(probability) = throttle.observe(kinds.off_cpu_unwinds, now) {
+        if let Some(probability) =
+            throttle.observe(kinds.off_cpu_unwinds, kinds.off_cpu_switches, now)
+        {
             self.sampler
                 .set_off_cpu(probability, self.off_cpu_flags)
                 .context("setting the off-CPU probability")?;

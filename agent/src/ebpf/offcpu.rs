@@ -199,12 +199,7 @@ impl<T: Clone> Pending<T> {
         if self.threads.len() >= self.max && !self.threads.contains_key(&tid) {
             return false;
         }
-        let probability = offcpu::probability(threshold);
-        let weight = if probability > 0.0 {
-            1.0 / probability
-        } else {
-            1.0
-        };
+        let weight = weight(threshold);
         self.threads.insert(
             tid,
             Waiting {
@@ -256,6 +251,17 @@ impl<T: Clone> Pending<T> {
     }
 }
 
+/// The switch-outs a sample taken with `threshold` stands for: 1 / its probability (1 for a
+/// threshold of 0, which the kernel never samples with).
+pub(crate) fn weight(threshold: u32) -> f64 {
+    let probability = offcpu::probability(threshold);
+    if probability > 0.0 {
+        1.0 / probability
+    } else {
+        1.0
+    }
+}
+
 fn weighted(nanoseconds: u64, weight: f64) -> u64 {
     // Saturating: a float above u64::MAX converts to u64::MAX.
     (nanoseconds as f64 * weight).round() as u64
@@ -264,8 +270,11 @@ fn weighted(nanoseconds: u64, weight: f64) -> u64 {
 /// Keeps the host's off-CPU unwinds under `max-unwinds-per-second` by lowering the
 /// probability in use, and raises it back towards the configured one when switches slow down.
 /// It lowers as soon as a tenth of a second has run over the limit, so that a burst of
-/// switches is capped within it; it raises at most once a second. Sans IO: fed the unwinds
-/// seen and the time.
+/// switches is capped within it; it raises at most once a second. The new probability comes
+/// from the switches the unwinds stand for, each weighted by the probability it was sampled
+/// with: samples read after a change but taken before it (the ring buffer is read every
+/// 50 ms) do not make it lower the probability twice. Sans IO: fed the unwinds seen and the
+/// time.
 #[derive(Debug)]
 pub(crate) struct Throttle {
     configured: f64,
@@ -273,6 +282,7 @@ pub(crate) struct Throttle {
     current: f64,
     since: Instant,
     unwinds: u64,
+    switches: u64,
 }
 
 /// How often the probability is reconsidered.
@@ -291,6 +301,7 @@ impl Throttle {
             current: config.probability,
             since: now,
             unwinds: 0,
+            switches: 0,
         }
     }
 
@@ -299,31 +310,37 @@ impl Throttle {
         self.current
     }
 
-    /// Counts `unwinds` switch-outs sampled; returns the new probability when it changes:
-    /// lower at most every tenth of a second, higher at most every second.
-    pub(crate) fn observe(&mut self, unwinds: u64, now: Instant) -> Option<f64> {
-        self.unwinds += unwinds;
+    /// Counts `unwinds` switch-outs sampled, standing for `switches` switch-outs (the sum of
+    /// their [`weight`]s); returns the new probability when it changes: lower at most every
+    /// tenth of a second, higher at most every second.
+    pub(crate) fn observe(&mut self, unwinds: u64, switches: u64, now: Instant) -> Option<f64> {
+        self.unwinds = self.unwinds.saturating_add(unwinds);
+        self.switches = self.switches.saturating_add(switches);
         let elapsed = now.saturating_duration_since(self.since);
         if self.max_per_second == 0 || elapsed < THROTTLE_LOWER_AFTER {
             return None;
         }
-        let rate = self.unwinds as f64 / elapsed.as_secs_f64();
-        let max = self.max_per_second as f64;
-        if elapsed < THROTTLE_PERIOD && rate <= max {
+        let seconds = elapsed.as_secs_f64();
+        let over = self.unwinds as f64 / seconds > self.max_per_second as f64;
+        if elapsed < THROTTLE_PERIOD && !over {
             return None;
         }
-        // The switches per second the rate stands for, at the probability in use; the
-        // probability that would give `max` unwinds of them, at most doubling per period so
-        // that one quiet second does not open the gate wide.
-        let next = if rate > 0.0 {
-            (self.current * max / rate).min(self.current * 2.0)
+        // The probability that would give `max` unwinds of the switches seen, at most doubling
+        // per period so that one quiet second does not open the gate wide, and never higher
+        // while over the limit.
+        let switch_rate = self.switches as f64 / seconds;
+        let mut next = if switch_rate > 0.0 {
+            (self.max_per_second as f64 / switch_rate).min(self.current * 2.0)
         } else {
             self.current * 2.0
+        };
+        if over {
+            next = next.min(self.current);
         }
-        .min(self.configured)
-        .max(f64::MIN_POSITIVE);
+        let next = next.min(self.configured).max(f64::MIN_POSITIVE);
         self.since = now;
         self.unwinds = 0;
+        self.switches = 0;
         // Changes under 5% are noise.
         if (next - self.current).abs() <= self.current * 0.05 && next != self.configured {
             return None;
@@ -451,29 +468,33 @@ mod tests {
         let mut throttle = Throttle::new(&config, start);
         let ms = |n: u64| start + Duration::from_millis(n);
         assert_eq!(
-            throttle.observe(400, ms(80)),
+            throttle.observe(400, 400, ms(80)),
             None,
             "not a tenth of a second yet"
         );
         // 5,000 switches a second at probability 1: 10 times too many, seen after 100 ms.
-        let p = throttle.observe(100, ms(100)).unwrap();
+        let p = throttle.observe(100, 100, ms(100)).unwrap();
         assert!((p - 0.1).abs() < 1e-9, "{p}");
         // At 0.1 the same switches give 500 unwinds a second: it holds, and under the limit
         // it waits for a whole second before it would raise.
-        assert_eq!(throttle.observe(50, ms(200)), None);
-        assert_eq!(throttle.observe(450, ms(1100)), None);
+        assert_eq!(throttle.observe(50, 500, ms(200)), None);
+        assert_eq!(throttle.observe(450, 4500, ms(1100)), None);
         // Quiet: it doubles back up to the configured probability, never above, once a second.
-        assert_eq!(throttle.observe(0, ms(2000)), None, "under a second since");
+        assert_eq!(
+            throttle.observe(0, 0, ms(2000)),
+            None,
+            "under a second since"
+        );
         let mut at = 2;
         while throttle.probability() < 1.0 {
             at += 1;
             throttle
-                .observe(0, start + Duration::from_secs(at))
+                .observe(0, 0, start + Duration::from_secs(at))
                 .unwrap();
         }
         assert_eq!(throttle.probability(), 1.0);
         assert_eq!(
-            throttle.observe(0, start + Duration::from_secs(at + 1)),
+            throttle.observe(0, 0, start + Duration::from_secs(at + 1)),
             None
         );
         let unlimited = OffCpuConfig {
@@ -482,8 +503,29 @@ mod tests {
         };
         let mut throttle = Throttle::new(&unlimited, start);
         assert_eq!(
-            throttle.observe(1_000_000, start + Duration::from_secs(1)),
+            throttle.observe(1_000_000, 1_000_000, start + Duration::from_secs(1)),
             None
         );
+    }
+
+    #[test]
+    fn samples_taken_before_a_change_do_not_lower_the_probability_twice() {
+        let config = OffCpuConfig {
+            probability: 1.0,
+            max_unwinds_per_second: 500,
+            ..OffCpuConfig::default()
+        };
+        let start = Instant::now();
+        let mut throttle = Throttle::new(&config, start);
+        let ms = |n: u64| start + Duration::from_millis(n);
+        // 5,000 switches a second: lowered to 0.1.
+        let p = throttle.observe(500, 500, ms(100)).unwrap();
+        assert!((p - 0.1).abs() < 1e-9, "{p}");
+        // The next tenth of a second reads 250 unwinds taken at 1 before the change, and 50 at
+        // 0.1 after it: 3,000 a second, but standing for 750 switches, not 3,000 at 0.1.
+        let p = throttle.observe(300, 250 + 500, ms(200)).unwrap();
+        assert!((p - 500.0 / 7500.0).abs() < 1e-9, "{p}");
+        // Over the limit, it never raises, whatever the switches seem to say.
+        assert_eq!(throttle.observe(60, 60, ms(300)), None);
     }
 }

@@ -21,7 +21,7 @@ use smolder_agent_ebpf::unwind::{
 };
 use smolder_agent_ebpf::{PythonFrame, PythonStatus};
 
-use super::offcpu::{Blocked, MAX_PENDING, Pending, Woke};
+use super::offcpu::{self, Blocked, MAX_PENDING, Pending, Woke};
 use super::{PythonFrames, SampleKind, Sampler, Stack, StackCount, memory};
 
 impl Sampler {
@@ -95,6 +95,8 @@ impl UnwindCounts {
 pub struct KindCounts {
     /// Switch-outs sampled (each one unwound in the kernel).
     pub off_cpu_unwinds: u64,
+    /// The switch-outs those stand for: each counts 1 / the probability it was sampled with.
+    pub off_cpu_switches: u64,
     /// Waits shorter than `ebpf.off-cpu.min-duration`.
     pub off_cpu_too_short: u64,
     /// Switch-ins whose switch-out is unknown (lost to a full ring buffer).
@@ -113,6 +115,7 @@ impl KindCounts {
     /// Adds `other` in.
     pub fn add(&mut self, other: &KindCounts) {
         self.off_cpu_unwinds += other.off_cpu_unwinds;
+        self.off_cpu_switches = self.off_cpu_switches.saturating_add(other.off_cpu_switches);
         self.off_cpu_too_short += other.off_cpu_too_short;
         self.off_cpu_unmatched += other.off_cpu_unmatched;
         self.off_cpu_pending_full += other.off_cpu_pending_full;
@@ -216,6 +219,9 @@ impl WindowSamples {
                     SampleKind::RunQueue
                 };
                 self.kinds.off_cpu_unwinds += 1;
+                // At most 2^32 (a threshold of 1): the float converts exactly.
+                let switches = offcpu::weight(header.threshold).round() as u64;
+                self.kinds.off_cpu_switches = self.kinds.off_cpu_switches.saturating_add(switches);
                 let counted = match self.stack(sample, kind) {
                     Some(counted) => counted,
                     None => match self.stacks.get(&self.key[..]) {
@@ -693,10 +699,11 @@ mod tests {
         assert_eq!(
             (
                 kinds.off_cpu_unwinds,
+                kinds.off_cpu_switches,
                 kinds.off_cpu_too_short,
                 kinds.off_cpu_unmatched
             ),
-            (3, 1, 1)
+            (3, 3, 1, 1)
         );
         // A process that exits while its threads wait: their waits are forgotten.
         add(&mut window, &out(12, 0));
