@@ -16,7 +16,7 @@
 //!   - `on_switch`: the agent's program with threshold 1 (a probability of 2⁻³²), its
 //!     unsampled path, which every switch takes but the sampled ones;
 //! - `fault`: this binary touching 2 × 256 MiB of fresh memory page by page (131,072 minor
-//!   faults with base pages), under
+//!   faults with base pages, where transparent huge pages are `madvise` or `never`), under
 //!   - `none`;
 //!   - `count`: `perf stat -a -e minor-faults`, the kernel counting the event, no sampling;
 //!   - `empty`: the empty program on the page-faults-min event of every CPU, one sample every
