@@ -457,13 +457,18 @@ mod tests {
         assert_eq!(table.len(), 2);
     }
 
-    #[test]
-    fn the_throttle_keeps_unwinds_under_the_limit_and_recovers() {
-        let config = OffCpuConfig {
+    /// Every switch sampled, at most 500 unwinds a second.
+    fn capped_at_500() -> OffCpuConfig {
+        OffCpuConfig {
             probability: 1.0,
             max_unwinds_per_second: 500,
             ..OffCpuConfig::default()
-        };
+        }
+    }
+
+    #[test]
+    fn the_throttle_keeps_unwinds_under_the_limit_and_recovers() {
+        let config = capped_at_500();
         let start = Instant::now();
         let mut throttle = Throttle::new(&config, start);
         let ms = |n: u64| start + Duration::from_millis(n);
@@ -510,13 +515,8 @@ mod tests {
 
     #[test]
     fn samples_taken_before_a_change_do_not_lower_the_probability_twice() {
-        let config = OffCpuConfig {
-            probability: 1.0,
-            max_unwinds_per_second: 500,
-            ..OffCpuConfig::default()
-        };
         let start = Instant::now();
-        let mut throttle = Throttle::new(&config, start);
+        let mut throttle = Throttle::new(&capped_at_500(), start);
         let ms = |n: u64| start + Duration::from_millis(n);
         // 5,000 switches a second: lowered to 0.1.
         let p = throttle.observe(500, 500, ms(100)).unwrap();
